@@ -1,0 +1,3 @@
+from precision_tool.cli.main import entry_point
+
+entry_point()

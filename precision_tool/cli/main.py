@@ -1,0 +1,126 @@
+"""The ``precision-tool`` command: a lazy click group and the one error boundary.
+
+Subcommands live in their own modules and are imported only when run, so
+``precision-tool --help`` starts fast and imports neither h5py nor numpy-heavy
+code. `main` returns an exit status; only `entry_point` calls ``sys.exit``.
+
+Exit statuses (`precision_tool.errors.ExitStatus`): 0 ok, 1 a check found a
+precision regression, 2 a usage or input error, 3 an internal error, 130
+interrupted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from precision_tool import __version__
+from precision_tool.errors import ExitStatus, PrecisionToolError
+
+# name -> (module:attribute, one-line help shown by --help without importing)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("precision_tool.cli.demo:demo", "Run the whole flow on the embedded sample and diagnose its fault."),
+    "collect": ("precision_tool.cli.collect:collect", "Train a model on a device and record per-op tensors to HDF5."),
+    "inspect": ("precision_tool.cli.inspect:inspect_cmd", "Summarise a dump: metadata, steps, ops, overflow, loss."),
+    "compare": ("precision_tool.cli.compare:compare", "Score every op of a target dump against a golden dump."),
+    "check": ("precision_tool.cli.check:check", "CI gate: exit 1 when a tensor fails its tolerance."),
+    "baseline": ("precision_tool.cli.check:baseline", "Save per-op metrics for later `check --baseline`."),
+    "diagnose": ("precision_tool.cli.diagnose:diagnose", "Name the op where error is introduced, and why."),
+    "shell": ("precision_tool.cli.shell:shell", "Interactive PrecisionTool shell over dumps."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx):
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        target, _ = COMMANDS[name]
+        module_name, attr = target.split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, short) for name, (_, short) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="precision-tool")
+@click.option("--traceback", "show_traceback", is_flag=True, help="Show the full traceback of an error.")
+@click.pass_context
+def cli(ctx, show_traceback):
+    """Find the op that broke a training run's precision, and say why.
+
+    \b
+    Exit statuses: 0 ok, 1 a check found a precision regression,
+    2 usage or input error, 3 internal error, 130 interrupted.
+    """
+    ctx.obj = {"traceback": show_traceback}
+
+
+def _error_log_path() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "precision-tool" / "last-error.log"
+
+
+def _report_internal(exc: BaseException, show_traceback: bool) -> None:
+    text = "".join(traceback.format_exception(exc))
+    if show_traceback:
+        sys.stderr.write(text)
+        return
+    where = ""
+    try:
+        path = _error_log_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        where = f"; traceback saved to {path}"
+    except OSError:
+        pass
+    click.echo(f"precision-tool: internal error: {type(exc).__name__}: {exc}{where} "
+               "(rerun with --traceback to see it)", err=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI on ``argv``; return the exit status instead of exiting."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = "--traceback" in argv
+    try:
+        cli.main(args=argv, prog_name="precision-tool", standalone_mode=False)
+        return ExitStatus.OK
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return ExitStatus.INTERRUPTED
+    except click.ClickException as exc:
+        exc.show()
+        return ExitStatus.USAGE if exc.exit_code == 2 else exc.exit_code
+    except PrecisionToolError as exc:
+        if show_traceback:
+            traceback.print_exc()
+        click.echo(f"precision-tool: error: {exc}", err=True)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        return ExitStatus.INTERRUPTED
+    except BrokenPipeError:
+        sys.stderr.close()
+        return ExitStatus.OK
+    except Exception as exc:  # the boundary: anything else is our bug
+        _report_internal(exc, show_traceback)
+        return ExitStatus.INTERNAL
+
+
+def entry_point() -> None:
+    """The console script."""
+    sys.exit(main())

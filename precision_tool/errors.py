@@ -1,0 +1,44 @@
+"""Exit statuses and the exceptions that map onto them.
+
+Every layer raises these; only the front ends (cli/, repl/) turn them into a
+message and an exit status. The core never prints and never exits.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitStatus(enum.IntEnum):
+    """The documented exit statuses of every precision-tool command."""
+
+    OK = 0
+    REGRESSION = 1  # a check found a precision regression
+    USAGE = 2  # bad option, bad config value or bad input file
+    INTERNAL = 3  # a bug in precision-tool itself
+    INTERRUPTED = 130
+
+
+class PrecisionToolError(Exception):
+    """Base of every error a user can cause; `str()` is the one line shown."""
+
+    exit_status = ExitStatus.USAGE
+
+
+class ConfigError(PrecisionToolError, ValueError):
+    """A configuration value is unknown or out of range."""
+
+
+class InputError(PrecisionToolError):
+    """An input file is missing, unreadable or not what it claims to be."""
+
+    def __init__(self, path, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+def choice_error(what: str, value, valid) -> ConfigError:
+    """A ConfigError for a value outside a fixed set, listing the valid ones."""
+    listed = ", ".join(str(v) for v in valid)
+    return ConfigError(f"unknown {what} {value!r}; valid: {listed}")

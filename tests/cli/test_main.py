@@ -1,0 +1,35 @@
+import subprocess
+import sys
+
+from precision_tool import __version__
+
+
+def test_help_lists_every_command(run_cli):
+    result = run_cli("--help")
+    assert result.status == 0
+    for name in ("demo", "collect", "inspect", "compare", "check", "baseline", "diagnose", "shell"):
+        assert f"  {name}" in result.stdout
+
+
+def test_version(run_cli):
+    result = run_cli("--version")
+    assert result.status == 0
+    assert result.stdout.strip() == f"precision-tool, version {__version__}"
+
+
+def test_help_imports_neither_h5py_nor_numpy():
+    code = (
+        "import sys\n"
+        "from precision_tool.cli.main import main\n"
+        "main(['--help'])\n"
+        "heavy = [m for m in ('h5py', 'numpy', 'rich', 'prompt_toolkit') if m in sys.modules]\n"
+        "print('HEAVY:' + ','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "HEAVY:"
+
+
+def test_unknown_command_is_a_usage_error(run_cli):
+    result = run_cli("frobnicate")
+    assert result.status == 2
+    assert "No such command 'frobnicate'" in result.stderr
