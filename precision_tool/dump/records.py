@@ -1,0 +1,146 @@
+"""The records a dump holds, as plain dataclasses shared by writer and readers.
+
+Everything downstream (compare, analysis, the shell, the torch front end)
+reads dumps through these types and `precision_tool.dump.reader.open_dump`,
+never through h5py directly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """Statistics of one tensor, computed in float64 accumulators.
+
+    ``saturated`` counts values whose magnitude equals the largest finite
+    value of the tensor's dtype (65504 for float16): the fingerprint of
+    saturation-mode overflow. ``min``/``max``/``mean``/``std``/``norm`` are
+    over the finite values; they are NaN when there are none.
+    """
+
+    count: int
+    min: float
+    max: float
+    mean: float
+    std: float
+    norm: float
+    nan: int = 0
+    inf: int = 0
+    saturated: int = 0
+
+    @property
+    def finite(self) -> bool:
+        return self.nan == 0 and self.inf == 0
+
+    @classmethod
+    def empty(cls) -> "TensorStats":
+        nan = math.nan
+        return cls(0, nan, nan, nan, nan, 0.0)
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    """One tensor slot of one op execution.
+
+    ``slot`` is ``input_0``, ``input_1``, ... or ``output_0``, ...; in
+    backward, inputs are the incoming gradients and outputs the gradients
+    with respect to the forward inputs. ``has_data`` is false in stats mode.
+    """
+
+    slot: str
+    dtype: str  # float16, bfloat16, float32, float64, int64, ...
+    shape: tuple[int, ...]
+    stats: TensorStats
+    has_data: bool = True
+
+    @property
+    def kind(self) -> str:
+        return self.slot.split("_", 1)[0]
+
+    @property
+    def index(self) -> int:
+        return int(self.slot.rsplit("_", 1)[1])
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One op execution in one step, with its tensors.
+
+    For a fused op, ``pass_name`` and ``original_names``/``original_types``
+    say what it replaced; ``output_origins[i]`` is the (original op name,
+    output index) that output ``i`` stands for, and ``input_origins[i]`` the
+    (original op name, input index) that consumed input ``i`` (in backward,
+    output gradient ``i`` stands for that original op's input gradient).
+    """
+
+    step: int
+    exec_index: int
+    name: str
+    type: str
+    direction: str  # forward, backward or optimizer
+    compute_dtype: str
+    overflow: bool
+    tensors: tuple[TensorRecord, ...] = ()
+    pass_name: str = ""
+    original_names: tuple[str, ...] = ()
+    original_types: tuple[str, ...] = ()
+    output_origins: tuple[tuple[str, int], ...] = ()
+    input_origins: tuple[tuple[str, int], ...] = ()
+    # overflow mode only: the inputs already held inf/NaN (the op propagated, not caused, it)
+    inherited_nonfinite: bool = False
+
+    @property
+    def fused(self) -> bool:
+        return bool(self.pass_name)
+
+    @property
+    def inputs(self) -> tuple[TensorRecord, ...]:
+        return tuple(t for t in self.tensors if t.kind == "input")
+
+    @property
+    def outputs(self) -> tuple[TensorRecord, ...]:
+        return tuple(t for t in self.tensors if t.kind == "output")
+
+    def tensor(self, slot: str) -> TensorRecord:
+        for record in self.tensors:
+            if record.slot == slot:
+                return record
+        raise KeyError(f"{self.name} has no tensor {slot}")
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one training step reported."""
+
+    step: int
+    loss: float
+    loss_scale: float
+    overflow: bool
+    skipped: bool = False
+    precision_mode: str = ""
+    ops_recorded: int = 0
+
+
+@dataclass
+class DumpSummary:
+    """What `precision-tool inspect` shows; also its JSON form."""
+
+    path: str
+    schema_version: int
+    complete: bool
+    steps_complete: int
+    metadata: dict
+    ops: int
+    tensors: int
+    overflow_ops: int
+    overflow_steps: list[int]
+    loss: list[float]
+    loss_scale: list[float]
+    accelerate_switch_step: int | None
+    size_bytes: int
+    first_overflows: list[OpRecord] = field(default_factory=list)
