@@ -91,8 +91,9 @@ class OpRecord:
     original_types: tuple[str, ...] = ()
     output_origins: tuple[tuple[str, int], ...] = ()
     input_origins: tuple[tuple[str, int], ...] = ()
-    # overflow mode only: the inputs already held inf/NaN (the op propagated, not caused, it)
+    # the inputs already held inf/NaN: the op propagated the overflow rather than caused it
     inherited_nonfinite: bool = False
+    attrs: dict = field(default_factory=dict, hash=False, compare=False)  # op attributes, for replay
 
     @property
     def fused(self) -> bool:

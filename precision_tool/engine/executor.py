@@ -191,7 +191,7 @@ class Executor:
     def _before(self, compiled: CompiledNode, direction: str, inputs: list, input_dtypes: list[str]) -> OpEvent:
         node = compiled.node
         event = OpEvent(self.step, node.name, node.type, self.exec_index, direction, inputs,
-                        input_dtypes, compiled.precision.compute.name, node.fusion)
+                        input_dtypes, compiled.precision.compute.name, node.fusion, node.attrs)
         self.hooks.before_op(event)
         return event
 

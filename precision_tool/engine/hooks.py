@@ -37,6 +37,7 @@ class OpEvent:
     input_dtypes: list[str]
     compute_dtype: str
     fusion: FusionInfo | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)  # the op's attributes, for replay
     outputs: list[np.ndarray | None] = field(default_factory=list)
     output_dtypes: list[str] = field(default_factory=list)
     overflow: bool = False

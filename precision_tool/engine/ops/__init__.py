@@ -3,6 +3,7 @@
 from precision_tool.engine.ops import (  # noqa: F401  (registration side effect)
     activations,
     arithmetic,
+    fused,
     losses,
     matrix,
     normalization,

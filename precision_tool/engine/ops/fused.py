@@ -1,0 +1,1 @@
+"""Fused kernels: registered by the fusion workstream."""
