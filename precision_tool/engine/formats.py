@@ -50,7 +50,8 @@ def _fp16_subnormals(x: np.ndarray, y: np.ndarray) -> None:
     float32 (whose ulp in [0.5, 1) is 2**-24) performs exactly that rounding,
     ties to even; subtracting 0.5 is then exact.
     """
-    small = np.abs(x) < _F16_TINY
+    ax = np.abs(x)
+    small = (ax < _F16_TINY) & (ax > 0)  # zeros round to themselves: skip them
     if small.any():
         ax = np.abs(x[small])
         y[small] = np.copysign((ax + _HALF) - _HALF, x[small])

@@ -1,12 +1,13 @@
 """The per-op format decision of every precision mode, on one small graph."""
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
 from precision_tool.engine import functional as F
-from precision_tool.engine.device import golden, npu
+from precision_tool.engine.device import FusionSwitch, golden, npu
 from precision_tool.engine.graph import GraphBuilder, Parameter
 from precision_tool.engine.program import compile_graph
 from precision_tool.errors import ConfigError, InputError
@@ -30,6 +31,8 @@ def graph():
 
 
 def formats(graph, device):
+    """Formats per node name, with fusion off so every original op keeps its name."""
+    device = dataclasses.replace(device, fusion=FusionSwitch(all_off=True))
     program = compile_graph(graph, device)
     return {c.node.name: (c.precision.compute.name, c.precision.output.name) for c in program.nodes}
 
