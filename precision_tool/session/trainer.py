@@ -1,0 +1,235 @@
+"""`Session`: trains a model step by step on a device, calling hooks around every op.
+
+One step (numbered from 0):
+
+1. ``executor.begin_step(step)`` and clear the float status: the overflow
+   window is forward plus backward, as in npu_bridge's NPULossScaleOptimizer
+   (read after the gradients, cleared for the next step);
+2. forward on the batch of ``np.random.default_rng([seed, step])``;
+3. backward seeded with ``{"loss": float32(loss_scale)}``;
+4. unscale in float32: every gradient times ``float32(1 / scale)`` (the
+   reciprocal taken in float64, as torch's GradScaler does);
+5. overflow: the float status on an npu in saturation mode, else any
+   non-finite gradient (inf_nan mode, and golden);
+6. the loss-scale manager's update; on overflow (when it checks overflow)
+   the optimizer update and the global-step increment are skipped; with no
+   manager the overflow is reported and the update applied anyway;
+7. the optimizer update, one ``run_external`` op per parameter.
+
+`Session.step` returns ``(loss, overflow, loss_scale)``, with the scale the
+step's loss was multiplied by (as MindSpore's TrainOneStepWithLossScaleCell
+returns it); ``StepResult.extra`` adds ``next_loss_scale``, ``global_step``
+and ``first_overflow_op`` (the op that first raised the float status).
+
+With ``accelerate_train_mode`` the graph is compiled for the low-precision
+device first; when the trigger fires after a step, ``session.device``,
+``session.program`` and ``session.executor`` are replaced once by ones for the
+original device (the same hooks and float status), and the next step run is
+recorded as ``accelerate_switch_step``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from precision_tool import __version__
+from precision_tool.engine.device import DeviceProfile
+from precision_tool.engine.executor import Executor
+from precision_tool.engine.hooks import HookList, StepResult
+from precision_tool.engine.layers import trace
+from precision_tool.engine.program import Program, compile_graph
+from precision_tool.engine.status import FloatStatus
+from precision_tool.errors import ConfigError
+from precision_tool.session.accelerate import AccelerateTrainMode
+from precision_tool.session.config import SessionConfig
+from precision_tool.session.data import SyntheticData
+from precision_tool.session.models import load_model
+from precision_tool.session.optim import DEFAULT_LR, make_optimizer
+
+
+@dataclass
+class RunSummary:
+    """What a whole run did, step by step."""
+
+    results: list[StepResult] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    loss_scale_history: list[float] = field(default_factory=list)  # the scale each step used
+    overflow_steps: list[int] = field(default_factory=list)
+    skipped_steps: list[int] = field(default_factory=list)
+    accelerate_switch_step: int | None = None  # the first step run at the original precision
+    global_step: int = 0  # applied optimizer updates
+
+    def to_dict(self) -> dict:
+        """JSON-serialisable form, passed to ``on_run_end``."""
+        return {
+            "steps": len(self.results),
+            "losses": list(self.losses),
+            "loss_scale_history": list(self.loss_scale_history),
+            "overflow_steps": list(self.overflow_steps),
+            "skipped_steps": list(self.skipped_steps),
+            "accelerate_switch_step": self.accelerate_switch_step,
+            "global_step": self.global_step,
+            "results": [asdict(r) for r in self.results],
+        }
+
+
+class Session:
+    """A training run: the model, its data, weights, optimizer and loss scale on a device."""
+
+    def __init__(self, config: SessionConfig, hooks=()):
+        self.config = config
+        self.hooks = hooks if isinstance(hooks, HookList) else HookList(hooks)
+        loaded = load_model(config.model, np.random.default_rng(config.seed))
+        self.model = loaded.model
+        self.graph = trace(self.model)
+        _check_graph(self.graph)
+        self.batch_size = config.batch_size or loaded.batch_size
+        self.lr = config.lr if config.lr is not None else loaded.lr.get(config.optimizer,
+                                                                           DEFAULT_LR[config.optimizer])
+        self.data = SyntheticData(self.model.data, config.seed, self.batch_size)
+        self.params: dict[str, np.ndarray] = {
+            name: np.array(value, dtype=np.float32) for name, value in self.graph.initial_params.items()}
+        self.optimizer = make_optimizer(config.optimizer, self.lr)
+        self.loss_scale = copy.deepcopy(config.loss_scale)  # each session starts from the configured state
+        self.accelerate = (AccelerateTrainMode(config.accelerate_train_mode, config.device)
+                           if config.accelerate_train_mode else None)
+        self.status = FloatStatus()
+        self.global_step = 0
+        self.next_step = 0
+        self.results: list[StepResult] = []
+        self.accelerate_switch_step: int | None = None
+        self._switched = False  # recompiled at the original precision, no step run there yet
+        self.device: DeviceProfile
+        self.program: Program
+        self.executor: Executor
+        self._compile(self.accelerate.device if self.accelerate else config.device)
+
+    def _compile(self, device: DeviceProfile) -> None:
+        self.device = device
+        self.program = compile_graph(self.graph, device)
+        self.executor = Executor(self.program, self.hooks, self.status, seed=self.config.seed)
+
+    @property
+    def task(self) -> str:
+        return self.model.data.task
+
+    def metadata(self) -> dict:
+        """The run's settings, JSON-serialisable, for ``on_run_begin`` and dump files."""
+        cfg = self.config
+        spec = self.model.data
+        accelerate = None
+        if self.accelerate is not None:
+            accelerate = {"kind": self.accelerate.spec.kind, "trigger": self.accelerate.spec.trigger,
+                          "ratio": self.accelerate.spec.ratio, "target_loss": cfg.target_loss,
+                          "low_precision_device": self.accelerate.low.describe()}
+        return {
+            "tool": "precision-tool",
+            "version": __version__,
+            "model": cfg.model,
+            "task": spec.task,
+            "data": {"kind": spec.kind, "shape": list(spec.shape), "num_classes": spec.num_classes,
+                     "output_dim": spec.output_dim, "vocab_size": spec.vocab_size},
+            "steps": cfg.steps,
+            "seed": cfg.seed,
+            "batch_size": self.batch_size,
+            "optimizer": cfg.optimizer,
+            "lr": self.lr,
+            "device": cfg.device.describe(),
+            "loss_scale": self.loss_scale.config() if self.loss_scale is not None else None,
+            "accelerate_train_mode": self.accelerate.spec.spec if self.accelerate is not None else None,
+            "accelerate": accelerate,
+            "target_loss": cfg.target_loss,
+            "parameters": {name: list(value.shape) for name, value in self.params.items()},
+        }
+
+    def run(self) -> RunSummary:
+        """Run the configured steps that have not run yet; hooks see the run begin and end."""
+        self.hooks.on_run_begin(self.metadata())
+        while self.next_step < self.config.steps:
+            self.step()
+        summary = self.summary()
+        self.hooks.on_run_end(summary.to_dict())
+        return summary
+
+    def step(self) -> tuple[float, bool, float]:
+        """Train one step; return ``(loss, overflow, loss_scale)``."""
+        step = self.next_step
+        if self._switched:
+            self.accelerate_switch_step = step
+            self._switched = False
+        self.hooks.on_step_begin(step)
+        executor = self.executor
+        executor.begin_step(step)
+        self.status.clear()
+        outputs = executor.forward(self.data.batch(step), self.params)
+        loss = float(outputs["loss"])
+        scale = self.loss_scale.scale if self.loss_scale is not None else 1.0
+        grads = unscale(executor.backward({"loss": np.float32(scale)}), scale)
+        overflow = self._overflowed(grads)
+        first = self.status.first
+        skipped = overflow and self.loss_scale is not None and self.loss_scale.check_overflow
+        if self.loss_scale is not None:
+            self.loss_scale.update(overflow if self.loss_scale.check_overflow else False)
+        if not skipped:
+            self.optimizer.apply(executor, self.params, grads)
+            self.global_step += 1
+        extra = {"global_step": self.global_step,
+                 "next_loss_scale": self.loss_scale.scale if self.loss_scale is not None else 1.0,
+                 "first_overflow_op": first.name if first is not None else None}
+        result = StepResult(step, loss, overflow, scale, skipped, self.device.effective_precision_mode, extra)
+        self.results.append(result)
+        self.next_step = step + 1
+        self.hooks.on_step_end(result)
+        self._tell_accelerate(step, loss)
+        return loss, overflow, scale
+
+    def _overflowed(self, grads: dict[str, np.ndarray]) -> bool:
+        device = self.device
+        if device.kind == "npu" and device.overflow_mode == "saturation":
+            return self.status.raised
+        return not all(np.isfinite(g).all() for g in grads.values())
+
+    def _tell_accelerate(self, step: int, loss: float) -> None:
+        """Tell the mode what TellMeStepOrLossHook would; recompile once when it fires."""
+        if self.accelerate is None or self.accelerate.recovered:
+            return
+        if self.accelerate.spec.trigger == "step":
+            fired = self.accelerate.tell(step=step + 1, total_steps=self.config.steps)
+        else:
+            fired = self.accelerate.tell(loss=loss, target_loss=self.config.target_loss)
+        if fired:
+            self._compile(self.accelerate.original)
+            self._switched = True
+
+    def summary(self) -> RunSummary:
+        """The steps run so far."""
+        return RunSummary(
+            results=list(self.results),
+            losses=[r.loss for r in self.results],
+            loss_scale_history=[r.loss_scale for r in self.results],
+            overflow_steps=[r.step for r in self.results if r.overflow],
+            skipped_steps=[r.step for r in self.results if r.skipped],
+            accelerate_switch_step=self.accelerate_switch_step,
+            global_step=self.global_step,
+        )
+
+
+def unscale(grads: dict[str, np.ndarray], scale: float) -> dict[str, np.ndarray]:
+    """Float32 gradients divided by ``scale``: times float32(1/scale), the reciprocal in float64."""
+    result = {}
+    with np.errstate(all="ignore"):
+        inv_scale = np.float32(np.float64(1.0) / np.float64(scale))
+        for name, grad in grads.items():
+            grad = grad.astype(np.float32, copy=False)
+            result[name] = grad if scale == 1.0 else grad * inv_scale
+    return result
+
+
+def _check_graph(graph) -> None:
+    missing = [name for name in ("x", "labels") if name not in graph.inputs]
+    missing += [name for name in ("logits", "loss") if name not in graph.outputs]
+    if missing:
+        raise ConfigError(f"the traced model lacks {', '.join(missing)}; build it with the layer API's trace()")
