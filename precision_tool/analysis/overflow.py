@@ -1,0 +1,72 @@
+"""The overflow report: which ops raised the float status, first one first, and what to do."""
+
+from __future__ import annotations
+
+from precision_tool.analysis.results import OverflowEntry, OverflowReport, Range
+from precision_tool.dump.records import OpRecord
+
+# Op types whose overflow has a better cure than "keep it in float32".
+_EXP_LIKE = {"Exp", "Pow", "Square"}
+_SOFTMAX_LIKE = {"Softmax", "ScaledMaskedSoftmax", "LogSoftmax", "RealDiv", "ReduceSum"}
+
+
+def overflow_hint(record: OpRecord, loss_scale: float | None) -> str:
+    """One sentence on how to stop this op overflowing."""
+    if record.inherited_nonfinite:
+        return "propagates an earlier overflow: fix the first one"
+    low = record.compute_dtype in ("float16", "bfloat16")
+    keep_fp32 = (f'keep {record.type} in float32 through the mix list '
+                 f'({{"black-list": {{"to-add": ["{record.type}"]}}}})')
+    if record.direction == "backward":
+        scale = f" (loss scale {loss_scale:g})" if loss_scale else ""
+        return (f"gradient overflow{scale}: lower the loss scale or use a dynamic loss-scale manager, "
+                "which skips such steps and shrinks the scale")
+    if record.type in _EXP_LIKE:
+        return f"exp of large inputs overflows {record.compute_dtype}: subtract the max before exp " \
+               f"(use a Softmax kernel) or {keep_fp32}"
+    if record.type in _SOFTMAX_LIKE:
+        return f"a hand-written softmax overflows: subtract the max before exp, or {keep_fp32}"
+    if low:
+        return f"result exceeds the {record.compute_dtype} range: {keep_fp32}, or rescale its inputs"
+    return "result is not finite in float32: check the inputs and the learning rate"
+
+
+def _range(tensor) -> Range:
+    return Range(tensor.stats.min, tensor.stats.max)
+
+
+def _entry(record: OpRecord, loss_scale: float | None) -> OverflowEntry:
+    outputs = [t for t in record.outputs if t.stats.count]
+    return OverflowEntry(
+        step=record.step, exec_index=record.exec_index, name=record.name, type=record.type,
+        direction=record.direction, compute_dtype=record.compute_dtype,
+        inherited=record.inherited_nonfinite,
+        saturated=sum(t.stats.saturated for t in outputs),
+        inf=sum(t.stats.inf for t in outputs),
+        nan=sum(t.stats.nan for t in outputs),
+        input_ranges=tuple(_range(t) for t in record.inputs if t.stats.count),
+        output_ranges=tuple(_range(t) for t in outputs),
+        hint=overflow_hint(record, loss_scale),
+    )
+
+
+def overflow_report(dump, limit: int | None = None) -> OverflowReport:
+    """Every op execution of ``dump`` that raised the float status, in execution order.
+
+    Works on any dump mode: an overflow-mode dump holds only such ops; dump
+    and stats dumps carry the flag on every op.
+    """
+    steps = dump.steps()
+    scales = {s.step: s.loss_scale for s in steps}
+    records = [r for r in dump.ops() if r.overflow]
+    entries = [_entry(r, scales.get(r.step)) for r in records]
+    if limit is not None:
+        entries = entries[:limit]
+    return OverflowReport(
+        entries=entries,
+        total=len(records),
+        steps=sorted({r.step for r in records} | {s.step for s in steps if s.overflow}),
+        skipped_steps=[s.step for s in steps if s.skipped],
+        loss_scale=[s.loss_scale for s in steps],
+        source=str(dump.path),
+    )

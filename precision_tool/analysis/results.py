@@ -1,0 +1,150 @@
+"""Result dataclasses of the analyses: overflow, fusion, attribution, diagnosis.
+
+CONTRACT for the front ends (shell, `diagnose`, `demo`): the functions in
+`precision_tool.analysis` return exactly these; renderers decide how they look.
+
+    overflow_report(dump, limit=None) -> OverflowReport
+    fusion_report(target, golden=None, fusion_off=None) -> FusionReport
+    attribute(golden, target, op, step=None, direction="forward", device=None) -> Attribution
+    diagnose(golden, target, overflow=None, fusion_off=None) -> Diagnosis
+
+``dump``, ``golden``, ``target``, ``overflow`` and ``fusion_off`` are open
+dumps (`precision_tool.dump.reader.open_dump`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+VERDICT_CLASSES = ("overflow", "fusion", "precision_loss", "kernel_bug", "none")
+
+
+@dataclass(frozen=True)
+class Range:
+    """Min and max of a tensor, from its statistics."""
+
+    min: float
+    max: float
+
+
+@dataclass(frozen=True)
+class OverflowEntry:
+    """One op execution that raised the float status."""
+
+    step: int
+    exec_index: int
+    name: str
+    type: str
+    direction: str
+    compute_dtype: str
+    inherited: bool  # its inputs already held inf/NaN: it propagated an earlier overflow
+    saturated: int  # output values at the format's max (saturation mode)
+    inf: int
+    nan: int
+    input_ranges: tuple[Range, ...]
+    output_ranges: tuple[Range, ...]
+    hint: str
+
+
+@dataclass
+class OverflowReport:
+    """Overflowing ops in execution order, the first (not inherited) first."""
+
+    entries: list[OverflowEntry]
+    total: int  # op executions that raised the status, before any limit
+    steps: list[int]  # steps with at least one overflow
+    skipped_steps: list[int]  # steps whose optimizer update was skipped
+    loss_scale: list[float]
+    source: str = ""  # the dump it was read from
+
+    @property
+    def first(self) -> OverflowEntry | None:
+        for entry in self.entries:
+            if not entry.inherited:
+                return entry
+        return self.entries[0] if self.entries else None
+
+
+@dataclass(frozen=True)
+class FusionSuspect:
+    """A fused op whose error against golden is clearly larger than its unfused ops show."""
+
+    step: int
+    name: str
+    type: str
+    pass_name: str
+    original_names: tuple[str, ...]
+    fused_error: float  # relative L2 error the fused op introduces (replayed on golden inputs)
+    unfused_error: float | None  # the same original op's output in the fusion-off run
+    ratio: float | None
+    action: str
+
+
+@dataclass
+class FusionReport:
+    """Fusion passes applied (pass -> count) and the suspects, worst first."""
+
+    passes: dict[str, int]
+    suspects: list[FusionSuspect]
+    compared: bool  # whether golden (and fusion-off) dumps were available to rank suspects
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """How much error an op introduces itself versus inherits from its inputs.
+
+    Errors are relative L2 distances to golden (``||x - g|| / ||g||``).
+    ``introduced`` replays the op on the golden inputs with the target's
+    numerics; ``expected`` is what the compute dtype alone explains: the op
+    computed exactly on golden inputs rounded to the compute dtype, output
+    rounded to the output dtype. ``observed`` is the recorded target output.
+    """
+
+    step: int
+    name: str
+    type: str
+    direction: str
+    compute_dtype: str
+    observed: float
+    inherited: float  # largest input error
+    introduced: float | None  # None when the op cannot be replayed
+    expected: float | None
+    replay_device: str = "npu"
+    notes: tuple[str, ...] = ()
+
+    @property
+    def excess(self) -> float | None:
+        """How many times the introduced error exceeds what the dtype explains."""
+        if self.introduced is None or self.expected is None:
+            return None
+        return self.introduced / max(self.expected, 1e-12)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The diagnosis: where error is first introduced, its class, evidence and action."""
+
+    op: str | None
+    cls: str  # one of VERDICT_CLASSES
+    step: int | None
+    direction: str | None = None
+    type: str | None = None
+    evidence: tuple[str, ...] = ()
+    action: str = ""
+
+    def to_dict(self) -> dict:
+        return {"op": self.op, "class": self.cls, "step": self.step, "direction": self.direction,
+                "type": self.type, "evidence": list(self.evidence), "action": self.action}
+
+
+@dataclass
+class Diagnosis:
+    """Everything `ac` and `diagnose` print: overflow, fusion, comparison notes, verdict."""
+
+    verdict: Verdict
+    overflow: OverflowReport | None = None
+    fusion: FusionReport | None = None
+    attributions: list[Attribution] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # precision-mode and cast notes
+    flagged: int = 0  # ops at or below the cosine threshold
+    first_flagged: str | None = None

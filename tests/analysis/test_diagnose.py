@@ -1,0 +1,50 @@
+"""`diagnose` names the right op and class on planted faults, and nothing on clean runs."""
+
+import pytest
+
+from precision_tool.analysis import diagnose
+from tests.analysis.planted import KernelBug
+
+
+def verdict_of(dumps):
+    golden, target, *rest = dumps
+    fusion_off = rest[0] if rest else None
+    with golden, target:
+        return diagnose(golden, target, fusion_off=fusion_off)
+
+
+def test_fused_layer_norm_on_offset_readings_is_a_fusion_fault(planted_dumps):
+    diagnosis = verdict_of(planted_dumps("sensor", fusion_off=True))
+    verdict = diagnosis.verdict
+    assert (verdict.op, verdict.cls, verdict.step) == ("norm/LayerNormFused", "fusion", 0)
+    assert "LayerNormFusionPass" in verdict.action
+    assert [s.name for s in diagnosis.fusion.suspects] == ["norm/LayerNormFused"]
+    suspect = diagnosis.fusion.suspects[0]
+    assert suspect.fused_error > 1.0 and suspect.unfused_error < 0.05
+
+
+def test_hand_written_softmax_overflow(planted_dumps):
+    diagnosis = verdict_of(planted_dumps("hot_attention"))
+    assert (diagnosis.verdict.op, diagnosis.verdict.cls) == ("Exp", "overflow")
+    assert "subtract the max before exp" in diagnosis.verdict.action
+    assert diagnosis.overflow.first.name == "Exp"
+
+
+def test_cancellation_in_fp16_is_precision_loss(planted_dumps):
+    verdict = verdict_of(planted_dumps("standardize")).verdict
+    assert (verdict.op, verdict.cls) == ("Sub", "precision_loss")
+    assert '"to-add": ["Sub"]' in verdict.action
+
+
+def test_output_that_does_not_follow_from_inputs_is_a_kernel_bug(planted_dumps):
+    dumps = planted_dumps("plain", hooks=(KernelBug("fc1/MatMulBiasAddGelu"),))
+    verdict = verdict_of(dumps).verdict
+    assert (verdict.op, verdict.cls) == ("fc1/MatMulBiasAddGelu", "kernel_bug")
+
+
+@pytest.mark.parametrize("model, mode", [("plain", "force_fp16"), ("plain", "allow_mix_precision"),
+                                         ("mlp", "force_fp16"), ("transformer", "force_fp16")])
+def test_clean_low_precision_runs_are_not_flagged(planted_dumps, model, mode):
+    diagnosis = verdict_of(planted_dumps(model, mode))
+    assert diagnosis.verdict.cls == "none"
+    assert diagnosis.verdict.op is None
