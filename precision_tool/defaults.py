@@ -12,3 +12,15 @@ SEED = 0
 STEPS = 20
 OVERFLOW_MODE = "saturation"  # Atlas training products support saturation only
 NPU_PRECISION_MODE = "allow_fp32_to_fp16"  # TF adapter default on Atlas training products
+# compare / check / baseline (docs/compare.md)
+COMPARE_CHUNK_ELEMENTS = 1 << 22  # elements read per chunk of a tensor: memory stays a few chunks
+COMPARE_JOBS = 1  # `compare --jobs`: threads scoring tensor pairs
+BASELINE_COSINE_DROP_ABS = 1e-6  # `check --baseline`: cosine may drop by max(this, ...
+BASELINE_COSINE_DROP_REL = 0.1  # ... this share of the baseline's distance to 1, 1 - cosine)
+BASELINE_ERROR_GROWTH_REL = 0.1  # max_abs_err (or stats |norm diff|) may grow by 10 % ...
+BASELINE_ERROR_GROWTH_ABS = 1e-12  # ... plus this
+
+# Diagnosis (analysis/): relative L2 errors against golden.
+SIGNIFICANT_ERROR = 1e-2  # an op introducing less than 1 % relative error is never the culprit
+INTRODUCED_EXCESS = 8.0  # introduced > this x what the compute dtype explains: the kernel, not the dtype
+FUSION_SUSPECT_RATIO = 4.0  # fused error > this x the unfused op's error in the fusion-off run
