@@ -9,5 +9,6 @@ from __future__ import annotations
 
 from precision_tool.engine.fusion.base import PASSES, FusionPass, apply_fusion
 from precision_tool.engine.fusion.switch import load_fusion_switch, parse_fusion_switch
+from precision_tool.engine.fusion import passes  # noqa: F401  (registers the passes)
 
 __all__ = ["PASSES", "FusionPass", "apply_fusion", "load_fusion_switch", "parse_fusion_switch"]

@@ -47,14 +47,16 @@ def external_inputs(nodes: list[Node]) -> list[Value]:
 
 
 def input_origins(nodes: list[Node], inputs: list[Value]) -> tuple[tuple[str, int], ...]:
-    """For each external input: the (original node, input slot) that first consumed it."""
+    """For each fused input: the (original node, input slot) that consumed it.
+
+    A value passed twice (``MatMul(x, x)``) maps to its successive uses.
+    """
+    uses = [(node.name, slot, value.uid) for node in nodes for slot, value in enumerate(node.inputs)]
     origins = []
     for value in inputs:
-        for node in nodes:
-            slots = [i for i, v in enumerate(node.inputs) if v.uid == value.uid]
-            if slots:
-                origins.append((node.name, slots[0]))
-                break
+        use = next(u for u in uses if u[2] == value.uid)
+        uses.remove(use)
+        origins.append(use[:2])
     return tuple(origins)
 
 
@@ -99,8 +101,9 @@ def apply_fusion(graph: Graph, enabled: Callable[[str], bool]) -> tuple[Graph, d
             nodes.append(fused_at[id(node)])
         elif id(node) not in absorbed:
             nodes.append(node)
-    fused_graph = Graph(nodes, graph.inputs, graph.params, graph.initial_params, graph.outputs,
-                        graph.constants)
+    fused_graph = Graph(nodes=nodes, inputs=graph.inputs, params=graph.params,
+                        initial_params=graph.initial_params, constants=graph.constants,
+                        outputs=graph.outputs)
     return fused_graph, counts
 
 

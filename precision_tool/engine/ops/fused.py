@@ -96,8 +96,8 @@ def _channel_shape(ndim: int, data_format: str) -> tuple[int, ...]:
     return (-1,)
 
 
-def _matmul_bias_kernel(activation):
-    """A MatMul -> BiasAdd -> ``activation`` kernel class."""
+def _register_matmul_bias(op_type: str, activation) -> None:
+    """Register a MatMul -> BiasAdd -> ``activation`` kernel as ``op_type``."""
 
     class Kernel:
         @staticmethod
@@ -118,7 +118,8 @@ def _matmul_bias_kernel(activation):
             da, db = matmul_grads(a, b, dz, transpose_a, transpose_b)
             return ctx.out(da), ctx.out(db), ctx.out(dbias.reshape(bias_shape))
 
-    return Kernel
+    Kernel.__name__ = Kernel.__qualname__ = op_type
+    register(op_type, category=MATRIX, amp=WHITE)(Kernel)
 
 
 def _bias_grad(dz: np.ndarray, data_format: str) -> np.ndarray:
@@ -126,9 +127,9 @@ def _bias_grad(dz: np.ndarray, data_format: str) -> np.ndarray:
     return dz.sum(axis=tuple(i for i in range(dz.ndim) if i != channel))
 
 
-register(MATMUL_BIAS_ADD, category=MATRIX, amp=WHITE)(_matmul_bias_kernel(_Identity))
-register(MATMUL_BIAS_ADD_RELU, category=MATRIX, amp=WHITE)(_matmul_bias_kernel(_Relu))
-register(MATMUL_BIAS_ADD_GELU, category=MATRIX, amp=WHITE)(_matmul_bias_kernel(_Gelu))
+_register_matmul_bias(MATMUL_BIAS_ADD, _Identity)
+_register_matmul_bias(MATMUL_BIAS_ADD_RELU, _Relu)
+_register_matmul_bias(MATMUL_BIAS_ADD_GELU, _Gelu)
 
 
 def normalize_one_pass(r, x: np.ndarray, axes: tuple[int, ...], eps) -> tuple[np.ndarray, np.ndarray]:
@@ -147,8 +148,8 @@ def normalize_backward(r, dn: np.ndarray, n: np.ndarray, inv_std: np.ndarray, ax
     return r(inv_std * r(r(dn - mean_dn) - r(n * mean_dn_n)))
 
 
-def _conv_batch_norm_kernel(activation):
-    """A Conv2D -> BatchNorm -> ``activation`` kernel class (training-mode batch statistics)."""
+def _register_conv_batch_norm(op_type: str, activation) -> None:
+    """Register a Conv2D -> BatchNorm (batch statistics) -> ``activation`` kernel as ``op_type``."""
 
     class Kernel:
         @staticmethod
@@ -178,15 +179,16 @@ def _conv_batch_norm_kernel(activation):
             ctx.overflowed |= raw.overflowed
             return ctx.out(dx), ctx.out(dw), ctx.out(dgamma), ctx.out(dbeta)
 
-    return Kernel
+    Kernel.__name__ = Kernel.__qualname__ = op_type
+    register(op_type, category=MATRIX, amp=WHITE)(Kernel)
 
 
 def _batch_axes(x: np.ndarray) -> tuple[int, ...]:
     return (0,) + tuple(range(2, x.ndim))
 
 
-register(CONV2D_BATCH_NORM, category=MATRIX, amp=WHITE)(_conv_batch_norm_kernel(_Identity))
-register(CONV2D_BATCH_NORM_RELU, category=MATRIX, amp=WHITE)(_conv_batch_norm_kernel(_Relu))
+_register_conv_batch_norm(CONV2D_BATCH_NORM, _Identity)
+_register_conv_batch_norm(CONV2D_BATCH_NORM_RELU, _Relu)
 
 
 @register(LAYER_NORM_FUSED, category=VECTOR, amp=BLACK)
@@ -219,7 +221,7 @@ class ScaledMaskedSoftmax:
 
     @staticmethod
     def forward(ctx, x, scale, mask=None, axis=-1):
-        r = ctx.round
+        r, axis = ctx.round, int(axis)
         z = r(x * scale)
         if mask is not None:
             z = r(z + mask)
@@ -230,7 +232,7 @@ class ScaledMaskedSoftmax:
 
     @staticmethod
     def backward(ctx, dy, axis=-1):
-        r = ctx.round
+        r, axis = ctx.round, int(axis)
         x, scale, mask_shape, y = ctx.saved
         dz = r(y * r(dy - r(r(dy * y).sum(axis=axis, keepdims=True))))
         grads = [ctx.out(unbroadcast(r(dz * scale), x.shape)),
