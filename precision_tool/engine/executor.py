@@ -101,7 +101,7 @@ class Executor:
                 array = cached
             inputs.append(array)
         event = self._before(compiled, FORWARD, inputs,
-                             [f.name if f else "int64" for f in compiled.input_formats]) if self.hooks else None
+                             [compute.name if f else "int64" for f in compiled.input_formats]) if self.hooks else None
         result = compiled.op.forward(ctx, *inputs, **node.attrs)
         outputs = result if isinstance(result, tuple) else (result,)
         for value, array in zip(node.outputs, outputs):

@@ -106,6 +106,9 @@ class DataSpec:
     num_classes: int = 0
     output_dim: int = 0
     vocab_size: int = 0
+    # features only: the model sees raw readings offset + scale * z of standard features z
+    offset: float = 0.0
+    scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.kind not in DATA_KINDS:

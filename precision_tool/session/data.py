@@ -8,7 +8,8 @@ which steps ran before it.
 ========  ==================================================  ==========================================
 kind      classification (``num_classes`` = C)                 regression (``output_dim`` = D)
 ========  ==================================================  ==========================================
-features  x ~ N(0, 1); label = argmax(x @ W)                   y = tanh(x @ W1 / sqrt(d)) @ W2
+features  z ~ N(0, 1), x = offset + scale z;                  y = tanh(z @ W1 / sqrt(d)) @ W2
+          label = argmax(z @ W)
 images    x = class template + N(0, 1) noise; a template is    x = per-sample channel offsets u + noise;
           a per-channel level plus a spatial pattern           y = u @ W
 tokens    tokens lean to one group (token % C); label = the    y = (share of each token group) @ W
@@ -71,8 +72,11 @@ class SyntheticData:
             self.w2 = (rng.standard_normal((16, self.n_out)) / 2).astype(np.float32)
 
     def _features_batch(self, rng):
-        x = rng.standard_normal((self.batch_size, *self.shape)).astype(np.float32)
-        flat = x.reshape(self.batch_size, -1)
+        z = rng.standard_normal((self.batch_size, *self.shape)).astype(np.float32)
+        flat = z.reshape(self.batch_size, -1)
+        x = z
+        if self.spec.offset or self.spec.scale != 1.0:  # raw readings; the teacher sees z
+            x = (np.float32(self.spec.offset) + np.float32(self.spec.scale) * z).astype(np.float32)
         if self.classification:
             return x, np.argmax(flat @ self.w, axis=1)
         return x, np.tanh(flat @ self.w1) @ self.w2

@@ -16,6 +16,14 @@ Every model is small enough that a training step takes milliseconds on a CPU:
     embeddings, two pre-LayerNorm blocks of 2-head self-attention and a GELU
     MLP (32 -> 64 -> 32), a final LayerNorm, mean pooling and a Dense head;
     batch 32.
+``sensor``
+    the demo's model, with a planted, realistic fault: 16 raw sensor readings
+    around 30 (offset 30, scale 1) go through a LayerNorm built from
+    primitive ops, as TensorFlow builds one, then Dense 32 relu and a Dense
+    head, 4 classes. On the npu, LayerNormFusionPass fuses that LayerNorm
+    into one kernel that takes the variance in a single pass,
+    E[x^2] - E[x]^2, in the compute dtype: with |mean| >> std that
+    cancellation destroys the result, while the unfused ops stay accurate.
 
 A user's factory is called with a ``numpy.random.Generator`` (seeded by the
 run seed) when it takes an argument, else with none, and must return a
@@ -123,6 +131,19 @@ class Transformer(Model):
         return self.head(F.reduce_mean(x, axis=1))
 
 
+class Sensor(Model):
+    """Classifies raw readings around 30 after a composite LayerNorm (the demo's planted fault)."""
+
+    def __init__(self, rng: np.random.Generator, features: int = 16, classes: int = 4):
+        self.data = DataSpec("features", (features,), "classification", num_classes=classes, offset=30.0)
+        self.norm = LayerNorm(features, composite=True)
+        self.fc1 = Dense(features, 32, activation="relu", rng=rng)
+        self.head = Dense(32, classes, rng=rng)
+
+    def forward(self, x):
+        return self.head(self.fc1(self.norm(x)))
+
+
 @dataclass(frozen=True)
 class ModelEntry:
     """A built-in model: its factory and training defaults."""
@@ -137,6 +158,7 @@ _BUILTIN: dict[str, ModelEntry] = {
     "mlp_regression": ModelEntry(lambda rng: MLP(rng, "regression", 2)),
     "cnn": ModelEntry(CNN),
     "transformer": ModelEntry(Transformer),
+    "sensor": ModelEntry(Sensor),
 }
 MODELS: tuple[str, ...] = tuple(_BUILTIN)
 

@@ -98,3 +98,25 @@ def test_unknown_modes_list_the_valid_ones():
         npu(precision_mode="force_fp16", precision_mode_v2="fp16")
     with pytest.raises(ConfigError, match="unknown overflow mode 'wrap'; valid: saturation, inf_nan"):
         npu(overflow_mode="wrap")
+
+
+def test_hooks_see_inputs_in_the_format_the_kernel_computes_in(graph):
+    from precision_tool.engine.executor import Executor
+    from precision_tool.engine.hooks import HookList
+
+    events = []
+
+    class Record:
+        def after_op(self, event):
+            events.append(event)
+
+    device = dataclasses.replace(npu(precision_mode="allow_fp32_to_fp16"), fusion=FusionSwitch(all_off=True))
+    executor = Executor(compile_graph(graph, device), HookList([Record()]))
+    executor.begin_step(0)
+    executor.forward({"x": np.full((4, 4), 1 / 3, np.float32), "labels": np.arange(4)},
+                     {"fc/weight": np.ones((4, 4), np.float32), "fc/bias": np.zeros(4, np.float32)})
+    matmul = next(e for e in events if e.name == "fc/MatMul")
+    assert matmul.input_dtypes == ["float16", "float16"]
+    assert matmul.inputs[0][0, 0] == np.float32(np.float16(1 / 3))  # cast before the kernel saw it
+    loss = next(e for e in events if e.name == "SoftmaxCrossEntropy")
+    assert loss.input_dtypes == ["float32", "int64"]

@@ -1,0 +1,69 @@
+"""``precision-tool demo``: the whole flow on the embedded sample, ending in the diagnosis of its fault."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import click
+
+from precision_tool.collect.demo import DEMO_MODEL, DEMO_STEPS
+
+
+def _size(path: Path) -> str:
+    from precision_tool.render.inspect_view import format_size
+
+    return format_size(path.stat().st_size)
+
+
+@click.command("demo", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for the four dumps (created if needed). Default: a new temporary directory, kept.")
+@click.option("--steps", type=click.IntRange(1, 200), default=DEMO_STEPS, show_default=True,
+              help="Training steps per run.")
+def demo(workdir, steps):
+    """Run the whole flow on the embedded sample and diagnose its fault.
+
+    \b
+    Trains the `sensor` sample model (raw sensor readings, a LayerNorm built
+    from primitive ops) four times: on the golden CPU device, on the
+    simulated NPU (force_fp16, saturation, fusion on), in overflow mode and
+    with fusion off. Then it compares the NPU run with golden and prints the
+    diagnosis. The dumps stay in --workdir for `precision-tool shell`.
+    """
+    from rich.console import Console
+    from rich.text import Text
+
+    from precision_tool.analysis import diagnose
+    from precision_tool.collect.demo import collect_demo
+    from precision_tool.compare.comparator import compare_dumps
+    from precision_tool.compare.report import select_flagged
+    from precision_tool.defaults import COSINE_THRESHOLD, LIST_LIMIT
+    from precision_tool.dump.reader import open_dump
+    from precision_tool.render.compare_view import flagged_view
+    from precision_tool.render.shell_views import diagnosis as diagnosis_view
+
+    console = Console(highlight=False)
+    workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="precision-tool-demo-"))
+    console.print(Text(f"precision-tool demo: model {DEMO_MODEL}, {steps} steps, dumps in {workdir}", style="bold"))
+
+    def show(run):
+        losses = f"loss {run.losses[0]:.4g} -> {run.losses[-1]:.4g}" if run.losses else ""
+        overflow = f", overflow on {len(run.overflow_steps)} step(s)" if run.overflow_steps else ""
+        console.print(f"  {run.role:<11} {run.description:<42} {losses}{overflow}  "
+                      f"{run.path.name} ({_size(run.path)})")
+
+    runs = {run.role: run.path for run in collect_demo(workdir, steps, on_run=show)}
+    with open_dump(runs["golden"]) as golden, open_dump(runs["target"]) as target, \
+            open_dump(runs["overflow"]) as overflow, open_dump(runs["fusion-off"]) as fusion_off:
+        report = compare_dumps(golden, target)
+        console.print(Text("\nCompare npu.h5 with golden.h5 (the shell's `vcs`)", style="bold underline"))
+        flagged = select_flagged(report, COSINE_THRESHOLD, LIST_LIMIT)
+        console.print(flagged_view(report, flagged, COSINE_THRESHOLD, LIST_LIMIT))
+        console.print(Text("\nDiagnosis (the shell's `ac`)", style="bold underline"))
+        result = diagnose(golden, target, overflow=overflow, fusion_off=fusion_off, comparison=report)
+        console.print(diagnosis_view(result))
+    files = " ".join(str(runs[role]) for role in ("golden", "target", "overflow", "fusion-off"))
+    console.print(Text("\nExplore it:", style="bold"))
+    console.print(f"  precision-tool shell {files}")
+    console.print(f"  precision-tool compare {runs['golden']} {runs['target']} --all")

@@ -1,0 +1,63 @@
+"""The demo's four collections of the ``sensor`` model, shared by `precision-tool demo` and sample_dumps/.
+
+The sensor model (see `precision_tool.session.models`) has a planted,
+realistic fault: its LayerNorm is built from primitive ops and the npu's
+LayerNormFusionPass fuses it into a kernel that takes the variance in one
+pass in float16, which cancels catastrophically on raw readings around 30.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from precision_tool.collect.collector import collect_to
+from precision_tool.engine.device import FusionSwitch, golden, npu
+
+DEMO_MODEL = "sensor"
+DEMO_PRECISION_MODE = "force_fp16"  # GE's default precision mode
+DEMO_STEPS = 6
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """One collection: its role, what it ran on, where it went and how the loss went."""
+
+    role: str
+    description: str
+    path: Path
+    losses: tuple[float, ...]
+    overflow_steps: tuple[int, ...]
+
+
+def _plan(workdir: Path):
+    on_npu = dict(precision_mode=DEMO_PRECISION_MODE, overflow_mode="saturation")
+    return [
+        ("golden", "golden CPU device, float32", golden(), "dump"),
+        ("target", f"npu, {DEMO_PRECISION_MODE}, fusion on", npu(**on_npu), "dump"),
+        ("overflow", f"npu, {DEMO_PRECISION_MODE}, overflow mode", npu(**on_npu), "overflow"),
+        ("fusion-off", f"npu, {DEMO_PRECISION_MODE}, every fusion pass off",
+         npu(**on_npu, fusion_switch=FusionSwitch(all_off=True)), "fusion-off"),
+    ]
+
+
+FILE_NAMES = {"golden": "golden.h5", "target": "npu.h5", "overflow": "overflow.h5", "fusion-off": "fusion_off.h5"}
+
+
+def collect_demo(workdir, steps: int = DEMO_STEPS, seed: int = 0, on_run=None) -> list[DemoRun]:
+    """Run the four collections into ``workdir``; ``on_run(DemoRun)`` is called after each."""
+    from precision_tool.session import Session, SessionConfig
+
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for role, description, device, mode in _plan(workdir):
+        path = workdir / FILE_NAMES[role]
+        config = SessionConfig(model=DEMO_MODEL, steps=steps, seed=seed, device=device)
+        with collect_to(path, mode=mode) as collector:
+            summary = Session(config, hooks=[collector]).run()
+        run = DemoRun(role, description, path, tuple(summary.losses), tuple(summary.overflow_steps))
+        runs.append(run)
+        if on_run is not None:
+            on_run(run)
+    return runs
