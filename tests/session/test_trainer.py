@@ -268,7 +268,7 @@ def test_sgd_update_is_var_minus_lr_times_grad():
 def test_unknown_model_lists_the_valid_names():
     with pytest.raises(ConfigError) as info:
         SessionConfig(model="resnet50")
-    assert str(info.value) == ("unknown model 'resnet50'; valid: mlp, mlp_regression, cnn, transformer, "
+    assert str(info.value) == ("unknown model 'resnet50'; valid: mlp, mlp_regression, cnn, transformer, sensor, "
                                "or FILE.py:FACTORY")
 
 

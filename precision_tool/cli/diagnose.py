@@ -1,0 +1,50 @@
+"""``precision-tool diagnose``: the root-cause verdict of the shell's `ac`, as a batch command.
+
+The table form is the same renderer `ac` uses; ``--format json`` prints
+``{"verdict": {"op", "class", "step", ...}, "overflow", "fusion",
+"attributions", "notes", "flagged", "first_flagged"}``. When nothing is
+wrong the verdict's class is ``none``. Exit status 0 whatever the verdict
+(use ``check`` for a CI gate); 2 on a bad input file.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+_DUMP = click.Path(dir_okay=False, path_type=str)
+
+
+@click.command("diagnose", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("golden", type=_DUMP)
+@click.argument("target", type=_DUMP)
+@click.option("--overflow", type=_DUMP, help="An overflow-mode dump of the target run.")
+@click.option("--fusion-off", "fusion_off", type=_DUMP, help="The target run dumped with fusion switched off.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="A rich table, or JSON for scripts.")
+def diagnose(golden, target, overflow, fusion_off, fmt):
+    """Name the op where error is introduced, and why.
+
+    Reads the GOLDEN and TARGET dumps (and optionally an overflow-mode and a
+    fusion-off dump of the target run), and prints the overflow summary,
+    fusion suspects, comparison summary, notes and the root-cause verdict,
+    as the shell's `ac` does.
+    """
+    from precision_tool.analysis import diagnose as run_diagnosis
+    from precision_tool.repl.session import ShellSession
+
+    with ShellSession.open((), golden=golden, target=target, overflow=overflow, fusion_off=fusion_off) as session:
+        dumps = session.dumps
+        result = run_diagnosis(dumps["golden"], dumps["target"], overflow=dumps.get("overflow"),
+                               fusion_off=dumps.get("fusion-off"))
+    if fmt == "json":
+        from precision_tool.render.shell_views import diagnosis_dict
+
+        click.echo(json.dumps(diagnosis_dict(result), indent=2, allow_nan=False))
+        return
+    from rich.console import Console
+
+    from precision_tool.render.shell_views import diagnosis as diagnosis_view
+
+    Console(highlight=False).print(diagnosis_view(result))

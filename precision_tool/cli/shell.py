@@ -1,0 +1,100 @@
+"""``precision-tool shell``: the interactive PrecisionTool shell, and its batch form ``-c``.
+
+Exit statuses: 0 when every command ran; 2 when an input file is bad, or when
+a command given with ``-c`` (or read from a non-TTY stdin) failed, after the
+remaining commands have run; 3 when one hit an internal error. The
+interactive shell itself always exits 0.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from precision_tool.errors import ExitStatus, PrecisionToolError
+
+_DUMP = click.Path(dir_okay=False, path_type=str)
+
+
+@click.command("shell", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("files", nargs=-1, type=_DUMP)
+@click.option("--golden", type=_DUMP, help="The golden (reference) dump.")
+@click.option("--target", type=_DUMP, help="The target dump, the run being diagnosed.")
+@click.option("--overflow", type=_DUMP, help="An overflow-mode dump of the target run.")
+@click.option("--fusion-off", "fusion_off", type=_DUMP, help="The target run dumped with fusion switched off.")
+@click.option("-c", "--command", "commands", metavar='"CMD1; CMD2"',
+              help="Run these shell commands, print their results and exit.")
+@click.pass_context
+def shell(ctx, files, golden, target, overflow, fusion_off, commands):
+    """Interactive PrecisionTool shell over dumps.
+
+    FILES are dumps whose roles (golden, target, overflow, fusion-off) are read
+    from their metadata; --golden, --target, --overflow and --fusion-off give a
+    role explicitly. Type `help` at the prompt for the commands; `exit`, `quit`
+    or Ctrl-D leaves. When stdin is not a terminal, commands are read from it
+    line by line and only their results are printed.
+
+    \b
+    Exit statuses: 0 ok; 2 a bad input file, or a failed command
+    under -c / piped stdin; 3 an internal error in a command.
+    """
+    from precision_tool.repl.output import Printer
+    from precision_tool.repl.runner import Runner
+    from precision_tool.repl.session import ShellSession
+
+    show_traceback = bool((ctx.obj or {}).get("traceback"))
+    session = ShellSession.open(files, golden=golden, target=target, overflow=overflow, fusion_off=fusion_off)
+    with session:
+        runner = Runner(session)
+        printer = Printer(*_consoles(), report_internal=_internal_reporter(show_traceback))
+        if commands is not None:
+            printer.show_all(runner.run_line(commands))
+        elif not sys.stdin.isatty():
+            _run_stream(runner, printer, sys.stdin)
+        else:
+            from precision_tool.repl.app import run_interactive
+
+            _greet(printer, session)
+            run_interactive(runner, printer)
+            return
+    if printer.failures:
+        # Through the error boundary, not click's Exit, which `main` does not turn into a status.
+        raise CommandsFailed(printer.failures, printer.internal_failures)
+
+
+class CommandsFailed(PrecisionToolError):
+    """Some commands run under -c or from a piped stdin failed: exit 2 (3 for an internal error)."""
+
+    def __init__(self, failures: int, internal: int):
+        self.exit_status = ExitStatus.INTERNAL if internal else ExitStatus.USAGE
+        super().__init__(f"{failures} shell command{'s' if failures > 1 else ''} failed")
+
+
+def _run_stream(runner, printer, stream) -> None:
+    """Run each line of a non-TTY stdin; blank lines and lines starting with # are skipped."""
+    for line in stream:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if printer.show_all(runner.run_line(line.rstrip("\n"))):
+            return
+
+
+def _consoles():
+    from rich.console import Console
+
+    return Console(highlight=False), Console(stderr=True, highlight=False)
+
+
+def _greet(printer, session) -> None:
+    loaded = ", ".join(f"{role}: {name}" for role, name in session.describe()) or "no dumps"
+    printer.out.print(f"precision-tool shell ({loaded}). Type help, or exit to leave.", markup=False)
+
+
+def _internal_reporter(show_traceback: bool):
+    def report(exc: BaseException) -> None:
+        from precision_tool.cli.main import _report_internal
+
+        _report_internal(exc, show_traceback)
+
+    return report

@@ -1,0 +1,405 @@
+"""Rich renderables for the shell's results, shared by the REPL, `shell -c` and `diagnose`.
+
+Each view takes the data a handler returned (`precision_tool.repl.results`,
+`precision_tool.analysis.results`) and returns a rich renderable; `render`
+picks one by name. The views only read attributes, so this module imports
+nothing above `render/`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from rich import box
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
+from precision_tool.render.compare_view import SHORT_DIRECTIONS, SHORT_DTYPES, fmt_cosine, row_notes, rows_table
+
+VALUES_PER_ROW = 8
+
+
+
+def render(view: str, result):
+    """The renderable of ``result`` by the view name a command declared."""
+    return VIEWS[view](result)
+
+
+def num(value, digits: int = 6) -> str:
+    """A number in a table cell: ``-`` for missing, ``nan``/``inf`` spelled out."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.{digits}g}"
+
+
+class _Table(Table):
+    """A table whose string cells are plain text: op names like ``a[0]`` are never read as markup."""
+
+    def add_row(self, *cells, **kwargs) -> None:
+        super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kwargs)
+
+
+def _table(title: str | None = None, *columns: str, **kwargs) -> Table:
+    table = _Table(box=box.SIMPLE_HEAD, pad_edge=False, **kwargs)
+    table.title_text = title  # shown above the table by `_titled`, so it never wraps to the table width
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def _keep_whole(table: Table, column: int, values, cap: int = 48) -> None:
+    """Give a column of names room for its longest value (up to ``cap``) before others fold."""
+    table.columns[column].min_width = min(max((len(v) for v in values), default=0), cap)
+
+
+def _titled(table: Table):
+    title = getattr(table, "title_text", None)
+    return Group(Text(title, style="bold"), table) if title else table
+
+
+def _panel(body, title: str):
+    return Panel(body, title=Text(title), title_align="left", box=box.ROUNDED, expand=False)
+
+
+def _shape(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+# -- ls, ni --------------------------------------------------------------------
+def op_listing(listing):
+    step = "no step" if listing.step is None else f"step {listing.step}"
+    if not listing.filters:
+        table = _table(f"Op types of {step} ({listing.source})", "Type", "Count")
+        for row in listing.counts:
+            table.add_row(row.type, str(row.count))
+        table.add_row(Text("total", style="bold"), Text(str(sum(r.count for r in listing.counts)), style="bold"))
+        return _titled(table)
+    wanted = ", ".join(f"{k}~{v!r}" for k, v in listing.filters.items())
+    table = _table(f"{len(listing.ops)} ops of {step} match {wanted} ({listing.source})",
+                   "#", "Dir", "Name", "Type", "Pass")
+    _keep_whole(table, 2, [op.name for op in listing.ops])
+    for op in listing.ops:
+        table.add_row(str(op.exec_index), SHORT_DIRECTIONS.get(op.direction, op.direction), op.name, op.type,
+                      op.pass_name or "-")
+    return _titled(table)
+
+
+def candidates(found):
+    more = f" (first {len(found.names)} of {found.total})" if found.total > len(found.names) else ""
+    lines = [Text(f"{found.query!r} matches {found.total} ops{more}; give one of:")]
+    lines += [Text(f"  {name}") for name in found.names]
+    return Group(*lines)
+
+
+def op_info(info):
+    op = info.op
+    head = _table(None, "Field", "Value", show_header=False)
+    head.add_row("Op", f"{op.name} ({op.type})")
+    head.add_row("Where", f"{info.role} side, step {op.step}, {op.direction}, execution index {op.exec_index}")
+    head.add_row("Compute dtype", op.compute_dtype)
+    if op.pass_name:
+        head.add_row("Fusion pass", op.pass_name)
+        head.add_row("Original ops", ", ".join(op.original_names) or "-")
+    for role, records in _by_role(info.sides).items():
+        overflowed = [name for name, record in records if record.overflow]
+        inherited = all(record.inherited_nonfinite for _, record in records if record.overflow)
+        status = "no overflow" if not overflowed else "overflow" + (" (inherited)" if inherited else "")
+        if overflowed and len(records) > 1:
+            status += f" in {', '.join(overflowed)}"
+        head.add_row(f"Float status, {role}", Text(status, style="red" if overflowed else "green"))
+    lines = [Text(f"ni {op.name}", style="bold"), head, Text("Tensors", style="bold")]
+    for view in info.slots:
+        lines.extend(_slot_lines(view))
+    return Group(*lines)
+
+
+def _by_role(sides: dict) -> dict[str, list]:
+    """``{"golden:a": r1, "golden:b": r2}`` -> ``{"golden": [("a", r1), ("b", r2)]}``."""
+    grouped: dict[str, list] = {}
+    for key, record in sides.items():
+        role, _, name = key.partition(":")
+        grouped.setdefault(role, []).append((name or record.name, record))
+    return grouped
+
+
+def _slot_lines(view) -> list[Text]:
+    """One slot: a line per side (dtype, shape, statistics), then its metrics against golden."""
+    lines = []
+    for number, (role, record) in enumerate(view.records.items()):
+        stats = record.stats
+        dtype = SHORT_DTYPES.get(record.dtype, record.dtype)
+        text = Text(f"  {view.slot if number == 0 else '':<9} {role:<10} {dtype:<5} {_shape(record.shape):<11}"
+                    f" [{num(stats.min, 4)}, {num(stats.max, 4)}]  mean {num(stats.mean, 4)}"
+                    f"  std {num(stats.std, 4)}")
+        flags = [f"{n} {k}" for k, n in (("nan", stats.nan), ("inf", stats.inf), ("saturated", stats.saturated)) if n]
+        if flags:
+            text.append("  " + ", ".join(flags), style="red")
+        if role in view.counterparts:
+            text.append(f"  as {view.counterparts[role]}", style="dim")
+        lines.append(text)
+    metric = view.metric
+    if metric is not None:
+        if metric.cosine is None:
+            lines.append(Text(f"  {'':<9} vs golden: {metric.note}", style="yellow"))
+        else:
+            text = Text(f"  {'':<9} vs golden: cosine {fmt_cosine(metric.cosine)}  rel. error {num(metric.relative_error, 4)}"
+                        f"  max abs error {num(metric.max_abs_error, 4)}")
+            if metric.note:
+                text.append(f"  ({metric.note})", style="yellow")
+            lines.append(text)
+    return lines
+
+
+# -- pt, cp --------------------------------------------------------------------
+def tensor_view(view):
+    stats = view.stats
+    lines = [Text(f"{view.label}  {view.dtype} {_shape(view.shape)}  {view.total} elements"),
+             Text(f"min {num(stats.min)}  max {num(stats.max)}  mean {num(stats.mean)}  std {num(stats.std)}  "
+                  f"norm {num(stats.norm)}  nan {stats.nan}  inf {stats.inf}  saturated {stats.saturated}")]
+    if view.values is None:
+        lines.append(Text("values: not kept (stats-only dump)"))
+        return _panel(Group(*lines), "pt")
+    table = _table(f"first {view.shown} of {view.total} values (flattened)", "Index",
+                   *[f"+{i}" for i in range(VALUES_PER_ROW)])
+    values = view.values.tolist()
+    for start in range(0, len(values), VALUES_PER_ROW):
+        row = [num(v) for v in values[start:start + VALUES_PER_ROW]]
+        table.add_row(str(start), *row, *([""] * (VALUES_PER_ROW - len(row))))
+    return _panel(Group(*lines, _titled(table)), "pt")
+
+
+def tensor_comparison(result):
+    head = _table(None, "Field", "Value", show_header=False)
+    head.add_row("Left", f"{result.left}  {_shape(result.left_shape)}")
+    head.add_row("Right", f"{result.right}  {_shape(result.right_shape)}  (reference)")
+    if result.comparable:
+        verdict = Text(str(result.allclose), style="green" if result.allclose else "red")
+        head.add_row("Elements", str(result.count))
+        head.add_row("AllClose", verdict)
+        head.add_row("Cosine", fmt_cosine(result.cosine))
+        head.add_row("ErrorRatio", f"{num(result.error_ratio)} ({result.mismatched} of {result.count}; "
+                                   f"rl={num(result.rtol)}, al={num(result.atol)})")
+    for note in result.notes:
+        head.add_row("Note", note)
+    parts = [head]
+    if result.mismatches:
+        table = _table(f"first {len(result.mismatches)} of {result.mismatched} mismatching elements",
+                       "Index", "Left", "Right", "Diff")
+        for m in result.mismatches:
+            table.add_row(_shape(m.index) if len(m.index) > 1 else str(m.index[0]),
+                          num(m.left), num(m.right), num(m.diff))
+        parts.append(_titled(table))
+    return _panel(Group(*parts), "cp")
+
+
+# -- of, fu, rerun -------------------------------------------------------------
+def _range(r) -> str:
+    return f"[{num(r.min, 5)}, {num(r.max, 5)}]"
+
+
+def overflow_report(report, limit: int | None = None):
+    entries = report.entries if limit is None else report.entries[:limit]
+    if not report.total:
+        return Text(f"No op raised the float status{_source(report)}.", style="green")
+    first = report.first
+    summary = Text(f"{report.total} overflowing op executions in steps {_list(report.steps)}{_source(report)}"
+                   f"; updates skipped at steps {_list(report.skipped_steps) or 'none'}")
+    if report.loss_scale:
+        summary.append(f"; loss scale {num(report.loss_scale[0])} -> {num(report.loss_scale[-1])}")
+    lines = [summary, Text(f"showing {len(entries)} of {report.total}, in execution order", style="bold")]
+    for number, entry in enumerate(entries, 1):
+        lines.extend(_overflow_entry(number, entry, entry is first))
+    return Group(*lines)
+
+
+def _overflow_entry(number: int, entry, is_first: bool) -> list[Text]:
+    """One overflowing op as a few short lines: readable at any terminal width."""
+    status = ("inherited", "yellow") if entry.inherited else (("FIRST", "bold red") if is_first else ("overflow", "red"))
+    head = Text.assemble(f"[{number}] ", (status[0], status[1]),
+                         f"  step {entry.step} {entry.direction} #{entry.exec_index}  {entry.name} ({entry.type})"
+                         f"  {entry.compute_dtype}")
+    counts = Text(f"    saturated {entry.saturated}  inf {entry.inf}  nan {entry.nan}")
+    ranges = Text("    inputs " + (" ".join(_range(r) for r in entry.input_ranges) or "-")
+                  + "  outputs " + (" ".join(_range(r) for r in entry.output_ranges) or "-"))
+    return [head, counts, ranges, Text(f"    hint: {entry.hint}", style="cyan")]
+
+
+def fusion_report(report):
+    if not report.passes:
+        return Text("No fusion pass was applied in the target run.")
+    passes = _table("Fusion passes applied", "Pass", "Count")
+    for name, count in report.passes.items():
+        passes.add_row(name, str(count))
+    if not report.compared:
+        return Group(_titled(passes), Text("Load golden and fusion-off dumps (--golden, --fusion-off) "
+                                           "to rank the fused ops."))
+    if not report.suspects:
+        return Group(_titled(passes), Text("No fused op is clearly worse than its unfused ops.", style="green"))
+    suspects = _table("Fused-op suspects, worst first", "#", "Step", "Fused op", "Pass", "Original ops",
+                      "Fused err", "Unfused err", "Ratio", "Action")
+    for rank, s in enumerate(report.suspects, 1):
+        suspects.add_row(str(rank), str(s.step), f"{s.name} ({s.type})", s.pass_name, ", ".join(s.original_names),
+                         num(s.fused_error, 4), num(s.unfused_error, 4), num(s.ratio, 4), s.action)
+    return Group(_titled(passes), _titled(suspects))
+
+
+def attribution(a):
+    table = _table(None, "Field", "Value", show_header=False)
+    table.add_row("Op", f"{a.name} ({a.type}), step {a.step}, {a.direction}, computes in {a.compute_dtype}")
+    table.add_row("Observed error", num(a.observed, 4) + "  (recorded target output against golden)")
+    table.add_row("Inherited", num(a.inherited, 4) + "  (largest error of its inputs)")
+    replay = f"  (replayed on golden inputs, {a.replay_device} numerics)"
+    table.add_row("Introduced", ("not replayable" if a.introduced is None else num(a.introduced, 4)) + replay)
+    table.add_row("Expected", num(a.expected, 4) + f"  (what {a.compute_dtype} rounding alone explains)")
+    if a.excess is not None:
+        table.add_row("Excess", f"{num(a.excess, 3)}x expected")
+    for note in a.notes:
+        table.add_row("Note", note)
+    table.add_row("Reading", Text(_reading(a), style="bold"))
+    return _panel(table, f"rerun {a.name}")
+
+
+def _reading(a) -> str:
+    """Where the error comes from, and whether the op's dtype explains what it adds."""
+    if a.introduced is None:
+        return "cannot replay this op; only the inherited error is known"
+    where = ("most of its error is introduced here" if a.introduced >= a.inherited
+             else "most of its error is inherited from its inputs: look upstream")
+    dtype = a.compute_dtype
+    if a.introduced >= SIGNIFICANT_ERROR and a.excess is not None and a.excess > INTRODUCED_EXCESS:
+        why = f"it computes {a.excess:.3g}x worse than {dtype} allows"
+    elif a.introduced >= SIGNIFICANT_ERROR:
+        why = f"{dtype} rounding explains it: the op is ill-conditioned in {dtype}"
+    else:
+        why = f"what it adds is small and within what {dtype} explains"
+    return f"{where}; {why}"
+
+
+# -- vcs, ac / diagnose ----------------------------------------------------------
+def flagged(selection):
+    """`vcs`: compare's own table for the selected ops, then a summary from counts already known.
+
+    The full-run chart and `summary_line` walk every op of the run (tens of
+    milliseconds at 10,000 ops); `precision-tool compare` shows them, the shell
+    keeps `vcs` fast enough to retype.
+    """
+    rows, threshold, report = selection.rows, selection.threshold, selection.report
+    shown = f"first {len(rows)} of {selection.total}" if len(rows) < selection.total else f"{len(rows)}"
+    parts = [Text(f"Flagged ops ({shown}): an output's cosine <= {threshold:g}", style="bold")]
+    parts += [rows_table(rows, threshold), *row_notes(rows, threshold)] if rows else [Text("  (none)")]
+    tensors = sum(len(op.rows) for op in report.ops)
+    parts.append(Text(f"compared {tensors} tensors in {len(report.ops)} ops | flagged {selection.total} ops at "
+                      f"cosine <= {threshold:g} | unmatched: {len(report.unmatched_golden)} golden, "
+                      f"{len(report.unmatched_target)} target"))
+    if rows:
+        first = rows[0]
+        parts.append(Text(f"first flagged: step {first.step} #{first.exec_index} {first.name} ({first.type}, "
+                          f"{first.direction}): " + "; ".join(first.flag_reasons(threshold)), style="bold red"))
+    else:
+        parts.append(Text("no op flagged", style="bold green"))
+    return Group(*parts)
+
+
+def verdict(v):
+    style = "green" if v.cls == "none" else "bold red"
+    lines = [Text.assemble(("Verdict: ", "bold"), (v.cls, style))]
+    if v.op:
+        where = ", ".join(x for x in (f"step {v.step}" if v.step is not None else "", v.direction or "",
+                                      v.type or "") if x)
+        lines.append(Text(f"Op: {v.op}" + (f" ({where})" if where else "")))
+    lines += [Text(f"  - {e}") for e in v.evidence]
+    if v.action:
+        lines.append(Text(f"Action: {v.action}"))
+    return Panel(Group(*lines), title="root cause", title_align="left", box=box.HEAVY, expand=False)
+
+
+def diagnosis(d, overflow_limit: int | None = None, flagged_rows=None):
+    parts = [Text("Overflow", style="bold underline")]
+    parts.append(overflow_report(d.overflow, overflow_limit) if d.overflow else Text("no overflow data"))
+    parts.append(Text("Fusion", style="bold underline"))
+    parts.append(fusion_report(d.fusion) if d.fusion else Text("no fusion data"))
+    parts.append(Text("Comparison", style="bold underline"))
+    first = f"; first: {d.first_flagged}" if d.first_flagged else ""
+    parts.append(Text(f"{d.flagged} ops at or below the cosine threshold{first}"))
+    if flagged_rows is not None:
+        parts.append(flagged(flagged_rows))
+    if d.attributions:
+        table = _table("Attribution", "Op", "Step", "Dir", "Observed", "Inherited", "Introduced", "Expected")
+        _keep_whole(table, 0, [a.name for a in d.attributions])
+        for a in d.attributions:
+            table.add_row(a.name, str(a.step), SHORT_DIRECTIONS.get(a.direction, a.direction), num(a.observed, 4), num(a.inherited, 4),
+                          num(a.introduced, 4), num(a.expected, 4))
+        parts.append(_titled(table))
+    if d.notes:
+        parts.append(Text("Notes", style="bold underline"))
+        parts += [Text(f"  - {note}") for note in d.notes]
+    parts.append(verdict(d.verdict))
+    return Group(*parts)
+
+
+def auto_check(check):
+    return diagnosis(check.diagnosis, check.overflow_limit, check.flagged)
+
+
+def diagnosis_dict(d) -> dict:
+    """The JSON form of a Diagnosis: the verdict object first; NaN and inf become null."""
+    return {
+        "verdict": _jsonable(d.verdict.to_dict()),
+        "overflow": _jsonable(d.overflow),
+        "fusion": _jsonable(d.fusion),
+        "attributions": _jsonable(d.attributions),
+        "notes": list(d.notes),
+        "flagged": d.flagged,
+        "first_flagged": d.first_flagged,
+    }
+
+
+def _jsonable(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
+        return _jsonable(value.item())
+    return value
+
+
+# -- help ------------------------------------------------------------------------
+def help_index(index):
+    table = _table("Commands", "Command", "Description")
+    for row in index.commands:
+        table.add_row(row.name, row.summary)
+    return Group(_titled(table), *[Text(note) for note in index.notes], Text("help CMD shows a command's options."))
+
+
+def help_text(entry):
+    return Text(entry.text.rstrip(), no_wrap=True, overflow="ignore")
+
+
+def _list(values) -> str:
+    values = list(values)
+    return ", ".join(str(v) for v in values[:10]) + (", ..." if len(values) > 10 else "")
+
+
+def _source(report) -> str:
+    return f" in {report.source}" if getattr(report, "source", "") else ""
+
+
+VIEWS = {
+    "op_listing": op_listing, "candidates": candidates, "op_info": op_info, "tensor_view": tensor_view,
+    "tensor_comparison": tensor_comparison, "overflow_report": overflow_report, "fusion_report": fusion_report,
+    "attribution": attribution, "flagged": flagged, "auto_check": auto_check, "diagnosis": diagnosis,
+    "help_index": help_index, "help_text": help_text,
+}

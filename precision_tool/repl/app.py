@@ -1,0 +1,104 @@
+"""The interactive front end: PromptSession factory, history, key bindings, toolbar, style, loop."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.styles import Style
+
+from precision_tool.repl.completer import ShellCompleter
+
+PROMPT = "PrecisionTool > "
+
+
+def history_path(env=None) -> Path:
+    """``$XDG_DATA_HOME/precision-tool/history``, else ``~/.local/share/precision-tool/history``."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "precision-tool" / "history"
+
+
+def create_history(path: Path | None = None) -> History:
+    """A history that persists across sessions; in memory only if its folder cannot be made."""
+    path = history_path() if path is None else path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(exist_ok=True)
+    except OSError:
+        return InMemoryHistory()
+    return FileHistory(str(path))
+
+
+def shell_bindings() -> KeyBindings:
+    """Ctrl-Space opens the completion menu; Ctrl-D on an empty line leaves (prompt_toolkit's default)."""
+    bindings = KeyBindings()
+
+    @bindings.add("c-space")
+    def _(event):
+        """Start completion, or move to the next candidate."""
+        buffer = event.app.current_buffer
+        if buffer.complete_state:
+            buffer.complete_next()
+        else:
+            buffer.start_completion(select_first=False)
+
+    return bindings
+
+
+def toolbar(runner):
+    """A callable for the bottom toolbar: the loaded dumps and whether a comparison is cached."""
+
+    def tokens():
+        session = runner.session
+        dumps = "  ".join(f"{role}: {name}" for role, name in session.describe()) or "no dumps loaded"
+        compared = "comparison loaded" if session.comparison is not None else "not compared yet"
+        return [("class:bottom-toolbar", f" {dumps} | {compared} | help · exit ")]
+
+    return tokens
+
+
+def shell_style() -> Style:
+    return Style.from_dict({
+        "prompt": "ansicyan bold",
+        "bottom-toolbar": "noreverse bg:#303030 #d0d0d0",
+        "completion-menu.completion": "bg:#303030 #d0d0d0",
+        "completion-menu.completion.current": "bg:#5f87af #ffffff",
+        "completion-menu.meta.completion": "bg:#444444 #aaaaaa",
+    })
+
+
+def create_prompt_session(runner, history: History | None = None, **overrides) -> PromptSession:
+    """The PromptSession of one shell, assembled from the factories above."""
+    options = dict(
+        message=[("class:prompt", PROMPT)],
+        history=create_history() if history is None else history,
+        completer=ShellCompleter(runner),
+        complete_while_typing=False,
+        key_bindings=shell_bindings(),
+        bottom_toolbar=toolbar(runner),
+        style=shell_style(),
+        enable_history_search=True,
+    )
+    options.update(overrides)
+    return PromptSession(**options)
+
+
+def run_interactive(runner, printer, prompt_session: PromptSession | None = None) -> None:
+    """Read, run and show lines until exit, quit or Ctrl-D; Ctrl-C clears the line."""
+    prompt_session = prompt_session or create_prompt_session(runner)
+    while True:
+        try:
+            line = prompt_session.prompt()
+        except KeyboardInterrupt:
+            continue
+        except EOFError:
+            return
+        try:
+            if printer.show_all(runner.run_line(line)):
+                return
+        except KeyboardInterrupt:  # a long command interrupted: back to the prompt
+            printer.err.print("interrupted", style="red")

@@ -1,0 +1,196 @@
+"""The pure completion engine: what to suggest at the end of a partly typed line.
+
+`suggest` looks at the text before the cursor and returns typed suggestions
+(what kind of word is expected); `complete` turns them into concrete
+candidates from a `Catalog` of names. Neither imports prompt_toolkit:
+`precision_tool.repl.completer` is the thin adapter, and the tests call these
+directly.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+import click
+
+from precision_tool.repl.parsing import split_commands
+from precision_tool.repl.tensors import SIDES
+
+# Positional arguments that name an op or a tensor, per command.
+OP_ARGUMENTS = {"ni", "rerun"}
+TENSOR_ARGUMENTS = {"pt", "cp"}
+# Option values that name something the catalog knows.
+OPTION_VALUES = {"--name": "op", "--type": "type", "--pass": "pass"}
+MAX_COMPLETIONS = 200
+
+
+@dataclass(frozen=True)
+class CommandName:
+    prefix: str
+
+
+@dataclass(frozen=True)
+class OptionName:
+    command: str
+    prefix: str
+
+
+@dataclass(frozen=True)
+class OptionValue:
+    choices: tuple[str, ...]
+    prefix: str
+
+
+@dataclass(frozen=True)
+class OpName:
+    prefix: str
+
+
+@dataclass(frozen=True)
+class TypeName:
+    prefix: str
+
+
+@dataclass(frozen=True)
+class PassName:
+    prefix: str
+
+
+@dataclass(frozen=True)
+class TensorName:
+    prefix: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One completion: replace the last ``len(prefix)`` characters with ``text``."""
+
+    text: str
+    replace: int  # characters before the cursor to replace
+    meta: str = ""
+
+
+@dataclass
+class Catalog:
+    """The names completion draws from."""
+
+    commands: dict[str, click.Command | None]  # name -> option spec (None: takes nothing)
+    ops: list[str] = field(default_factory=list)
+    slots: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    types: list[str] = field(default_factory=list)
+    passes: list[str] = field(default_factory=list)
+
+
+def suggest(text: str, commands: dict[str, click.Command | None]) -> list:
+    """What kind of word the cursor is in: a command, an option, an op, a tensor, a value."""
+    segment = split_commands(text + "\0")[-1][:-1] if text.strip() else ""
+    words, current = _words(segment)
+    if not words:
+        return [CommandName(current)]
+    name = words[0]
+    if name == "help":
+        return [CommandName(current)] if len(words) == 1 else []
+    spec = commands.get(name)
+    if spec is None:
+        return []
+    if current.startswith("-"):
+        return [OptionName(name, current)]
+    option = _option(spec, words[-1]) if len(words) > 1 else None
+    if option is not None and not option.is_flag:
+        return _option_value(option, current)
+    if name in OP_ARGUMENTS:
+        return [OpName(current)]
+    if name in TENSOR_ARGUMENTS:
+        return [TensorName(current)]
+    return [OptionName(name, current)] if _options(spec) else []
+
+
+def complete(text: str, catalog: Catalog) -> list[Candidate]:
+    """Concrete candidates for the end of ``text``: prefix matches first, then substring matches."""
+    candidates: list[Candidate] = []
+    for suggestion in suggest(text, catalog.commands):
+        candidates.extend(_MATCHERS[type(suggestion)](suggestion, catalog))
+    return candidates[:MAX_COMPLETIONS]
+
+
+def _words(segment: str) -> tuple[list[str], str]:
+    """The finished words and the word being typed ('' after a space)."""
+    try:
+        lexer = shlex.shlex(segment, posix=True, punctuation_chars=False)
+        lexer.whitespace_split = True
+        lexer.commenters = ""
+        words = list(lexer)
+    except ValueError:  # an open quote: the rest is the word being typed
+        words = segment.split()
+    if not segment or segment[-1].isspace():
+        return words, ""
+    return words[:-1], (words[-1] if words else "")
+
+
+def _options(spec: click.Command) -> list[click.Option]:
+    return [p for p in spec.params if isinstance(p, click.Option)]
+
+
+def _option(spec: click.Command, word: str) -> click.Option | None:
+    for option in _options(spec):
+        if word in option.opts or word in option.secondary_opts:
+            return option
+    return None
+
+
+def _option_value(option: click.Option, current: str) -> list:
+    if isinstance(option.type, click.Choice):
+        return [OptionValue(tuple(str(c) for c in option.type.choices), current)]
+    kind = next((OPTION_VALUES[o] for o in option.opts if o in OPTION_VALUES), None)
+    return {"op": [OpName(current)], "type": [TypeName(current)], "pass": [PassName(current)]}.get(kind, [])
+
+
+def _ranked(prefix: str, names, meta: str) -> list[Candidate]:
+    """Names starting with ``prefix``, then names holding it (case-insensitive)."""
+    low = prefix.lower()
+    starts = [n for n in names if n.lower().startswith(low)]
+    seen = set(starts)
+    inside = [n for n in names if n not in seen and low in n.lower()] if low else []
+    return [Candidate(n, len(prefix), meta) for n in starts + inside]
+
+
+def _command_names(s: CommandName, catalog: Catalog) -> list[Candidate]:
+    names = [*catalog.commands, "help", "exit", "quit"]
+    return [Candidate(n, len(s.prefix), "command") for n in names if n.startswith(s.prefix)]
+
+
+def _option_names(s: OptionName, catalog: Catalog) -> list[Candidate]:
+    spec = catalog.commands.get(s.command)
+    flags = [o for option in _options(spec) for o in option.opts] if spec else []
+    return [Candidate(f, len(s.prefix), "option") for f in flags if f.startswith(s.prefix)]
+
+
+def _option_values(s: OptionValue, catalog: Catalog) -> list[Candidate]:
+    return [Candidate(c, len(s.prefix), "value") for c in s.choices if c.startswith(s.prefix)]
+
+
+def _tensor_names(s: TensorName, catalog: Catalog) -> list[Candidate]:
+    side, rest = "", s.prefix
+    for name in SIDES:
+        if rest.startswith(name + ":"):
+            side, rest = name + ":", rest[len(name) + 1:]
+            break
+    op, _, slot = rest.rpartition(":") if ":" in rest else (rest, "", "")
+    if op and op in catalog.slots:  # the op is typed in full: offer its slots
+        return [Candidate(f"{side}{op}:{t}", len(s.prefix), "tensor")
+                for t in catalog.slots[op] if t.startswith(slot)]
+    sides = [Candidate(f"{n}:", len(s.prefix), "side") for n in SIDES if not side and n.startswith(rest)]
+    ops = [Candidate(side + c.text + ":", len(s.prefix), "op") for c in _ranked(rest, catalog.ops, "op")]
+    return sides + ops
+
+
+_MATCHERS = {
+    CommandName: _command_names,
+    OptionName: _option_names,
+    OptionValue: _option_values,
+    OpName: lambda s, c: _ranked(s.prefix, c.ops, "op"),
+    TypeName: lambda s, c: _ranked(s.prefix, c.types, "type"),
+    PassName: lambda s, c: _ranked(s.prefix, c.passes, "pass"),
+    TensorName: _tensor_names,
+}

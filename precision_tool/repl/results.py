@@ -1,0 +1,163 @@
+"""What the shell's own commands return: plain data, rendered elsewhere.
+
+`of`, `fu`, `rerun` and `ac` return the analysis dataclasses
+(`precision_tool.analysis.results`) and `vcs` the comparator's selection;
+the commands that only look at dumps (`ls`, `ni`, `pt`, `cp`, `help`) return
+these. `precision_tool.render.shell_views` turns each into a rich renderable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TypeCount:
+    """How many ops of one type a step ran (`ls` with no filter)."""
+
+    type: str
+    count: int
+
+
+@dataclass
+class OpListing:
+    """`ls`: the ops of one step that match the filters, or counts per type."""
+
+    source: str  # "target: run.h5"
+    step: int | None
+    filters: dict[str, str]
+    ops: list = field(default_factory=list)  # OpRecord, in execution order
+    counts: list[TypeCount] = field(default_factory=list)  # filled when no filter is given
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """An op name matched more than one op: the user picks one."""
+
+    query: str
+    names: tuple[str, ...]
+    total: int  # matches before truncation
+
+
+@dataclass(frozen=True)
+class TensorMetric:
+    """One tensor of an op scored against its golden counterpart."""
+
+    slot: str
+    golden: str  # "golden_op:output_0", the counterpart it was scored against
+    cosine: float | None
+    relative_error: float | None  # ||x - g|| / ||g||
+    max_abs_error: float | None
+    note: str = ""  # why a metric is missing
+
+
+@dataclass
+class SlotView:
+    """One tensor slot of an op as each loaded side recorded it, with its metric."""
+
+    slot: str
+    records: dict[str, Any]  # role -> TensorRecord of the counterpart on that side
+    counterparts: dict[str, str]  # role -> "op:slot" it was matched to, where it differs
+    metric: TensorMetric | None = None
+
+
+@dataclass
+class OpInfo:
+    """`ni`: one op on every loaded side, with its metrics against golden."""
+
+    role: str  # the side the op was looked up on
+    op: Any  # OpRecord
+    sides: dict[str, Any]  # role -> OpRecord of the same (or original) op and step on that side
+    slots: list[SlotView] = field(default_factory=list)
+    metrics_source: str = ""  # "comparison" when taken from the loaded CompareReport, else "tensors"
+
+
+@dataclass
+class TensorView:
+    """`pt`: a tensor's statistics and its first values."""
+
+    label: str  # "target:fc1/MatMul:output_0@0"
+    dtype: str
+    shape: tuple[int, ...]
+    stats: Any  # TensorStats
+    values: Any  # np.ndarray of the first values (flat); None in stats-only dumps
+    shown: int
+    total: int
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One element where the two sides of `cp` are not close."""
+
+    index: tuple[int, ...]
+    left: float
+    right: float
+    diff: float  # left - right
+
+
+@dataclass
+class TensorComparison:
+    """`cp`: two tensors compared element by element (right is the reference)."""
+
+    left: str
+    right: str
+    left_shape: tuple[int, ...]
+    right_shape: tuple[int, ...]
+    atol: float
+    rtol: float
+    count: int = 0
+    allclose: bool | None = None
+    cosine: float | None = None
+    error_ratio: float | None = None  # mismatching elements / count
+    mismatched: int = 0
+    mismatches: list[Mismatch] = field(default_factory=list)  # the first `-p`
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def comparable(self) -> bool:
+        return self.allclose is not None
+
+
+@dataclass
+class Flagged:
+    """`vcs`: the comparator's flagged ops, with the threshold and limit used."""
+
+    report: Any  # CompareReport
+    rows: list  # the selected OpComparisons, in execution order
+    threshold: float
+    limit: int | None
+    total: int = 0  # ops flagged at this threshold, before the limit
+
+
+@dataclass
+class AutoCheck:
+    """`ac`: the diagnosis plus, when a comparison is loaded, its flagged ops."""
+
+    diagnosis: Any  # Diagnosis
+    flagged: Flagged | None
+    overflow_limit: int | None
+
+
+@dataclass(frozen=True)
+class CommandHelp:
+    """One row of `help`."""
+
+    name: str
+    summary: str
+
+
+@dataclass
+class HelpIndex:
+    """`help` with no argument: every command and the line grammar."""
+
+    commands: list[CommandHelp]
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class HelpText:
+    """`help CMD`: the usage text generated from the command's option spec."""
+
+    name: str
+    text: str

@@ -1,0 +1,89 @@
+"""How a line is read: help, exit/quit, ';', quoting, unknown commands, and never a system shell."""
+
+import subprocess
+
+import pytest
+
+from precision_tool.repl.results import HelpIndex, HelpText
+
+
+def test_help_lists_every_command_and_exit(shell):
+    out, err = shell("help")
+    assert err == ""
+    for name in ("ac", "vcs", "ls", "ni", "pt", "cp", "of", "fu", "rerun", "help [CMD]", "exit, quit"):
+        assert f" {name} " in out
+    assert "Nothing typed here is passed to a system shell." in out
+
+
+def test_help_cmd_and_dash_h_show_the_spec_help(runner):
+    [by_help] = runner.run_line("help cp")
+    [by_flag] = runner.run_line("cp -h")
+    assert isinstance(by_help.result, HelpText) and by_help.result == by_flag.result
+    assert by_help.result.text.startswith("Usage: cp [OPTIONS] LEFT [RIGHT]")
+    assert "-al, --atol" in by_help.result.text and "[default: 0.001" in by_help.result.text
+    [index] = runner.run_line("help help")
+    assert isinstance(index.result, HelpIndex)
+
+
+def test_help_for_unknown_command_suggests(shell):
+    assert shell("help cpp")[1].strip() == "error: unknown command 'cpp'; did you mean 'cp'? (type 'help' for the list)"
+
+
+@pytest.mark.parametrize("word", ["exit", "quit"])
+def test_exit_and_quit_stop_the_line(runner, word):
+    outcomes = runner.run_line(f"ls; {word}; ls")
+    assert [o.quit for o in outcomes] == [False, True]
+
+
+def test_semicolons_run_each_command_in_turn(shell):
+    out, err = shell("ls -t Fused ; pt fc2/MatMul:output_0 -p 2")
+    assert "fused/MatMulRelu" in out and "first 2 of 12 values" in out and err == ""
+
+
+def test_unknown_command_suggests_the_closest(shell):
+    assert shell("vsc -c 0.9")[1].strip() == (
+        "error: unknown command 'vsc'; did you mean 'vcs'? (type 'help' for the list)")
+
+
+def test_nothing_reaches_a_system_shell(shell, monkeypatch, tmp_path):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"the shell tried to run {args!r}")
+
+    for name in ("run", "Popen", "call", "check_call", "check_output"):
+        monkeypatch.setattr(subprocess, name, refuse)
+    monkeypatch.setattr("os.system", refuse)
+    victim = tmp_path / "x"
+    victim.write_text("keep me")
+    monkeypatch.chdir(tmp_path)
+    out, err = shell("ls /; rm -rf x; run rm -rf x; !rm x; $(rm x); `rm x`")
+    assert victim.read_text() == "keep me"
+    lines = err.strip().splitlines()
+    assert lines[0] == "error: ls: Got unexpected extra argument (/)"
+    assert lines[1].startswith("error: unknown command 'rm'")
+    assert lines[2].startswith("error: unknown command 'run'; did you mean 'rerun'?")
+    assert len(lines) == 6
+
+
+def test_quoting_passes_names_with_spaces(runner):
+    runner.session.dump("target").add(0, "odd name/Add", "Add", {"output_0": [1.0, 2.0]})
+    runner.session.index  # the index is rebuilt lazily below
+    runner.session._indexes.clear()
+    [outcome] = runner.run_line('ni "odd name/Add"')
+    assert outcome.error is None and outcome.result.op.name == "odd name/Add"
+
+
+def test_bad_option_value_is_one_line_and_the_shell_goes_on(shell):
+    out, err = shell("pt fc2/MatMul:output_0 -p many; ls")
+    assert err.strip() == ("error: pt: Invalid value for '-p' / '--print': 'many' is not a valid integer range.")
+    assert "Op types of step 0" in out
+
+
+def test_internal_errors_are_caught_and_marked(runner, monkeypatch):
+    monkeypatch.setattr("precision_tool.repl.ops.list_ops", lambda *a: 1 / 0)
+    [outcome] = runner.run_line("ls")
+    assert outcome.error == "internal error: ZeroDivisionError: division by zero"
+    assert isinstance(outcome.internal, ZeroDivisionError)
+
+
+def test_blank_line_does_nothing(runner):
+    assert runner.run_line("   ") == []

@@ -1,0 +1,115 @@
+"""The shell's renderers at a fixed width, without colour."""
+
+import io
+import math
+
+import numpy as np
+from rich.console import Console
+
+from precision_tool.analysis.results import (Attribution, Diagnosis, FusionReport, FusionSuspect, OverflowEntry,
+                                             OverflowReport, Range, Verdict)
+from precision_tool.dump.records import OpRecord, TensorRecord, TensorStats
+from precision_tool.render import shell_views
+from precision_tool.repl.results import (AutoCheck, Candidates, Mismatch, OpListing, TensorComparison, TensorView,
+                                         TypeCount)
+
+
+def text(renderable, width=100) -> str:
+    out = io.StringIO()
+    Console(file=out, width=width, no_color=True, highlight=False).print(renderable)
+    return out.getvalue()
+
+
+def entry(name, inherited=False, hint="keep it in float32"):
+    return OverflowEntry(0, 3, name, "Exp", "forward", "float16", inherited, 12, 0, 0,
+                         (Range(-1.0, 11.5),), (Range(0.0, 65504.0),), hint)
+
+
+def test_names_with_brackets_are_not_markup():
+    op = OpRecord(0, 0, "layer[0]/MatMul", "MatMul", "forward", "float32", False)
+    listing = OpListing("target: t.h5", 0, {"name": "["}, ops=[op])
+    assert "layer[0]/MatMul" in text(shell_views.op_listing(listing))
+
+
+def test_type_counts_with_total():
+    listing = OpListing("target: t.h5", 0, {}, counts=[TypeCount("MatMul", 3), TypeCount("Relu", 1)])
+    out = text(shell_views.op_listing(listing))
+    assert "Op types of step 0 (target: t.h5)" in out and " total " in out and " 4 " in out
+
+
+def test_candidates():
+    out = text(shell_views.candidates(Candidates("Mat", ("a/MatMul", "b/MatMul"), 30)))
+    assert out.splitlines() == ["'Mat' matches 30 ops (first 2 of 30); give one of:", "  a/MatMul", "  b/MatMul"]
+
+
+def test_tensor_view_rows_of_eight():
+    stats = TensorStats(10, 0.0, 9.0, 4.5, 2.87, 16.88)
+    view = TensorView("target:x:output_0@0", "float16", (2, 5), stats, np.arange(10.0), 10, 10)
+    out = text(shell_views.tensor_view(view))
+    assert "target:x:output_0@0  float16 (2, 5)  10 elements" in out
+    rows = [line.strip("│ ").split() for line in out.splitlines()]
+    assert ["0", "0", "1", "2", "3", "4", "5", "6", "7"] in rows and ["8", "8", "9"] in rows
+
+
+def test_stats_only_tensor_view():
+    view = TensorView("t:x:output_0@0", "float32", (3,), TensorStats(3, 1.0, 2.0, 1.5, 0.5, 2.0), None, 0, 3)
+    assert "values: not kept (stats-only dump)" in text(shell_views.tensor_view(view))
+
+
+def test_tensor_comparison_lists_mismatches():
+    result = TensorComparison("l", "r", (2, 2), (2, 2), 1e-3, 1e-3, count=4, allclose=False, cosine=0.5,
+                              error_ratio=0.25, mismatched=1, mismatches=[Mismatch((1, 0), 3.0, 1.0, 2.0)])
+    out = text(shell_views.tensor_comparison(result))
+    assert "AllClose     False" in out and "Cosine       0.500000" in out
+    assert "ErrorRatio   0.25 (1 of 4; rl=0.001, al=0.001)" in out
+    assert "(1, 0)   3      1       2" in out
+
+
+def test_size_mismatch_shows_the_note_only():
+    result = TensorComparison("l", "r", (3,), (4,), 1e-3, 1e-3, notes=["sizes differ: 3 vs 4 elements; not compared"])
+    out = text(shell_views.tensor_comparison(result))
+    assert "sizes differ: 3 vs 4 elements; not compared" in out and "AllClose" not in out
+
+
+def test_overflow_entries_are_short_lines_first_marked():
+    report = OverflowReport([entry("attn/Exp"), entry("attn/Div", inherited=True)], 5, [0], [0], [1024.0, 512.0], "o.h5")
+    out = text(shell_views.overflow_report(report), width=120)
+    assert "5 overflowing op executions in steps 0 in o.h5; updates skipped at steps 0; loss scale 1024 -> 512" in out
+    assert "[1] FIRST  step 0 forward #3  attn/Exp (Exp)  float16" in out
+    assert "[2] inherited  step 0 forward #3  attn/Div (Exp)" in out
+    assert "saturated 12  inf 0  nan 0" in out and "inputs [-1, 11.5]  outputs [0, 65504]" in out
+    assert "hint: keep it in float32" in out
+
+
+def test_no_overflow():
+    report = OverflowReport([], 0, [], [], [], "t.h5")
+    assert text(shell_views.overflow_report(report)).strip() == "No op raised the float status in t.h5."
+
+
+def test_fusion_suspects():
+    suspect = FusionSuspect(0, "ln/Fused", "LayerNormFused", "LayerNormFusionPass", ("ln/Mean", "ln/Sub"),
+                            0.2, 0.001, 200.0, "switch off LayerNormFusionPass")
+    out = text(shell_views.fusion_report(FusionReport({"LayerNormFusionPass": 2}, [suspect], True)), width=160)
+    assert "LayerNormFusionPass   2" in out and "ln/Fused (LayerNormFused)" in out and "switch off" in out
+    assert "Load golden" in text(shell_views.fusion_report(FusionReport({"P": 1}, [], False)))
+
+
+def test_attribution_reading():
+    a = Attribution(0, "fc/MatMul", "MatMul", "forward", "float16", observed=0.3, inherited=0.001,
+                    introduced=0.3, expected=0.001)
+    out = text(shell_views.attribution(a), width=160)
+    assert "most of its error is introduced here; it computes 300x worse than float16 allows" in out
+    b = Attribution(0, "fc/MatMul", "MatMul", "forward", "float16", 0.3, 0.3, None, None)
+    assert "cannot replay this op" in text(shell_views.attribution(b))
+
+
+def test_verdict_and_json_form():
+    verdict = Verdict("attn/Exp", "overflow", 0, "forward", "Exp", ("saturated 12 values",), "keep Exp in fp32")
+    diagnosis = Diagnosis(verdict, OverflowReport([entry("attn/Exp")], 1, [0], [], [math.nan], ""),
+                          None, [], ["precision mode allow_fp32_to_fp16"], 3, "attn/Exp")
+    out = text(shell_views.auto_check(AutoCheck(diagnosis, None, 1)))
+    assert "Verdict: overflow" in out and "Op: attn/Exp (step 0, forward, Exp)" in out
+    assert "3 ops at or below the cosine threshold; first: attn/Exp" in out and "Action: keep Exp in fp32" in out
+    document = shell_views.diagnosis_dict(diagnosis)
+    assert document["verdict"]["class"] == "overflow" and document["overflow"]["loss_scale"] == [None]
+    assert document["fusion"] is None and document["flagged"] == 3
