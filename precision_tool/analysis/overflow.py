@@ -14,6 +14,13 @@ def overflow_hint(record: OpRecord, loss_scale: float | None) -> str:
     """One sentence on how to stop this op overflowing."""
     if record.inherited_nonfinite:
         return "propagates an earlier overflow: fix the first one"
+    if record.pass_name:
+        return (f"a fused kernel ({record.pass_name}) overflows: compare with a fusion-off run, and switch "
+                "the pass off if the unfused ops stay in range")
+    outputs = [t for t in record.outputs if t.stats.count]
+    if outputs and all(t.stats.finite and not t.stats.saturated for t in outputs):
+        return (f"an intermediate of {record.type} overflowed although its outputs are in range: "
+                f"keep {record.type} in float32 through the mix list, or rescale its inputs")
     low = record.compute_dtype in ("float16", "bfloat16")
     keep_fp32 = (f'keep {record.type} in float32 through the mix list '
                  f'({{"black-list": {{"to-add": ["{record.type}"]}}}})')

@@ -62,7 +62,7 @@ def demo(workdir, steps):
         console.print(flagged_view(report, flagged, COSINE_THRESHOLD, LIST_LIMIT))
         console.print(Text("\nDiagnosis (the shell's `ac`)", style="bold underline"))
         result = diagnose(golden, target, overflow=overflow, fusion_off=fusion_off, comparison=report)
-        console.print(diagnosis_view(result))
+        console.print(diagnosis_view(result, overflow_limit=3))
     files = " ".join(str(runs[role]) for role in ("golden", "target", "overflow", "fusion-off"))
     console.print(Text("\nExplore it:", style="bold"))
     console.print(f"  precision-tool shell {files}")

@@ -45,6 +45,7 @@ def diagnose(golden, target, overflow, fusion_off, fmt):
         return
     from rich.console import Console
 
+    from precision_tool.defaults import OVERFLOW_LIMIT
     from precision_tool.render.shell_views import diagnosis as diagnosis_view
 
-    Console(highlight=False).print(diagnosis_view(result))
+    Console(highlight=False).print(diagnosis_view(result, overflow_limit=OVERFLOW_LIMIT))

@@ -243,12 +243,16 @@ def fusion_report(report):
                                            "to rank the fused ops."))
     if not report.suspects:
         return Group(_titled(passes), Text("No fused op is clearly worse than its unfused ops.", style="green"))
-    suspects = _table("Fused-op suspects, worst first", "#", "Step", "Fused op", "Pass", "Original ops",
-                      "Fused err", "Unfused err", "Ratio", "Action")
+    suspects = _table("Fused-op suspects, worst first", "#", "Step", "Fused op", "Pass",
+                      "Introduced err", "Unfused err", "Ratio")
     for rank, s in enumerate(report.suspects, 1):
-        suspects.add_row(str(rank), str(s.step), f"{s.name} ({s.type})", s.pass_name, ", ".join(s.original_names),
-                         num(s.fused_error, 4), num(s.unfused_error, 4), num(s.ratio, 4), s.action)
-    return Group(_titled(passes), _titled(suspects))
+        suspects.add_row(str(rank), str(s.step), f"{s.name} ({s.type})", s.pass_name,
+                         num(s.fused_error, 4), num(s.unfused_error, 4), num(s.ratio, 4))
+    details = []
+    for rank, s in enumerate(report.suspects, 1):
+        details.append(Text(f"  [{rank}] replaces {', '.join(s.original_names)}"))
+        details.append(Text(f"      {s.action}", style="cyan"))
+    return Group(_titled(passes), _titled(suspects), *details)
 
 
 def attribution(a):

@@ -42,3 +42,13 @@ def test_hints_depend_on_op_and_direction():
     assert "(loss scale 1024)" in overflow_hint(record("MatMul", "backward"), 1024.0)
     assert '"to-add": ["MatMul"]' in overflow_hint(record("MatMul"), None)
     assert overflow_hint(record("Add", inherited=True), None).startswith("propagates an earlier overflow")
+    fused = OpRecord(0, 0, "ln", "LayerNormFused", "backward", "float16", True, pass_name="LayerNormFusionPass")
+    assert overflow_hint(fused, 1.0).startswith("a fused kernel (LayerNormFusionPass) overflows")
+
+
+def test_hint_for_an_overflow_hidden_inside_the_kernel():
+    from precision_tool.dump.records import TensorRecord, TensorStats
+
+    in_range = TensorRecord("output_0", "float16", (2,), TensorStats(2, -1.0, 1.0, 0.0, 1.0, 1.4))
+    record = OpRecord(0, 0, "g", "Gelu", "forward", "float16", True, (in_range,))
+    assert overflow_hint(record, None).startswith("an intermediate of Gelu overflowed")
