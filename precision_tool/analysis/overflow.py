@@ -14,26 +14,27 @@ def overflow_hint(record: OpRecord, loss_scale: float | None) -> str:
     """One sentence on how to stop this op overflowing."""
     if record.inherited_nonfinite:
         return "propagates an earlier overflow: fix the first one"
+    keep_fp32 = (f'keep {record.type} in float32 through the mix list '
+                 f'({{"black-list": {{"to-add": ["{record.type}"]}}}})')
+    if record.direction == "backward" and loss_scale and loss_scale > 1.0:
+        return (f"gradient overflow (loss scale {loss_scale:g}): lower the loss scale or use a dynamic "
+                "loss-scale manager, which skips such steps and shrinks the scale")
     if record.pass_name:
         return (f"a fused kernel ({record.pass_name}) overflows: compare with a fusion-off run, and switch "
                 "the pass off if the unfused ops stay in range")
     outputs = [t for t in record.outputs if t.stats.count]
     if outputs and all(t.stats.finite and not t.stats.saturated for t in outputs):
         return (f"an intermediate of {record.type} overflowed although its outputs are in range: "
-                f"keep {record.type} in float32 through the mix list, or rescale its inputs")
-    low = record.compute_dtype in ("float16", "bfloat16")
-    keep_fp32 = (f'keep {record.type} in float32 through the mix list '
-                 f'({{"black-list": {{"to-add": ["{record.type}"]}}}})')
+                f"{keep_fp32}, or rescale its inputs")
     if record.direction == "backward":
-        scale = f" (loss scale {loss_scale:g})" if loss_scale else ""
-        return (f"gradient overflow{scale}: lower the loss scale or use a dynamic loss-scale manager, "
-                "which skips such steps and shrinks the scale")
+        return f"gradients exceed the {record.compute_dtype} range without loss scaling: {keep_fp32}, " \
+               "or lower the learning rate"
     if record.type in _EXP_LIKE:
         return f"exp of large inputs overflows {record.compute_dtype}: subtract the max before exp " \
                f"(use a Softmax kernel) or {keep_fp32}"
     if record.type in _SOFTMAX_LIKE:
         return f"a hand-written softmax overflows: subtract the max before exp, or {keep_fp32}"
-    if low:
+    if record.compute_dtype in ("float16", "bfloat16"):
         return f"result exceeds the {record.compute_dtype} range: {keep_fp32}, or rescale its inputs"
     return "result is not finite in float32: check the inputs and the learning rate"
 

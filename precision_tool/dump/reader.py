@@ -15,6 +15,291 @@ CONTRACT (implemented by the dump workstream; consumers rely on exactly this):
                                                # the exact values; int arrays as stored; KeyError if no data
         dump.tensor_chunks(step, exec_index, slot, max_elements)  # iterator of flat array chunks
         dump.summary()                         # DumpSummary
+
+Also: ``dump.modes`` (every mode of a combined collection, e.g. ["overflow",
+"stats"]), ``dump.step_attrs(step)`` (all attributes of a step group) and
+``dump.close()``. Only the first ``steps_complete`` step groups are trusted:
+a step being written when the writer died is ignored. The file is opened
+with h5py mode "r" and never modified.
 """
 
 from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from precision_tool.dump import layout
+from precision_tool.dump.records import SCHEMA_VERSION, DumpSummary, OpRecord, StepRecord
+from precision_tool.dump.steps import StepIndex
+from precision_tool.dump.storage import from_storage
+from precision_tool.errors import InputError
+
+CHUNK_ELEMENTS = 1 << 22  # default chunk of `tensor_chunks`: 4 Mi values
+
+
+def open_dump(path) -> "Dump":
+    """Open a dump read-only; InputError names the file and what is wrong with it."""
+    return Dump(path)
+
+
+class Dump:
+    """A dump file opened read-only; see the module docstring for the API."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self._file = _open_h5(self.path)
+        try:
+            self.metadata = _decode_attrs(self._file.attrs)
+            self.schema_version = _check_schema(self.path, self.metadata)
+            if layout.STEPS not in self._file:
+                raise InputError(self.path, "not a precision-tool dump (no /steps group)")
+            self.complete = bool(self.metadata.get("complete", False))
+            self.steps_complete = int(self.metadata.get("steps_complete", 0))
+            names = sorted((n for n in self._file[layout.STEPS].keys() if n.isdigit()), key=int)
+            names = names[: self.steps_complete]
+        except InputError:
+            self._file.close()
+            raise
+        except (OSError, KeyError, ValueError, TypeError) as exc:
+            self._file.close()
+            raise InputError(self.path, f"unreadable dump: {exc}") from None
+        self.steps_complete = len(names)
+        self._step_names = {int(name): name for name in names}
+        self._indexes: dict[int, StepIndex] = {}
+        self._step_records: list[StepRecord] | None = None
+
+    # -- metadata -----------------------------------------------------------
+
+    @property
+    def role(self) -> str:
+        return str(self.metadata.get("role", "target"))
+
+    @property
+    def mode(self) -> str:
+        return str(self.metadata.get("mode", "dump"))
+
+    @property
+    def modes(self) -> list[str]:
+        return list(self.metadata.get("modes") or [self.mode])
+
+    # -- steps --------------------------------------------------------------
+
+    def step_numbers(self) -> list[int]:
+        """The complete steps, in order."""
+        return list(self._step_names)
+
+    def step_attrs(self, step: int) -> dict:
+        """Every attribute of a complete step's group, decoded."""
+        return _decode_attrs(self._step_group(step).attrs)
+
+    def steps(self) -> list[StepRecord]:
+        """What every complete step reported, in order."""
+        if self._step_records is None:
+            records = []
+            for step in self._step_names:
+                a = self.step_attrs(step)
+                records.append(StepRecord(step, float(a.get("loss", np.nan)), float(a.get("loss_scale", 1.0)),
+                                          bool(a.get("overflow", False)), bool(a.get("skipped", False)),
+                                          str(a.get("precision_mode", "")), self._ops_count(step)))
+            self._step_records = records
+        return list(self._step_records)
+
+    def _ops_count(self, step: int) -> int:
+        if step in self._indexes:
+            return len(self._indexes[step].op_rows)
+        group = self._step_group(step)
+        return group[layout.OP_INDEX].shape[0] if layout.OP_INDEX in group else 0
+
+    # -- ops ----------------------------------------------------------------
+
+    def ops(self, step: int | None = None, direction: str | None = None) -> list[OpRecord]:
+        """Recorded op executions in (step, exec_index) order, built from the index."""
+        steps = self._step_names if step is None else [step]
+        result = []
+        for s in steps:
+            if s not in self._step_names:
+                if step is not None:
+                    return []
+                continue
+            records = self.step_index(s).records()
+            result.extend(records if direction is None else [r for r in records if r.direction == direction])
+        return result
+
+    def op(self, step: int, name: str, direction: str = "forward") -> OpRecord:
+        """The op ``name`` of ``step`` in ``direction``; KeyError when it was not recorded."""
+        if step in self._step_names:
+            for record in self.step_index(step).records():
+                if record.name == name and record.direction == direction:
+                    return record
+        raise KeyError(f"no {direction} op {name!r} recorded in step {step}")
+
+    # -- tensors ------------------------------------------------------------
+
+    def tensor(self, step: int, exec_index: int, slot: str) -> np.ndarray:
+        """The values of one tensor: float32 (float64 for float64 dumps), ints as stored."""
+        dataset, dtype = self._dataset(step, exec_index, slot)
+        raw = dataset[()]
+        return from_storage(np.asarray(raw), dtype)
+
+    def tensor_chunks(self, step: int, exec_index: int, slot: str,
+                      max_elements: int = CHUNK_ELEMENTS) -> Iterator[np.ndarray]:
+        """The tensor's values flattened in C order, in chunks of at most ``max_elements``."""
+        dataset, dtype = self._dataset(step, exec_index, slot)
+        for selection in _chunk_selections(dataset.shape, max(1, int(max_elements))):
+            yield from_storage(np.asarray(dataset[selection]), dtype).reshape(-1)
+
+    def _dataset(self, step: int, exec_index: int, slot: str):
+        if step not in self._step_names:
+            raise KeyError(f"step {step} is not a complete step of {self.path}")
+        index = self.step_index(step)
+        group_name, dtype, has_data = index.tensor_location(exec_index, slot)
+        if not has_data:
+            raise KeyError(f"step {step} op {exec_index} {slot}: no tensor data (statistics only)")
+        path = f"{layout.STEPS}/{self._step_names[step]}/{layout.OPS}/{group_name}/{slot}"
+        try:
+            return self._file[path], dtype
+        except (KeyError, OSError) as exc:
+            raise InputError(self.path, f"{path}: unreadable tensor ({exc})") from None
+
+    # -- internals ----------------------------------------------------------
+
+    def _step_group(self, step: int):
+        try:
+            return self._file[f"{layout.STEPS}/{self._step_names[step]}"]
+        except KeyError:
+            raise KeyError(f"step {step} is not a complete step of {self.path}") from None
+        except OSError as exc:
+            raise InputError(self.path, f"step {step} is unreadable ({exc})") from None
+
+    def step_index(self, step: int) -> StepIndex:
+        """The index tables of a complete step (cached)."""
+        index = self._indexes.get(step)
+        if index is None:
+            group = self._step_group(step)
+            try:
+                index = StepIndex.read(step, group)
+            except (KeyError, OSError, ValueError) as exc:
+                raise InputError(self.path, f"step {step}: unreadable index ({exc})") from None
+            self._indexes[step] = index
+        return index
+
+    def summary(self, first_overflows: int = 5) -> DumpSummary:
+        """What `precision-tool inspect` shows."""
+        from precision_tool.dump.summary import summarize
+
+        return summarize(self, first_overflows)
+
+    @property
+    def size_bytes(self) -> int:
+        return os.path.getsize(self.path)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "Dump":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "complete" if self.complete else f"incomplete, {self.steps_complete} steps"
+        return f"Dump({self.path!r}, {self.mode}, {state})"
+
+
+def _open_h5(path: str):
+    import h5py
+
+    p = Path(path)
+    if not p.exists():
+        raise InputError(path, "no such file")
+    if p.is_dir():
+        raise InputError(path, "is a directory, not a dump file")
+    if not os.access(p, os.R_OK):
+        raise InputError(path, "permission denied")
+    try:
+        if not h5py.is_hdf5(path):
+            raise InputError(path, "not an HDF5 file")
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        text = str(exc)
+        if "lock" in text:  # a live writer holds the lock: read what it has committed
+            try:
+                return h5py.File(path, "r", locking=False)
+            except OSError as retry:
+                text = str(retry)
+        if "truncated" in text:
+            raise InputError(path, f"truncated HDF5 file ({p.stat().st_size} bytes; {_eof_note(text)})") from None
+        raise InputError(path, f"corrupt or unreadable HDF5 file ({text})") from None
+
+
+def _eof_note(text: str) -> str:
+    # h5py says: "truncated file: eof = 1234, sblock->base_addr = 0, stored_eof = 5678"
+    if "stored_eof = " in text:
+        stored = text.split("stored_eof = ", 1)[1].split(")")[0].split(",")[0].strip()
+        return f"the file says it has {stored} bytes"
+    return "cut short"
+
+
+def _check_schema(path: str, metadata: dict) -> int:
+    version = metadata.get("schema_version")
+    if version is None:
+        raise InputError(path, "not a precision-tool dump (no schema_version attribute)")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
+        raise InputError(path, f"unknown dump schema version {version!r}; "
+                               f"this precision-tool reads version {SCHEMA_VERSION}")
+    return version
+
+
+def _decode_attrs(attrs) -> dict:
+    """Attributes as plain Python values; those named in ``json_keys`` JSON-decoded."""
+    raw = {key: attrs[key] for key in attrs.keys()}
+    json_keys = set()
+    if layout.JSON_KEYS_ATTR in raw:
+        json_keys = set(json.loads(_plain(raw.pop(layout.JSON_KEYS_ATTR))))
+    result = {}
+    for key, value in raw.items():
+        value = _plain(value)
+        if key in json_keys and isinstance(value, str):
+            value = json.loads(value)
+        result[key] = value
+    return result
+
+
+def _plain(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray):
+        return value.tolist() if value.dtype.names is None else value
+    if isinstance(value, np.generic) and value.dtype.names is None:
+        return value.item()
+    return value
+
+
+def _chunk_selections(shape: tuple[int, ...], max_elements: int) -> Iterator[tuple]:
+    """Index tuples covering ``shape`` in C order, each of at most ``max_elements`` values."""
+    if not shape:
+        yield ()
+        return
+    if 0 in shape:
+        return
+    inner = 1
+    split = len(shape)  # dims[split:] fit whole in one chunk
+    while split > 0 and inner * shape[split - 1] <= max_elements:
+        split -= 1
+        inner *= shape[split]
+    if split == 0:
+        yield tuple(slice(None) for _ in shape)
+        return
+    axis = split - 1
+    per_chunk = max(1, max_elements // inner)
+    for outer in np.ndindex(*shape[:axis]):
+        for start in range(0, shape[axis], per_chunk):
+            yield (*outer, slice(start, min(start + per_chunk, shape[axis])))

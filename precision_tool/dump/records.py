@@ -145,3 +145,4 @@ class DumpSummary:
     accelerate_switch_step: int | None
     size_bytes: int
     first_overflows: list[OpRecord] = field(default_factory=list)
+    step_numbers: list[int] = field(default_factory=list)  # the step of each loss / loss_scale entry

@@ -9,6 +9,343 @@ CONTRACT (implemented by the dump workstream):
         # (float16 as float16, bfloat16 as bfloat16 bits); None or missing -> stats only
     writer.end_step(step_record: StepRecord)   # writes the step's index, commits and flushes
     writer.close(complete=True)                # complete=False when the run was interrupted
+
+Also: ``end_step(record, extra={...})`` adds step attributes,
+``set_metadata(**values)`` replaces root attributes, and a ``with`` block
+closes with ``complete`` set to whether it raised.
+
+Crash safety: a step is committed by writing its attributes and index,
+then the root attribute ``steps_complete``, then flushing. A process killed
+at any point leaves a file whose first ``steps_complete`` steps read back;
+``complete`` becomes true only in ``close(complete=True)``. The file uses
+h5py's default (oldest) format: 'latest' sets superblock write flags that
+stop readers after a crash.
+
+Ops without tensor data (stats mode) get no group: their rows in the step's
+index are the record. The layout is in `precision_tool.dump.layout` and
+docs/dump-format.md.
 """
 
 from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import os
+import weakref
+
+import numpy as np
+
+from precision_tool import __version__
+from precision_tool.dump import layout
+from precision_tool.dump.h5low import LowLevel
+from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, StepRecord
+from precision_tool.dump.storage import to_storage
+from precision_tool.errors import InputError
+
+_SCALARS = (str, bool, int, float, np.generic)
+
+# A tensor as the writer takes it: (kind, index, dtype, shape, stats tuple in TensorStats field order)
+TensorEntry = tuple
+
+
+class DumpWriter:
+    """Writes one run to one HDF5 file; see the module docstring for the protocol."""
+
+    def __init__(self, path, metadata: dict | None = None):
+        import h5py
+
+        self.path = str(path)
+        try:
+            self._file = h5py.File(self.path, "w")
+        except (OSError, ValueError) as exc:
+            raise InputError(path, f"cannot create the dump: {_reason(exc)}") from None
+        self._h5 = LowLevel()
+        self._root = self._file.id
+        self._steps = self._h5.group(self._root, layout.STEPS)
+        self._step: int | None = None
+        self._written: set[int] = set()
+        self._step_group = None
+        self._ops_group = None
+        self._op_rows: list[tuple] = []
+        self._tensor_rows: list[tuple] = []
+        self._long_shapes: dict[int, list[int]] = {}
+        self._with_data: list[int] = []  # index rows whose tensor has a dataset
+        self._stored: dict[int, tuple] = {}  # id(array) -> (weakref, dtype, group, slot) written this step
+        self._attrs_json: dict[str, tuple] = {}  # op name -> (attrs object, JSON): attrs repeat every step
+        self._fusion_json: dict[str, tuple] = {}
+        self._padded: dict[tuple, tuple] = {}
+        self._encoded: dict[str, bytes] = {}
+        self.steps_complete = 0
+        self.ops_written = 0
+        self.tensors_written = 0
+        self.closed = False
+        self._write_metadata(dict(metadata or {}))
+        self._file.flush()
+
+    # -- run metadata -------------------------------------------------------
+
+    def _write_metadata(self, metadata: dict) -> None:
+        fixed = {
+            "schema_version": SCHEMA_VERSION,
+            "tool_version": __version__,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        values = {**fixed, **{k: v for k, v in metadata.items() if k not in fixed}}
+        values.setdefault("accelerate_switch_step", None)
+        values["complete"] = False
+        values["steps_complete"] = 0
+        self._json_keys = set()
+        for key, value in values.items():
+            if not isinstance(value, _SCALARS):
+                value = layout.dumps(value)
+                self._json_keys.add(key)
+            self._h5.attr(self._root, key, value)
+        self._h5.attr(self._root, layout.JSON_KEYS_ATTR, layout.dumps(sorted(self._json_keys)))
+        self._h5.attr(self._root, layout.STATS_FIELDS_ATTR, ",".join(layout.STATS_FIELDS))
+
+    def set_metadata(self, **values) -> None:
+        """Replace root attributes after the start (e.g. ``accelerate_switch_step`` at run end)."""
+        attrs = self._file.attrs
+        for key, value in values.items():
+            if isinstance(value, _SCALARS):
+                self._json_keys.discard(key)
+            else:
+                value = layout.dumps(value)
+                self._json_keys.add(key)
+            attrs[key] = value
+        attrs[layout.JSON_KEYS_ATTR] = layout.dumps(sorted(self._json_keys))
+
+    # -- steps --------------------------------------------------------------
+
+    def begin_step(self, step: int) -> None:
+        """Open the group of ``step``; every step run gets one, recorded ops or not."""
+        step = int(step)
+        if self._step is not None:
+            raise ValueError(f"step {self._step} is still open; end it before step {step}")
+        if step in self._written:
+            raise ValueError(f"step {step} was already written to {self.path}")
+        self._step = step
+        self._written.add(step)
+        self._step_group = self._h5.group(self._steps, layout.step_name(step))
+        self._ops_group = None
+        self._op_rows, self._tensor_rows, self._long_shapes, self._with_data = [], [], {}, []
+        self._stored = {}
+
+    def end_step(self, step_record: StepRecord, extra: dict | None = None) -> None:
+        """Write the step's attributes and index, then commit: steps_complete += 1 and flush.
+
+        ``extra`` adds step attributes (scalars, or JSON-encoded).
+        """
+        if self._step is None:
+            self.begin_step(step_record.step)
+        if step_record.step != self._step:
+            raise ValueError(f"end of step {step_record.step} while step {self._step} is open")
+        group, h5 = self._step_group, self._h5
+        if self._op_rows:  # a step that recorded nothing has no index tables
+            h5.dataset(group, layout.OP_INDEX, self._op_table())
+            h5.dataset(group, layout.INDEX, self._tensor_table())
+        values = {  # the step number is the group's name and ops_recorded the length of op_index
+            "loss": float(step_record.loss), "loss_scale": float(step_record.loss_scale),
+            "overflow": bool(step_record.overflow), "skipped": bool(step_record.skipped),
+            "precision_mode": step_record.precision_mode or "",
+        }
+        if self._long_shapes:
+            values["long_shapes"] = layout.dumps(self._long_shapes)
+        for key, value in (extra or {}).items():
+            if value is not None:
+                values[key] = value if isinstance(value, _SCALARS) else layout.dumps(value)
+        for key, value in values.items():
+            h5.attr(group, key, value)
+        self._step = None
+        self._step_group = self._ops_group = None
+        self._stored = {}
+        self.steps_complete += 1
+        h5.set_attr(self._root, "steps_complete", self.steps_complete)
+        self._file.flush()
+
+    # -- ops ----------------------------------------------------------------
+
+    def write_op(self, record: OpRecord, arrays: dict | None = None) -> None:
+        """Add one op execution to the open step; tensors in ``arrays`` are stored as data."""
+        if self._step is None:
+            self.begin_step(record.step)
+        elif record.step != self._step:
+            raise ValueError(f"op of step {record.step} written while step {self._step} is open")
+        arrays = arrays or {}
+        tensors, data = [], []
+        for t in record.tensors:
+            kind, index = layout.parse_slot(t.slot)
+            s = t.stats
+            array = arrays.get(t.slot)
+            shape = tuple(np.shape(array)) if array is not None else tuple(t.shape)
+            tensors.append((kind, index, t.dtype, shape,
+                            (s.count, s.min, s.max, s.mean, s.std, s.norm, s.nan, s.inf, s.saturated)))
+            data.append(array)
+        fusion = None
+        if record.pass_name:
+            fusion = (record.pass_name, record.original_names, record.original_types,
+                      record.output_origins, record.input_origins)
+        self.add_op(record.exec_index, record.direction, record.name, record.type, record.compute_dtype,
+                    record.overflow, record.inherited_nonfinite, fusion, record.attrs, tensors,
+                    data if any(a is not None for a in data) else None)
+
+    def add_op(self, exec_index: int, direction: str, name: str, op_type: str, compute_dtype: str,
+               overflow: bool, inherited_nonfinite: bool, fusion, attrs: dict | None,
+               tensors: list[TensorEntry], arrays: list | None = None) -> None:
+        """`write_op` without the records: the collector's per-op path.
+
+        ``fusion`` is None or (pass_name, original_names, original_types,
+        output_origins, input_origins) (a FusionInfo works); ``arrays`` is
+        None (statistics only) or one array or None per tensor entry.
+        """
+        rows = self._tensor_rows
+        first = len(rows)
+        group = None
+        if arrays is not None:
+            group = self._op_group(exec_index, direction, name, op_type, compute_dtype, overflow, fusion)
+            for position, (kind, index, dtype, _, stats) in enumerate(tensors):
+                array = arrays[position]
+                if array is not None:
+                    self._write_tensor(group, layout.slot_name(kind, index), dtype, array, stats)
+                    self._with_data.append(first + position)
+        rows.extend(tensors)  # turned into the index table, column by column, at the step's end
+        encoded = self._encoded
+        name_bytes = encoded.get(name) or encoded.setdefault(name, name.encode())
+        type_bytes = encoded.get(op_type) or encoded.setdefault(op_type, op_type.encode())
+        self._op_rows.append((exec_index, _DIRECTION_CODES[direction], overflow, inherited_nonfinite,
+                              group is not None, first, len(tensors), name_bytes, type_bytes, compute_dtype,
+                              self._fusion_text(name, fusion) if fusion is not None else b"",
+                              self._attrs_text(name, attrs) if attrs else b""))
+        self.ops_written += 1
+        self.tensors_written += len(tensors)
+
+    def _op_table(self) -> np.ndarray:
+        """The step's ``op_index`` table, its text columns as wide as their longest value."""
+        rows = self._op_rows
+        widths = tuple(max(len(row[column]) for row in rows) for column in (7, 8, 10, 11))
+        return np.array(rows, dtype=layout.op_row_dtype(widths))
+
+    def _tensor_table(self) -> np.ndarray:
+        """The step's ``index`` table from the tensor entries, built column by column."""
+        entries = self._tensor_rows
+        table = np.zeros(len(entries), dtype=layout.tensor_row_dtype())
+        counts = [row[6] for row in self._op_rows]
+        table["op"] = np.repeat(np.arange(len(counts)), counts)
+        kinds, slots, dtypes, shapes, stats = zip(*entries)
+        table["kind"] = kinds
+        table["slot"] = slots
+        table["dtype"] = dtypes
+        table["ndim"] = [len(shape) for shape in shapes]
+        ids: dict[tuple, int] = {}
+        positions = [ids.setdefault(shape, len(ids)) for shape in shapes]
+        table["shape"] = np.array([_pad(shape) for shape in ids], dtype=np.int64)[positions]
+        for shape, position in ids.items():
+            if len(shape) > layout.MAX_RANK:
+                self._long_shapes.update({row: list(shape) for row, p in enumerate(positions) if p == position})
+        values = np.fromiter(itertools.chain.from_iterable(stats), np.float64, count=len(stats) * 9)
+        values = values.reshape(-1, 9)
+        for column, field in enumerate(layout.STATS_FIELDS):
+            table[field] = values[:, column]
+        table["has_data"][self._with_data] = 1
+        return table
+
+    def _attrs_text(self, name: str, attrs) -> bytes:
+        if not attrs:
+            return b""
+        cached = self._attrs_json.get(name)
+        if cached is None or cached[0] is not attrs:
+            cached = self._attrs_json[name] = (attrs, layout.dumps(attrs).encode())
+        return cached[1]
+
+    def _fusion_text(self, name: str, fusion) -> bytes:
+        if fusion is None:
+            return b""
+        cached = self._fusion_json.get(name)
+        if cached is None or cached[0] is not fusion:
+            pass_name, names, types, outputs, inputs = _fusion_fields(fusion)
+            text = layout.dumps({"pass_name": pass_name, "original_names": names, "original_types": types,
+                                 "output_origins": outputs, "input_origins": inputs})
+            cached = self._fusion_json[name] = (fusion, text.encode())
+        return cached[1]
+
+    def _op_group(self, exec_index, direction, name, op_type, compute_dtype, overflow, fusion):
+        h5 = self._h5
+        if self._ops_group is None:
+            self._ops_group = h5.group(self._step_group, layout.OPS)
+        gid = h5.group(self._ops_group, layout.op_group_name(exec_index, name))
+        # the attributes a reader of the group needs; the exact name, inherited_nonfinite, the op's
+        # attributes and the fusion origins are in the step's op_index (each attribute costs ~25 us)
+        h5.attr(gid, "type", op_type)
+        h5.attr(gid, "exec_index", np.int64(exec_index))
+        h5.attr(gid, "direction", direction)
+        h5.attr(gid, "compute_dtype", compute_dtype)
+        h5.attr(gid, "overflow", bool(overflow))
+        if fusion is not None:
+            pass_name, names = _fusion_fields(fusion)[:2]
+            h5.attr(gid, "pass_name", pass_name)
+            h5.attr(gid, "original_names", layout.dumps(names))
+        return gid
+
+    def _write_tensor(self, group, slot: str, dtype: str, array, stats: tuple) -> None:
+        # An op's output is usually the next op's input: the same array is stored once per step,
+        # and later slots are hard links to its dataset (5 us instead of ~150 us, and no copy).
+        first = self._stored.get(id(array))
+        if first is not None and first[0]() is array and first[1] == dtype:
+            group.links.create_hard(slot.encode(), first[2], first[3])
+            return
+        stored = to_storage(array, dtype, has_nan=stats[6] > 0)
+        dataset = self._h5.dataset(group, slot, stored)
+        try:
+            self._stored[id(array)] = (weakref.ref(array), dtype, group, slot.encode())
+        except TypeError:  # not weak-referenceable: never linked to
+            pass
+        # a float64[9] in STATS_FIELDS order: a compound attribute costs five times as much to write
+        self._h5.attr(dataset, layout.STATS_ATTR, np.array(stats, dtype=np.float64))
+        if dtype == "bfloat16":
+            self._h5.attr(dataset, layout.DTYPE_ATTR, "bfloat16")
+
+    # -- closing ------------------------------------------------------------
+
+    def close(self, complete: bool = True) -> None:
+        """Mark the dump complete (or not) and close it; a step left open stays uncommitted."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._h5.set_attr(self._root, "complete", bool(complete))
+            self._file.attrs["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        finally:
+            self._file.close()
+
+    @property
+    def size_bytes(self) -> int:
+        return os.path.getsize(self.path) if os.path.exists(self.path) else 0
+
+    def __enter__(self) -> "DumpWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(complete=exc_type is None)
+
+
+_DIRECTION_CODES = layout.DIRECTION_CODES
+
+
+def _pad(shape: tuple) -> tuple:
+    return (tuple(shape) + (0,) * layout.MAX_RANK)[:layout.MAX_RANK]
+
+
+def _fusion_fields(fusion) -> tuple:
+    """(pass_name, original_names, original_types, output_origins, input_origins) of a tuple or FusionInfo."""
+    if isinstance(fusion, tuple):
+        return fusion
+    return (fusion.pass_name, fusion.original_names, fusion.original_types, fusion.output_origins,
+            fusion.input_origins)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    for marker in ("errno = ", "error message = "):
+        if marker in text:
+            return text.split(marker, 1)[1].split(",")[0].strip("' ")
+    return text or type(exc).__name__

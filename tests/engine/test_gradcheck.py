@@ -10,7 +10,7 @@ import pytest
 from precision_tool.engine import functional as F
 from precision_tool.engine.device import FusionSwitch, golden, npu
 from precision_tool.engine.ops import REGISTRY, KernelContext
-from gradcheck import OneOpRunner, OpCase, check_gradients
+from .gradcheck import OneOpRunner, OpCase, check_gradients
 
 _rng = np.random.default_rng(20261122)
 

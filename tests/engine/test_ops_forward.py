@@ -11,7 +11,7 @@ from precision_tool.engine import functional as F
 from precision_tool.engine.device import golden
 from precision_tool.engine.ops import REGISTRY
 from precision_tool.engine.ops.base import BLACK, CAST, MATRIX, MOVEMENT, VECTOR, WHITE
-from gradcheck import OneOpRunner, OpCase, run_graph
+from .gradcheck import OneOpRunner, OpCase, run_graph
 
 A = np.array([[1.0, 2.0], [3.0, 4.0]])
 LN3 = math.log(3)

@@ -7,7 +7,7 @@ import pytest
 
 from precision_tool.engine import functional as F
 from precision_tool.engine.device import golden, npu
-from gradcheck import OneOpRunner, OpCase, run_graph
+from .gradcheck import OneOpRunner, OpCase, run_graph
 
 F32 = np.float32
 

@@ -11,7 +11,7 @@ from precision_tool.repl.output import Printer
 from precision_tool.repl.runner import Runner
 from precision_tool.repl.session import ShellSession
 
-from shell_fakes import sample_dumps
+from .shell_fakes import sample_dumps
 
 
 @pytest.fixture

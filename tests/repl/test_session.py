@@ -8,7 +8,7 @@ from precision_tool.errors import InputError
 from precision_tool.repl import app
 from precision_tool.repl.session import MissingDumpError, ShellSession, _assign, _role_of, build_index
 
-from shell_fakes import FakeDump, sample_dumps
+from .shell_fakes import FakeDump, sample_dumps
 
 
 def test_index_lists_names_steps_slots_types_and_passes(session):

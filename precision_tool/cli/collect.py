@@ -1,0 +1,159 @@
+"""``precision-tool collect MODEL -o OUT.h5``: train a model on a device and record it to an HDF5 dump."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from precision_tool.collect.modes import MODE_FORM, parse_modes
+from precision_tool.collect.selection import STEPS_FORM, parse_op_types, parse_steps
+from precision_tool.engine.formats import OVERFLOW_MODES
+from precision_tool.engine.precision import PRECISION_MODES, PRECISION_MODES_V2
+from precision_tool.errors import PrecisionToolError
+
+LOSS_SCALE_FORM = ("none | fixed:V | exponential:INIT[,INCR_EVERY_N_STEPS[,DECR_EVERY_N_NAN_OR_INF"
+                   "[,INCR_RATIO[,DECR_RATIO]]]] | dynamic:INIT[,FACTOR[,WINDOW]]")
+
+
+def _checked(parse):
+    """A click callback that runs ``parse`` on the value and turns its error into a usage error."""
+    def callback(ctx, param, value):
+        if value is None or value == ():
+            return value
+        try:
+            parse(value)
+        except PrecisionToolError as exc:
+            raise click.BadParameter(str(exc)) from None
+        return value
+    return callback
+
+
+def _check_model(value):
+    from precision_tool.session.models import check_model_name
+
+    check_model_name(value)
+
+
+def _check_loss_scale(value):
+    from precision_tool.session import parse_loss_scale
+
+    parse_loss_scale(value)
+
+
+def _check_accelerate(value):
+    from precision_tool.session import parse_accelerate
+
+    parse_accelerate(value)
+
+
+def _check_fusion_switch(value):
+    from precision_tool.engine.fusion import load_fusion_switch
+
+    load_fusion_switch(value)
+
+
+@click.command("collect")
+@click.argument("model", callback=_checked(_check_model))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The dump file to write.")
+@click.option("--device", type=click.Choice(["golden", "npu"]), default=None,
+              help="golden (float32 reference) or npu (simulated).  [default: npu]")
+@click.option("--mode", default=None, callback=_checked(parse_modes), metavar="MODE[,MODE]",
+              help=f"What to record: {MODE_FORM}.  [default: dump]")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Training steps to run.  [default: 20]")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of weights and data.  [default: 0]")
+@click.option("--precision-mode", type=click.Choice(PRECISION_MODES), default=None, metavar="MODE",
+              help=f"npu precision_mode: {', '.join(PRECISION_MODES)}.  [default: allow_fp32_to_fp16]")
+@click.option("--precision-mode-v2", type=click.Choice(PRECISION_MODES_V2), default=None, metavar="MODE",
+              help=f"npu precision_mode_v2 (instead of --precision-mode): {', '.join(PRECISION_MODES_V2)}.")
+@click.option("--overflow-mode", type=click.Choice(OVERFLOW_MODES), default=None,
+              help="npu overflow behaviour.  [default: saturation]")
+@click.option("--loss-scale", default=None, callback=_checked(_check_loss_scale), metavar="SPEC",
+              help=f"Loss scaling: {LOSS_SCALE_FORM}.  [default: none]")
+@click.option("--accelerate-train-mode", default=None, callback=_checked(_check_accelerate), metavar="SPEC",
+              help="Train in mixed precision first, e.g. fast|step|0.9 or fast1|loss|1.05.")
+@click.option("--fusion-switch", type=click.Path(exists=True, dir_okay=False), default=None,
+              callback=_checked(_check_fusion_switch), help="A fusion_switch.cfg JSON file (npu).")
+@click.option("--dump-steps", default=None, callback=_checked(parse_steps), metavar="LIST",
+              help=f"Steps to record: {STEPS_FORM}.  [default: all]")
+@click.option("--ops", multiple=True, metavar="GLOB",
+              help="Record only ops whose name (or, for a fused op, an original name) matches; repeatable.")
+@click.option("--op-types", default=None, callback=_checked(parse_op_types), metavar="T,...",
+              help="Record only ops of these types (a fused op matches through its original types).")
+@click.option("--no-backward", is_flag=True, help="Do not record backward ops.")
+def collect(model, output, device, mode, steps, seed, precision_mode, precision_mode_v2, overflow_mode,
+            loss_scale, accelerate_train_mode, fusion_switch, dump_steps, ops, op_types, no_backward):
+    """Train MODEL on a device and record its ops to an HDF5 dump.
+
+    MODEL is a built-in name (mlp, mlp_regression, cnn, transformer) or
+    FILE.py:FACTORY. The dump can be inspected with `precision-tool inspect`
+    and compared with `precision-tool compare`. Interrupted with Ctrl-C, the
+    dump keeps every finished step and says it is incomplete (exit 130).
+    """
+    from precision_tool.collect.run import CollectRequest, plan_collect, run_collect
+
+    request = CollectRequest(
+        model=model, output=output, device=device, mode=mode or "dump", steps=steps, seed=seed,
+        precision_mode=precision_mode, precision_mode_v2=precision_mode_v2, overflow_mode=overflow_mode,
+        loss_scale=loss_scale, accelerate_train_mode=accelerate_train_mode, fusion_switch=fusion_switch,
+        dump_steps=dump_steps, ops=tuple(ops), op_types=op_types, backward=not no_backward,
+        command=_command_line(click.get_current_context()),
+    )
+    plan = plan_collect(request)  # every value checked before the model is built
+    hooks = [StepProgress(plan.config.steps)] if _is_tty() else []
+    try:
+        result = run_collect(plan, hooks)
+    finally:
+        for hook in hooks:
+            hook.close()
+    click.echo(_result_line(result))
+
+
+class StepProgress:
+    """A hook drawing a rich progress bar over the training steps (interactive terminals only)."""
+
+    def __init__(self, total: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._progress = Progress(TextColumn("collecting"), BarColumn(), MofNCompleteColumn(),
+                                  TimeRemainingColumn(), transient=True)
+        self._task = self._progress.add_task("steps", total=total)
+        self._progress.start()
+
+    def on_step_end(self, result) -> None:
+        self._progress.advance(self._task)
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+def _command_line(ctx: click.Context) -> str:
+    """The command as run, rebuilt from the parsed values (stored in the dump)."""
+    words = ["precision-tool", ctx.info_name or "collect", ctx.params["model"]]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if isinstance(param, click.Argument) or value in (None, False, ()):
+            continue
+        flag = param.opts[-1] if param.opts[-1].startswith("--") else param.opts[0]
+        for item in (value if isinstance(value, tuple) else (value,)):
+            words += [flag] if value is True else [flag, str(item)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _result_line(result) -> str:
+    from precision_tool.render.inspect_view import format_size
+
+    overflow = f", overflow in {len(result.overflow_steps)} steps" if result.overflow_steps else ""
+    if result.ops_recorded == 0 and result.filtered and result.mode != "overflow":
+        overflow += " (no op matched the selection)"
+    return (f"{result.path}: {result.steps_run} steps, {result.ops_recorded:,} ops and "
+            f"{result.tensors_recorded:,} tensors recorded ({'+'.join(result.modes)}, role {result.role}), "
+            f"{format_size(result.size_bytes)}{overflow}")

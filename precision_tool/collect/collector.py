@@ -1,0 +1,200 @@
+"""`Collector`: a session hook that records a run to an HDF5 dump.
+
+Use it as a hook, or as a context manager that marks the dump incomplete when
+the block raises (Ctrl-C included)::
+
+    from precision_tool.collect import collect_to
+    from precision_tool.engine.device import npu
+    from precision_tool.session import Session, SessionConfig
+
+    with collect_to("run.h5", mode="stats", steps="0,5-7", ops="block1/*") as collector:
+        Session(SessionConfig(model="transformer", device=npu()), hooks=[collector]).run()
+
+The session's ``on_run_end`` closes the dump as complete; leaving the block
+by an exception closes it as incomplete, with every finished step readable.
+One collector records one run.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from precision_tool.collect import modes as M
+from precision_tool.collect.selection import Selection
+from precision_tool.dump.records import StepRecord
+from precision_tool.dump.stats import StatsCache
+from precision_tool.dump.storage import FLOAT_DTYPES
+from precision_tool.dump.writer import DumpWriter
+from precision_tool.engine.hooks import OpEvent, StepResult
+from precision_tool.errors import ConfigError
+
+_FLOATS = frozenset(FLOAT_DTYPES)
+
+
+class Collector:
+    """Records what ``mode`` asks for, for the selected steps and ops, to ``path``.
+
+    ``mode`` is ``dump``, ``stats``, ``overflow``, ``fusion-off`` or a
+    combination (see `precision_tool.collect.modes`); ``steps`` is a set of
+    step numbers or a spec like ``"0,5-7"``; ``ops`` one fnmatch pattern or
+    several; ``op_types`` a set or ``"MatMul,Softmax"``; ``backward=False``
+    skips backward ops. ``command`` is stored as the dump's command line.
+    """
+
+    def __init__(self, path, mode="dump", *, steps=None, ops=None, op_types=None, backward: bool = True,
+                 command: str | None = None):
+        self.path = str(path)
+        self.modes = M.parse_modes(mode)
+        self.selection = Selection.build(steps, ops, op_types, backward)
+        self.command = command if command is not None else " ".join(sys.argv)
+        self.writer: DumpWriter | None = None
+        self.role: str | None = None  # known once the run begins (it depends on the device)
+        self.closed = False
+        self.ops_recorded = 0
+        self.tensors_recorded = 0
+        self.steps_run = 0
+        self._every_op = M.records_every_op(self.modes)
+        self._data = M.records_data(self.modes)
+        self._overflow = M.OVERFLOW in self.modes
+        self._decisions: dict[tuple[str, str, str], bool] = {}
+        self._stats = StatsCache()
+        self._in_step = False
+        self._step_overflows = 0
+
+    @property
+    def mode(self) -> str:
+        return M.primary_mode(self.modes)
+
+    # -- hook methods -------------------------------------------------------
+
+    def on_run_begin(self, metadata: dict) -> None:
+        if self.writer is not None or self.closed:
+            raise ConfigError("a Collector records one run; make a new one for the next run")
+        root = self.root_metadata(metadata)
+        self.role = root["role"]
+        self.writer = DumpWriter(self.path, root)
+
+    def on_step_begin(self, step: int) -> None:
+        writer = self._writer()
+        self._in_step = self.selection.wants_step(step)
+        self._step_overflows = 0
+        self._stats.clear()
+        writer.begin_step(step)
+
+    def after_op(self, event: OpEvent) -> None:
+        if event.overflow:
+            self._step_overflows += 1
+            if self._in_step and self._overflow:
+                self._record(event, True)
+                return
+        if not (self._in_step and self._every_op):
+            return
+        key = (event.name, event.direction, event.type)
+        wanted = self._decisions.get(key)
+        if wanted is None:
+            wanted = self._decisions[key] = self.selection.wants_op(event)
+        if wanted:
+            self._record(event, self._data)
+
+    def on_step_end(self, result: StepResult) -> None:
+        extra = {"overflow_ops": self._step_overflows}
+        record = StepRecord(result.step, result.loss, result.loss_scale, result.overflow, result.skipped,
+                            result.precision_mode)
+        self._writer().end_step(record, extra)
+        self._stats.clear()
+        self.steps_run += 1
+
+    def on_run_end(self, summary: dict) -> None:
+        if self.writer is not None and not self.closed:
+            self.writer.set_metadata(accelerate_switch_step=summary.get("accelerate_switch_step"),
+                                     global_step=summary.get("global_step"))
+        self.close(complete=True)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def close(self, complete: bool = True) -> None:
+        """Close the dump; ``complete=False`` marks a run that did not finish."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.writer is not None:
+            self.writer.close(complete=complete)
+
+    @property
+    def size_bytes(self) -> int:
+        return self.writer.size_bytes if self.writer is not None else 0
+
+    def __enter__(self) -> "Collector":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(complete=exc_type is None)
+
+    # -- internals ----------------------------------------------------------
+
+    def root_metadata(self, metadata: dict) -> dict:
+        """The dump's root attributes: the session's metadata plus what this collection was."""
+        device = metadata.get("device") if isinstance(metadata.get("device"), dict) else {}
+        kind = device.get("device", "")
+        root = {
+            "command": self.command,
+            "role": M.role_for(self.modes, kind),
+            "mode": self.mode,
+            "modes": list(self.modes),
+            "selection": self.selection.describe(),
+            "device_kind": kind,
+            "precision_mode": device.get("precision_mode", ""),
+            "precision_mode_v2": device.get("precision_mode_v2", ""),
+            "effective_precision_mode": device.get("effective_precision_mode", ""),
+            "overflow_mode": device.get("overflow_mode", ""),
+            "fusion_switch": device.get("fusion"),
+        }
+        root.update({k: v for k, v in metadata.items() if k not in root})
+        return root
+
+    def _writer(self) -> DumpWriter:
+        if self.writer is None:  # a hook registered after the run began: record without run metadata
+            self.on_run_begin({})
+        return self.writer
+
+    def _record(self, event: OpEvent, with_data: bool) -> None:
+        # the hot path of stats mode: ~300 tensors a step, so no records or dataclasses here
+        cache = self._stats
+        cached = cache.entries.get
+        tensors = []
+        arrays = [] if with_data else None
+        nonfinite_input = False
+        kind = 0
+        for values, dtypes in ((event.inputs, event.input_dtypes), (event.outputs, event.output_dtypes)):
+            if len(dtypes) < len(values):
+                dtypes = [*dtypes, *[""] * (len(values) - len(dtypes))]
+            for i, (array, dtype) in enumerate(zip(values, dtypes)):
+                if array is None:
+                    continue
+                if type(array) is not np.ndarray:
+                    array = np.asarray(array)
+                if dtype not in _FLOATS:
+                    dtype = array.dtype.name
+                entry = cached(id(array))
+                if entry is not None and entry[1] == dtype and entry[0]() is array:
+                    s = entry[2]
+                else:
+                    s = cache.get(array, dtype)
+                tensors.append((kind, i, dtype, array.shape, s))
+                if with_data:
+                    arrays.append(array)
+                if not kind and (s[6] or s[7]):
+                    nonfinite_input = True
+            kind = 1
+        self.writer.add_op(event.exec_index, event.direction, event.name, event.type, event.compute_dtype,
+                           event.overflow, nonfinite_input, event.fusion, event.attrs, tensors, arrays)
+        self.ops_recorded += 1
+        self.tensors_recorded += len(tensors)
+
+
+def collect_to(path, mode="dump", *, steps=None, ops=None, op_types=None, backward: bool = True,
+               command: str | None = None) -> Collector:
+    """A `Collector` for ``path``; use it as a hook, best inside a ``with`` block."""
+    return Collector(path, mode, steps=steps, ops=ops, op_types=op_types, backward=backward, command=command)

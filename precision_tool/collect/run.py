@@ -1,0 +1,131 @@
+"""The `precision-tool collect` handler: check a request, train with a collector, report what was written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from precision_tool.collect import modes as M
+from precision_tool.collect.collector import Collector
+from precision_tool.collect.selection import Selection
+from precision_tool.errors import ConfigError, InputError
+
+
+@dataclass(frozen=True)
+class CollectRequest:
+    """What to train and what to record; None takes the library default."""
+
+    model: str
+    output: str
+    device: str | None = None  # "golden" or "npu"; None: npu (golden when nothing npu-specific is asked)
+    mode: str = M.DUMP
+    steps: int | None = None
+    seed: int | None = None
+    precision_mode: str | None = None
+    precision_mode_v2: str | None = None
+    overflow_mode: str | None = None
+    loss_scale: str | None = None
+    accelerate_train_mode: str | None = None
+    fusion_switch: str | None = None  # a fusion_switch.cfg path
+    dump_steps: str | None = None
+    ops: tuple[str, ...] = ()
+    op_types: str | None = None
+    backward: bool = True
+    command: str = ""
+
+
+@dataclass
+class CollectResult:
+    """What a collection wrote."""
+
+    path: str
+    role: str
+    mode: str
+    modes: list[str]
+    complete: bool
+    steps_run: int
+    ops_recorded: int
+    tensors_recorded: int
+    size_bytes: int
+    overflow_steps: list[int] = field(default_factory=list)
+    accelerate_switch_step: int | None = None
+    filtered: bool = False  # --dump-steps, --ops, --op-types or --no-backward narrowed what was recorded
+
+
+@dataclass
+class CollectPlan:
+    """A checked request: the session config and the collector settings, nothing built yet."""
+
+    request: CollectRequest
+    config: object  # SessionConfig
+    modes: tuple[str, ...]
+    selection: Selection
+
+
+def plan_collect(request: CollectRequest) -> CollectPlan:
+    """Check every value of ``request`` and build the SessionConfig; ConfigError/InputError on bad input."""
+    from precision_tool.session import SessionConfig
+
+    modes = M.parse_modes(request.mode)
+    selection = Selection.build(request.dump_steps, request.ops, request.op_types, request.backward)
+    output = Path(request.output)
+    if output.is_dir():
+        raise InputError(output, "is a directory; give the dump file's name")
+    if not output.parent.exists():
+        raise InputError(output, f"cannot create the dump: no directory {output.parent}")
+    kwargs = {k: v for k, v in (("steps", request.steps), ("seed", request.seed)) if v is not None}
+    config = SessionConfig(model=request.model, device=build_device(request, modes),
+                           loss_scale=request.loss_scale, accelerate_train_mode=request.accelerate_train_mode,
+                           **kwargs)
+    return CollectPlan(request, config, modes, selection)
+
+
+def build_device(request: CollectRequest, modes: tuple[str, ...]):
+    """The device profile the request names: golden, npu, or npu with fusion off for fusion-off mode."""
+    from precision_tool.engine.device import FusionSwitch, golden, npu
+
+    npu_options = {"--precision-mode": request.precision_mode, "--precision-mode-v2": request.precision_mode_v2,
+                   "--overflow-mode": request.overflow_mode, "--fusion-switch": request.fusion_switch}
+    device = request.device or "npu"
+    if device == "golden":
+        given = [name for name, value in npu_options.items() if value is not None]
+        if given:
+            raise ConfigError(f"{given[0]} applies to --device npu only")
+        if M.FUSION_OFF in modes:
+            raise ConfigError("mode fusion-off runs the npu device with fusion passes off; "
+                              "it cannot be combined with --device golden")
+        return golden()
+    if device != "npu":
+        raise ConfigError(f"unknown device {device!r}; valid: golden, npu")
+    fusion = request.fusion_switch
+    if fusion is None and M.FUSION_OFF in modes:
+        fusion = FusionSwitch(all_off=True)
+    options = {"precision_mode": request.precision_mode, "precision_mode_v2": request.precision_mode_v2,
+               "fusion_switch": fusion}
+    if request.overflow_mode is not None:
+        options["overflow_mode"] = request.overflow_mode
+    return npu(**options)
+
+
+def run_collect(request: CollectRequest | CollectPlan, hooks=()) -> CollectResult:
+    """Train as ``request`` says with a collector (plus ``hooks``); the dump is incomplete if it raises."""
+    from precision_tool.session import Session
+
+    plan = request if isinstance(request, CollectPlan) else plan_collect(request)
+    req = plan.request
+    collector = Collector(req.output, plan.modes, steps=plan.selection.steps, ops=plan.selection.ops,
+                          op_types=plan.selection.op_types, backward=plan.selection.backward,
+                          command=req.command)
+    session = Session(plan.config, hooks=[collector, *hooks])
+    try:
+        summary = session.run()
+    except BaseException:
+        collector.close(complete=False)
+        raise
+    return CollectResult(
+        path=req.output, role=collector.role, mode=collector.mode, modes=list(plan.modes),
+        complete=True, steps_run=collector.steps_run, ops_recorded=collector.ops_recorded,
+        tensors_recorded=collector.tensors_recorded, size_bytes=collector.size_bytes,
+        overflow_steps=list(summary.overflow_steps), accelerate_switch_step=summary.accelerate_switch_step,
+        filtered=not plan.selection.everything,
+    )

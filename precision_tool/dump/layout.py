@@ -1,0 +1,135 @@
+"""Names and row types of the HDF5 dump layout (documented in docs/dump-format.md).
+
+::
+
+    /                         root attributes: run metadata, complete, steps_complete
+    /steps/000000/            one group per step run; attributes loss, loss_scale, ...
+        op_index              one row per recorded op (execution order)
+        index                 one row per recorded tensor, with its statistics
+        ops/000012__blk|Softmax/   only for ops with tensor data
+            input_0, output_0 ...  one dataset per tensor; attribute ``stats`` (float64[9])
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from precision_tool.engine.hooks import DIRECTIONS
+
+STEPS = "steps"
+OPS = "ops"
+INDEX = "index"
+OP_INDEX = "op_index"
+STATS_ATTR = "stats"
+DTYPE_ATTR = "dtype"
+STATS_FIELDS_ATTR = "stats_fields"  # root attribute: the order of a dataset's ``stats`` values
+JSON_KEYS_ATTR = "json_keys"  # root attribute: names of the attributes stored as JSON text
+
+MAX_RANK = 8  # shapes of higher rank are read from the dataset (or marked -1 in stats mode)
+INPUT, OUTPUT = 0, 1
+KINDS = ("input", "output")
+DIRECTION_CODES = {name: code for code, name in enumerate(DIRECTIONS)}
+
+_STR = np.dtype("S12")
+_VSTR = None  # filled on first use: h5py's variable-length UTF-8 string dtype
+
+STATS_FIELDS = ("count", "min", "max", "mean", "std", "norm", "nan", "inf", "saturated")
+STATS_DTYPE = np.dtype([
+    ("count", "<u8"), ("min", "<f8"), ("max", "<f8"), ("mean", "<f8"), ("std", "<f8"),
+    ("norm", "<f8"), ("nan", "<u8"), ("inf", "<u8"), ("saturated", "<u8"),
+])
+
+
+def vstr_dtype() -> np.dtype:
+    """h5py's variable-length UTF-8 string dtype (imports h5py on first use)."""
+    global _VSTR
+    if _VSTR is None:
+        import h5py
+
+        _VSTR = h5py.string_dtype("utf-8")
+    return _VSTR
+
+
+def tensor_row_dtype() -> np.dtype:
+    """One row of ``/steps/<s>/index``: a tensor slot of a recorded op."""
+    return np.dtype([
+        ("op", "<u4"),  # row of the op in op_index
+        ("kind", "u1"),  # 0 input, 1 output
+        ("slot", "<u2"),  # the i of input_i / output_i
+        ("dtype", _STR),
+        ("has_data", "u1"),
+        ("ndim", "u1"),
+        ("shape", "<i8", (MAX_RANK,)),
+        *[(name, STATS_DTYPE[name]) for name in STATS_FIELDS],
+    ])
+
+
+def op_row_dtype(widths: tuple[int, int, int, int] | None = None) -> np.dtype:
+    """One row of ``/steps/<s>/op_index``: a recorded op execution.
+
+    The text fields are fixed-length UTF-8 bytes as wide as the step's
+    longest value (``widths`` of name, type, fusion, attrs): writing them is
+    a copy, where variable-length strings cost a conversion per row.
+    """
+    name_w, type_w, fusion_w, attrs_w = (max(1, w) for w in (widths or (64, 64, 256, 256)))
+    return np.dtype([
+        ("exec_index", "<u4"),
+        ("direction", "u1"),  # index into DIRECTIONS
+        ("overflow", "u1"),
+        ("inherited_nonfinite", "u1"),
+        ("has_group", "u1"),  # an ops/<exec>__<name> group holds tensor data
+        ("first_tensor", "<u4"),  # its tensors are index rows [first_tensor, first_tensor + n_tensors)
+        ("n_tensors", "<u4"),
+        ("name", f"S{name_w}"),
+        ("type", f"S{type_w}"),
+        ("compute_dtype", _STR),
+        ("fusion", f"S{fusion_w}"),  # JSON of pass_name, original_names, ... ; empty when not fused
+        ("attrs", f"S{attrs_w}"),  # JSON of the op's attributes; empty when none
+    ])
+
+
+def step_name(step: int) -> str:
+    return f"{step:06d}"
+
+
+def op_group_name(exec_index: int, name: str) -> str:
+    """``000012__block1|attn|Softmax``: '/' separates HDF5 path parts, so it becomes '|'."""
+    return f"{exec_index:06d}__{name.replace('/', '|')}"
+
+
+def slot_name(kind: int, index: int) -> str:
+    return f"{KINDS[kind]}_{index}"
+
+
+def parse_slot(slot: str) -> tuple[int, int]:
+    """``output_1`` -> (OUTPUT, 1); ValueError when malformed."""
+    kind, _, index = slot.partition("_")
+    return KINDS.index(kind), int(index)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with tuples, sets and numpy values made JSON-safe (lists, Python scalars).
+
+    Non-finite floats stay floats: Python's json writes and reads them as
+    ``NaN``/``Infinity``, so op attributes such as a ``-inf`` mask fill survive.
+    """
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        return [json_safe(v) for v in items]
+    if isinstance(value, np.ndarray):
+        return json_safe(value.tolist())
+    if isinstance(value, np.generic):
+        return json_safe(value.item())
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON of ``value`` after `json_safe`."""
+    return json.dumps(json_safe(value), separators=(",", ":"))

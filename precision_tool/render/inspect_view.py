@@ -1,0 +1,161 @@
+"""Rendering a `DumpSummary`: the JSON form and the rich table of `precision-tool inspect`."""
+
+from __future__ import annotations
+
+import math
+
+from precision_tool.dump.records import DumpSummary, OpRecord
+
+LOSS_ROWS = 12  # loss history rows shown in the table before eliding the middle
+_DIRECTIONS = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
+
+
+def format_size(size: int) -> str:
+    """``12345678`` -> ``11.8 MiB``."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def _finite(value):
+    """JSON has no NaN or Infinity: non-finite floats become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def op_json(record: OpRecord) -> dict:
+    """The JSON form of one recorded op: where it ran, and its tensors' statistics."""
+    return {
+        "step": record.step, "exec_index": record.exec_index, "name": record.name, "type": record.type,
+        "direction": record.direction, "compute_dtype": record.compute_dtype, "overflow": record.overflow,
+        "inherited_nonfinite": record.inherited_nonfinite, "pass_name": record.pass_name,
+        "original_names": list(record.original_names),
+        "tensors": [{"slot": t.slot, "dtype": t.dtype, "shape": list(t.shape), "has_data": t.has_data,
+                     "min": t.stats.min, "max": t.stats.max, "mean": t.stats.mean, "nan": t.stats.nan,
+                     "inf": t.stats.inf, "saturated": t.stats.saturated} for t in record.tensors],
+    }
+
+
+def summary_json(summary: DumpSummary) -> dict:
+    """The ``inspect --format json`` object; non-finite numbers are null."""
+    meta = summary.metadata
+    device = meta.get("device")
+    return _finite({
+        "path": summary.path,
+        "schema_version": summary.schema_version,
+        "complete": summary.complete,
+        "steps_complete": summary.steps_complete,
+        "steps_planned": meta.get("steps"),
+        "ops": summary.ops,
+        "tensors": summary.tensors,
+        "overflow_ops": summary.overflow_ops,
+        "overflow_steps": list(summary.overflow_steps),
+        "loss": list(summary.loss),
+        "loss_scale": list(summary.loss_scale),
+        "accelerate_switch_step": summary.accelerate_switch_step,
+        "size_bytes": summary.size_bytes,
+        "model": meta.get("model"),
+        "device": device.get("device") if isinstance(device, dict) else device,
+        "precision_mode": meta.get("effective_precision_mode") or meta.get("precision_mode"),
+        "overflow_mode": meta.get("overflow_mode"),
+        "mode": meta.get("mode"),
+        "modes": meta.get("modes"),
+        "role": meta.get("role"),
+        "seed": meta.get("seed"),
+        "created": meta.get("created"),
+        "tool_version": meta.get("tool_version"),
+        "command": meta.get("command"),
+        "first_overflows": [op_json(r) for r in summary.first_overflows],
+        "metadata": meta,
+    })
+
+
+def render_summary(summary: DumpSummary, console) -> None:
+    """Print ``summary`` to a rich console: run metadata, counts, first overflows, loss history."""
+    from rich.table import Table
+
+    data = summary_json(summary)
+    state = "complete" if summary.complete else f"INCOMPLETE ({summary.steps_complete} steps readable)"
+    console.print(f"[bold]{summary.path}[/bold]  schema {summary.schema_version}, {state}, "
+                  f"{format_size(summary.size_bytes)}")
+    run = Table.grid(padding=(0, 2))
+    run.add_column(style="bold")
+    run.add_column()
+    for label, key in (("model", "model"), ("device", "device"), ("precision mode", "precision_mode"),
+                       ("overflow mode", "overflow_mode"), ("mode", "modes"), ("role", "role"),
+                       ("seed", "seed"), ("created", "created"), ("command", "command")):
+        value = data.get(key)
+        if value not in (None, "", []):
+            run.add_row(label, ",".join(value) if isinstance(value, list) else str(value))
+    meta = summary.metadata
+    if meta.get("loss_scale"):
+        run.add_row("loss scale", _brief(meta["loss_scale"]))
+    if meta.get("accelerate_train_mode"):
+        switch = summary.accelerate_switch_step
+        run.add_row("accelerate", f"{meta['accelerate_train_mode']} (switched at step {switch})"
+                    if switch is not None else str(meta["accelerate_train_mode"]))
+    planned = data.get("steps_planned")
+    run.add_row("steps", f"{summary.steps_complete}" + (f" of {planned}" if planned else ""))
+    run.add_row("recorded", f"{summary.ops:,} ops, {summary.tensors:,} tensors")
+    steps = ", ".join(map(str, summary.overflow_steps[:20])) + (" ..." if len(summary.overflow_steps) > 20 else "")
+    run.add_row("overflow", f"{summary.overflow_ops:,} op executions in {len(summary.overflow_steps)} steps"
+                + (f" ({steps})" if steps else ""))
+    console.print(run)
+    if summary.first_overflows:
+        console.print(_overflow_table(summary.first_overflows))
+    if summary.loss:
+        console.print(_loss_table(summary))
+
+
+def _brief(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def _overflow_table(records: list[OpRecord]):
+    from rich.table import Table
+
+    table = Table(title="first overflowing ops", title_justify="left")
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("op", overflow="fold", ratio=3)
+    table.add_column("type", overflow="fold", ratio=2)
+    for column in ("dir", "compute", "cause", "max |out|"):
+        table.add_column(column, no_wrap=True)
+    for r in records:
+        peak = max((max(abs(t.stats.min), abs(t.stats.max)) for t in r.outputs
+                    if t.stats.count and not math.isnan(t.stats.min)), default=math.nan)
+        cause = "inherited" if r.inherited_nonfinite else "here"
+        table.add_row(str(r.step), str(r.exec_index), r.name, r.type, _DIRECTIONS.get(r.direction, r.direction),
+                      r.compute_dtype, cause, f"{peak:.6g}")
+    return table
+
+
+def _loss_table(summary: DumpSummary):
+    from rich.table import Table
+
+    table = Table(title="loss and loss scale", title_justify="left")
+    for column in ("step", "loss", "loss scale", "overflow"):
+        table.add_column(column, justify="right")
+    overflow = set(summary.overflow_steps)
+    rows = list(enumerate(zip(summary.loss, summary.loss_scale)))
+    if len(rows) > LOSS_ROWS:
+        half = LOSS_ROWS // 2
+        rows = rows[:half] + [None] + rows[-half:]
+    for row in rows:
+        if row is None:
+            table.add_row("...", "", "", "")
+            continue
+        position, (loss, scale) = row
+        step = summary.step_numbers[position] if position < len(summary.step_numbers) else position
+        table.add_row(str(step), f"{loss:.6g}", f"{scale:g}", "yes" if step in overflow else "")
+    return table

@@ -1,0 +1,78 @@
+import pytest
+
+from precision_tool.dump.reader import open_dump
+
+
+def test_collect_writes_a_dump_and_says_so_in_one_line(run_cli, tmp_path):
+    out = tmp_path / "run.h5"
+    result = run_cli("collect", "mlp", "-o", out, "--steps", "2", "--mode", "stats", "--seed", "3")
+    assert result.status == 0, result.stderr
+    assert result.stderr == ""
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{out}: 2 steps") and "ops" in lines[0]
+    with open_dump(out) as dump:
+        assert dump.complete and dump.mode == "stats" and dump.metadata["seed"] == 3
+        assert dump.metadata["command"].startswith("precision-tool collect mlp --output")
+        assert "--mode stats" in dump.metadata["command"]
+
+
+def test_collect_golden_with_selection(run_cli, tmp_path):
+    out = tmp_path / "g.h5"
+    result = run_cli("collect", "mlp", "-o", out, "--device", "golden", "--steps", "3", "--dump-steps", "1-2",
+                     "--op-types", "MatMul", "--no-backward")
+    assert result.status == 0, result.stderr
+    with open_dump(out) as dump:
+        ops = dump.ops()
+        assert dump.role == "golden" and {o.step for o in ops} == {1, 2}
+        assert {o.type for o in ops} == {"MatMul"} and {o.direction for o in ops} == {"forward"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mode", "dump,stats"], "cannot be combined"),
+    (["--mode", "everything"], "unknown collection mode"),
+    (["--dump-steps", "a-b"], "bad step selection"),
+    (["--loss-scale", "exponential:x"], "bad loss scale"),
+    (["--accelerate-train-mode", "slow|step"], "accelerate_train_mode"),
+    (["--overflow-mode", "wrap"], "Invalid value for '--overflow-mode'"),
+    (["--steps", "0"], "Invalid value for '--steps'"),
+    (["--device", "golden", "--precision-mode", "force_fp16"], "applies to --device npu only"),
+])
+def test_bad_options_are_one_line_usage_errors(run_cli, tmp_path, args, message):
+    out = tmp_path / "bad.h5"
+    result = run_cli("collect", "mlp", "-o", out, *args)
+    assert result.status == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_unknown_model_and_missing_directory(run_cli, tmp_path):
+    result = run_cli("collect", "nonesuch", "-o", tmp_path / "x.h5")
+    assert result.status == 2 and "unknown model" in result.stderr
+    missing = tmp_path / "no" / "x.h5"
+    result = run_cli("collect", "mlp", "-o", missing)
+    assert result.status == 2
+    expected = f"precision-tool: error: {missing}: cannot create the dump: no directory {missing.parent}"
+    assert result.stderr.strip() == expected
+
+
+def test_missing_fusion_switch_file(run_cli, tmp_path):
+    result = run_cli("collect", "mlp", "-o", tmp_path / "x.h5", "--fusion-switch", tmp_path / "none.cfg")
+    assert result.status == 2 and "does not exist" in result.stderr
+
+
+def test_ctrl_c_leaves_an_incomplete_dump_and_exits_130(run_cli, tmp_path, monkeypatch):
+    from precision_tool.session import trainer
+
+    real_step = trainer.Session.step
+
+    def step(self):
+        if self.next_step == 2:
+            raise KeyboardInterrupt
+        return real_step(self)
+
+    monkeypatch.setattr(trainer.Session, "step", step)
+    out = tmp_path / "int.h5"
+    result = run_cli("collect", "mlp", "-o", out, "--steps", "5")
+    assert result.status == 130
+    with open_dump(out) as dump:
+        assert not dump.complete and dump.steps_complete == 2

@@ -1,0 +1,86 @@
+import math
+
+import numpy as np
+import pytest
+
+from precision_tool.dump.stats import StatsCache, stats_tuple, tensor_stats
+
+
+def test_exact_values():
+    s = tensor_stats(np.array([1.0, -2.0, 3.0, 4.0], np.float32), "float32")
+    assert (s.count, s.min, s.max, s.mean) == (4, -2.0, 4.0, 1.5)
+    assert s.std == pytest.approx(math.sqrt((0.25 + 12.25 + 2.25 + 6.25) / 4), rel=1e-15)
+    assert s.norm == pytest.approx(math.sqrt(30.0), rel=1e-15)
+    assert (s.nan, s.inf, s.saturated) == (0, 0, 0)
+    assert s.finite
+
+
+def test_nan_inf_are_counted_and_left_out_of_the_rest():
+    s = tensor_stats(np.array([1.0, np.nan, np.inf, -np.inf, 3.0], np.float32), "float32")
+    assert (s.count, s.nan, s.inf) == (5, 1, 2)
+    assert (s.min, s.max, s.mean) == (1.0, 3.0, 2.0)
+    assert s.norm == pytest.approx(math.sqrt(10.0))
+    assert not s.finite
+
+
+def test_all_nonfinite_gives_nan_statistics():
+    s = tensor_stats(np.array([np.nan, np.inf], np.float32), "float16")
+    assert (s.count, s.nan, s.inf, s.norm) == (2, 1, 1, 0.0)
+    assert math.isnan(s.min) and math.isnan(s.mean)
+
+
+def test_float16_saturation_limit_is_counted():
+    s = tensor_stats(np.array([65504.0, -65504.0, 1.0, 65500.0], np.float32), "float16")
+    assert s.saturated == 2
+    assert tensor_stats(np.array([65504.0], np.float32), "float32").saturated == 0
+
+
+def test_bfloat16_saturation_limit():
+    bf16_max = float(np.uint32(0x7F7F0000).view(np.float32))
+    assert tensor_stats(np.array([bf16_max, 2.0], np.float32), "bfloat16").saturated == 1
+
+
+def test_empty_and_scalar_and_int():
+    empty = tensor_stats(np.zeros((0, 3), np.float32), "float32")
+    assert empty.count == 0 and empty.norm == 0.0 and math.isnan(empty.mean)
+    assert tensor_stats(np.float32(2.5), "float32").mean == 2.5
+    ints = tensor_stats(np.arange(5, dtype=np.int64), "int64")
+    assert (ints.min, ints.max, ints.mean, ints.saturated) == (0.0, 4.0, 2.0, 0)
+
+
+def test_zero_vector():
+    s = tensor_stats(np.zeros(10, np.float32), "float32")
+    assert (s.min, s.max, s.mean, s.std, s.norm) == (0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def test_std_survives_a_large_mean():
+    rng = np.random.default_rng(1)
+    x = (np.float32(1000.0) + rng.standard_normal(10000).astype(np.float32) * np.float32(0.01))
+    assert tensor_stats(x, "float32").std == pytest.approx(x.astype(np.float64).std(), rel=1e-6)
+
+
+def test_huge_values_square_in_float64():
+    s = tensor_stats(np.array([3e20, 4e20], np.float32), "float32")
+    assert s.norm == pytest.approx(5e20, rel=1e-6)
+
+
+def test_float64_accumulation_matches_exact_sum():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(1 << 16).astype(np.float32) + np.float32(3)
+    s = tensor_stats(x, "float32")
+    exact = x.astype(np.float64)
+    assert s.mean == pytest.approx(exact.mean(), rel=1e-12)
+    assert s.norm == pytest.approx(math.sqrt((exact * exact).sum()), rel=1e-7)
+
+
+def test_cache_reuses_by_identity_only():
+    cache = StatsCache()
+    a = np.ones(4, np.float32)
+    first = cache.get(a, "float32")
+    assert cache.get(a, "float32") is first
+    b = np.full(4, 2.0, np.float32)
+    assert cache.get(b, "float32")[3] == 2.0
+    del a
+    c = np.full(4, 3.0, np.float32)  # may reuse a's id: must not reuse a's stats
+    assert cache.get(c, "float32")[3] == 3.0
+    assert stats_tuple(c, "float32") == cache.get(c, "float32")
