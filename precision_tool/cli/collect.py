@@ -86,7 +86,7 @@ def collect(model, output, device, mode, steps, seed, precision_mode, precision_
             loss_scale, accelerate_train_mode, fusion_switch, dump_steps, ops, op_types, no_backward):
     """Train MODEL on a device and record its ops to an HDF5 dump.
 
-    MODEL is a built-in name (mlp, mlp_regression, cnn, transformer) or
+    MODEL is a built-in name (mlp, mlp_regression, cnn, transformer, sensor) or
     FILE.py:FACTORY. The dump can be inspected with `precision-tool inspect`
     and compared with `precision-tool compare`. Interrupted with Ctrl-C, the
     dump keeps every finished step and says it is incomplete (exit 130).

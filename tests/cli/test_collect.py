@@ -76,3 +76,11 @@ def test_ctrl_c_leaves_an_incomplete_dump_and_exits_130(run_cli, tmp_path, monke
     assert result.status == 130
     with open_dump(out) as dump:
         assert not dump.complete and dump.steps_complete == 2
+
+
+def test_help_names_every_builtin_model(run_cli):
+    from precision_tool.session import MODELS
+
+    text = " ".join(run_cli("collect", "--help").stdout.split())
+    for name in MODELS:
+        assert name in text
