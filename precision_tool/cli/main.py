@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = "--traceback" in argv
     try:
-        cli.main(args=argv, prog_name="precision-tool", standalone_mode=False)
-        return ExitStatus.OK
+        # outside standalone mode click returns ctx.exit(code)'s code instead of exiting
+        result = cli.main(args=argv, prog_name="precision-tool", standalone_mode=False)
+        return result if isinstance(result, int) and not isinstance(result, bool) else ExitStatus.OK
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:

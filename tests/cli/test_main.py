@@ -33,3 +33,18 @@ def test_unknown_command_is_a_usage_error(run_cli):
     result = run_cli("frobnicate")
     assert result.status == 2
     assert "No such command 'frobnicate'" in result.stderr
+
+
+def test_a_commands_exit_code_is_returned(monkeypatch):
+    import click
+
+    from precision_tool.cli import main as cli_main
+
+    @click.command("exits-one")
+    @click.pass_context
+    def exits_one(ctx):
+        ctx.exit(1)
+
+    monkeypatch.setitem(cli_main.COMMANDS, "exits-one", ("tests.cli.test_main:_unused", "test"))
+    monkeypatch.setattr(cli_main.LazyGroup, "get_command", lambda self, ctx, name: exits_one)
+    assert cli_main.main(["exits-one"]) == 1

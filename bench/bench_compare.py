@@ -1,0 +1,200 @@
+"""Benchmark: `compare` end to end against merely reading the same datasets with h5py.
+
+Builds a golden and a target dump (float32 tensors of 1-4 Mi elements, the
+target slightly perturbed; at least 2 GB together by default) with
+`DumpWriter`, warms the page cache, then times, alternating the order:
+
+* ``read``: every tensor dataset of both files read with h5py (``ds[()]``);
+* ``reader``: the same tensors through `precision_tool.dump.reader` in compare's chunks (for reference);
+* ``compare``: `compare_dumps` (open, index, match, every metric of every
+  pair), with ``--jobs`` 1 and 2;
+
+and reports the throughput ratio compare/read (target: >= 0.70), and the
+peak memory of a compare run in a fresh process (ru_maxrss) next to the
+largest tensor pair and the dump size. The dumps are deleted afterwards
+unless --keep is given.
+
+    python bench/bench_compare.py [--gb 2.1] [--dir bench/out] [--repeats 3] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SIZES = (1 << 20, 2 << 20, 4 << 20)  # elements per tensor, cycled
+
+
+def build_dumps(directory: Path, total_bytes: float, seed: int = 0) -> tuple[Path, Path, int]:
+    """Write golden.h5 and target.h5 holding ``total_bytes`` of float32 tensors together."""
+    from precision_tool.dump.records import OpRecord, StepRecord, TensorRecord
+    from precision_tool.dump.stats import tensor_stats
+    from precision_tool.dump.writer import DumpWriter
+
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    golden_path, target_path = directory / "golden.h5", directory / "target.h5"
+    writers = [DumpWriter(golden_path, {"mode": "dump", "role": "golden"}),
+               DumpWriter(target_path, {"mode": "dump", "role": "target"})]
+    for writer in writers:
+        writer.begin_step(0)
+    written, index, largest = 0, 0, 0
+    while written < total_bytes:
+        size = SIZES[index % len(SIZES)]
+        golden = rng.standard_normal(size, dtype=np.float32)
+        target = golden + np.float32(1e-3) * rng.standard_normal(size, dtype=np.float32)
+        for writer, values in zip(writers, (golden, target)):
+            tensor = TensorRecord("output_0", "float32", (size,), tensor_stats(values, "float32"))
+            record = OpRecord(0, index, f"layer{index}/MatMul", "MatMul", "forward", "float32", False, (tensor,))
+            writer.write_op(record, {"output_0": values})
+        written += 2 * golden.nbytes
+        largest = max(largest, 2 * golden.nbytes)
+        index += 1
+    for writer in writers:
+        writer.end_step(StepRecord(0, 0.0, 1.0, False, ops_recorded=index))
+        writer.close(complete=True)
+    return golden_path, target_path, largest
+
+
+def dataset_paths(path: Path) -> list[str]:
+    """Every tensor dataset of a dump (those under /steps/*/ops/)."""
+    import h5py
+
+    found = []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: found.append(name)
+                     if isinstance(obj, h5py.Dataset) and "/ops/" in f"/{name}" else None)
+    return found
+
+
+def read_all(paths: dict[Path, list[str]]) -> int:
+    """Read every listed dataset with h5py; return the bytes read."""
+    import h5py
+
+    total = 0
+    for path, names in paths.items():
+        with h5py.File(path, "r") as f:
+            for name in names:
+                total += f[name][()].nbytes
+    return total
+
+
+def read_through_reader(golden: Path, target: Path) -> None:
+    """Every tensor chunk of both dumps through `precision_tool.dump.reader`, nothing computed."""
+    from precision_tool.defaults import COMPARE_CHUNK_ELEMENTS
+    from precision_tool.dump.reader import open_dump
+
+    for path in (golden, target):
+        with open_dump(path) as dump:
+            for op in dump.ops():
+                for tensor in op.tensors:
+                    for _ in dump.tensor_chunks(op.step, op.exec_index, tensor.slot, COMPARE_CHUNK_ELEMENTS):
+                        pass
+
+
+def time_compare(golden: Path, target: Path, jobs: int) -> float:
+    from precision_tool.compare.comparator import CompareOptions, compare_dumps
+
+    start = time.perf_counter()
+    report = compare_dumps(golden, target, CompareOptions(jobs=jobs))
+    elapsed = time.perf_counter() - start
+    assert report.ops and not report.unmatched_golden and not report.unmatched_target
+    return elapsed
+
+
+# VmHWM of the process itself: ru_maxrss would carry the forking parent's high-water mark across exec
+_HWM = ("print(next(int(line.split()[1]) for line in open('/proc/self/status') if line.startswith('VmHWM')))")
+
+
+def peak_rss_of_compare(golden: Path, target: Path, jobs: int) -> int:
+    """Peak resident memory (bytes) of `precision-tool compare` in a fresh process."""
+    code = ("import sys; from precision_tool.cli.main import main; "
+            f"status = main(['compare', {str(golden)!r}, {str(target)!r}, '--jobs', '{jobs}', '--format', 'json', "
+            "'-o', '/dev/null']); "
+            f"{_HWM}; sys.exit(status)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip().splitlines()[-1]) * 1024
+
+
+def baseline_rss() -> int:
+    code = f"import precision_tool.cli.main, numpy, h5py, rich; {_HWM}"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip()) * 1024
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gb", type=float, default=2.1, help="size of the two dumps together, in GB")
+    parser.add_argument("--dir", type=Path, default=Path(__file__).parent / "out")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--keep", action="store_true", help="keep the dumps")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args(argv)
+
+    load_before = os.getloadavg()[0]
+    start = time.perf_counter()
+    golden, target, largest_pair = build_dumps(args.dir, args.gb * 1e9)
+    build_s = time.perf_counter() - start
+    try:
+        paths = {golden: dataset_paths(golden), target: dataset_paths(target)}
+        data_bytes = read_all(paths)  # warm the page cache
+        read_all(paths)
+        times: dict[str, list[float]] = {"read": [], "reader": [], "compare jobs=1": [], "compare jobs=2": []}
+        for repeat in range(args.repeats):
+            order = list(times) if repeat % 2 == 0 else list(reversed(times))
+            for name in order:
+                gc.collect()
+                if name in ("read", "reader"):
+                    t0 = time.perf_counter()
+                    read_all(paths) if name == "read" else read_through_reader(golden, target)
+                    times[name].append(time.perf_counter() - t0)
+                else:
+                    times[name].append(time_compare(golden, target, int(name[-1])))
+        best = {name: min(values) for name, values in times.items()}
+        figures = {
+            "data_gb": data_bytes / 1e9,
+            "file_gb": (golden.stat().st_size + target.stat().st_size) / 1e9,
+            "build_s": build_s,
+            "cpus": os.cpu_count(),
+            "load_average": [load_before, os.getloadavg()[0]],
+            "best_s": best,
+            "throughput_gb_s": {name: data_bytes / 1e9 / s for name, s in best.items()},
+            "ratio": {name: best["read"] / s for name, s in best.items() if name.startswith("compare")},
+            "largest_pair_mb": largest_pair / 1e6,
+            "peak_rss_mb": {f"jobs={j}": peak_rss_of_compare(golden, target, j) / 1e6 for j in (1, 2)},
+            "import_rss_mb": baseline_rss() / 1e6,
+        }
+    finally:
+        if not args.keep:
+            for path in (golden, target):
+                path.unlink(missing_ok=True)
+            if args.dir.exists() and not any(args.dir.iterdir()):
+                shutil.rmtree(args.dir, ignore_errors=True)
+    if args.json:
+        print(json.dumps(figures, indent=1))
+        return 0
+    print(f"dumps: {figures['file_gb']:.2f} GB on disk, {figures['data_gb']:.2f} GB of tensors, "
+          f"built in {build_s:.1f} s; {figures['cpus']} CPUs (load average {figures['load_average'][0]:.1f} before, "
+          f"{figures['load_average'][1]:.1f} after); best of {args.repeats}")
+    for name, seconds in best.items():
+        print(f"  {name:<15} {seconds:7.2f} s  {figures['throughput_gb_s'][name]:6.2f} GB/s")
+    for name, ratio in figures["ratio"].items():
+        verdict = "meets" if ratio >= 0.7 else "misses"
+        print(f"  {name} / read throughput: {ratio:.2f} ({verdict} the 0.70 target)")
+    print(f"  peak RSS of a compare process: " + ", ".join(f"{k} {v:.0f} MB" for k, v in figures["peak_rss_mb"].items())
+          + f" (imports alone {figures['import_rss_mb']:.0f} MB; largest tensor pair "
+            f"{figures['largest_pair_mb']:.0f} MB; dumps {figures['file_gb'] * 1e3:.0f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

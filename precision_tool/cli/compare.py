@@ -1,0 +1,158 @@
+"""``precision-tool compare``: score every tensor of a target dump against a golden dump.
+
+The option specs are shared: `selection_options` (--steps, --ops, --jobs)
+with ``check`` and ``baseline``, and the ``-c``/``-l`` options with the
+shell's ``vcs``, which reads them from this command so the two cannot drift.
+Options default to None; the library's named defaults fill them in.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from precision_tool.defaults import COMPARE_JOBS, COSINE_THRESHOLD, LIST_LIMIT
+
+DUMP = click.Path(dir_okay=False, path_type=str)
+OUT_FILE = click.Path(dir_okay=False, writable=True, path_type=str)
+FORMATS = ("table", "csv", "json")
+
+
+def _steps_callback(ctx, param, value):
+    from precision_tool.compare.selection import parse_steps
+    from precision_tool.errors import ConfigError
+
+    try:
+        return parse_steps(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _plot_callback(ctx, param, value):
+    if value is None:
+        return None
+    suffix = Path(value).suffix.lower()
+    if suffix not in (".svg", ".png"):
+        raise click.BadParameter(f"{value}: use a .svg or .png file name")
+    if suffix == ".png" and importlib.util.find_spec("matplotlib") is None:
+        raise click.BadParameter(f"{value}: PNG needs matplotlib; install precision-tool[plot] or use .svg")
+    return value
+
+
+def selection_options(func):
+    """--steps, --ops and --jobs: which tensors to compare, and on how many threads."""
+    func = click.option("--jobs", type=click.IntRange(min=1), default=None,
+                        help=f"Threads scoring tensor pairs (default {COMPARE_JOBS}).")(func)
+    func = click.option("--ops", "op_glob", metavar="GLOB", default=None,
+                        help="Only ops whose name, or a name they were fused from, matches GLOB.")(func)
+    func = click.option("--steps", metavar="LIST", default=None, callback=_steps_callback,
+                        help="Only these steps, e.g. 0,5-7 (default: all).")(func)
+    return func
+
+
+def listing_options(func):
+    """-c, -l and --all: which ops the listing shows (the rule of the shell's vcs)."""
+    func = click.option("--all", "show_all", is_flag=True, help="List every compared op, not only flagged ones.")(func)
+    func = click.option("-l", "--limit", type=click.IntRange(min=0), default=None,
+                        help=f"Show at most this many flagged ops, first first (default {LIST_LIMIT}; 0: all).")(func)
+    func = click.option("-c", "--cosine", type=click.FloatRange(-1.0, 1.0), default=None,
+                        help=f"Flag an op when an output's cosine is at or below this (default {COSINE_THRESHOLD}).")(func)
+    return func
+
+
+@contextmanager
+def progress_callback():
+    """A rich progress bar on stderr when it is a terminal; otherwise no callback."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TimeRemainingColumn
+
+    columns = ("comparing", BarColumn(), "{task.percentage:>3.0f}%", TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("compare", total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total or 1)
+
+        yield update
+
+
+def run_compare(golden, target, steps, op_glob, jobs):
+    """The comparison the compare, check and baseline commands share."""
+    from precision_tool.compare.comparator import CompareOptions, compare_dumps
+
+    options = CompareOptions(steps=steps, ops=op_glob, jobs=jobs or COMPARE_JOBS)
+    with progress_callback() as progress:
+        return compare_dumps(golden, target, options, progress)
+
+
+def write_text(text: str, output: str | None) -> None:
+    """Print ``text``, or write it to ``output`` and say so."""
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        Path(output).write_text(text)
+        click.echo(f"wrote {output}", err=True)
+
+
+@click.command("compare", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("golden", type=DUMP)
+@click.argument("target", type=DUMP)
+@listing_options
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+              help="A table with a chart, CSV, or JSON.")
+@click.option("-o", "--output", type=OUT_FILE, default=None, help="Write the chosen format to FILE.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=str), default=None, callback=_plot_callback,
+              help="Also draw cosine and max abs error along execution order to FILE (.svg, or .png with matplotlib).")
+@selection_options
+def compare(golden, target, cosine, limit, show_all, fmt, output, plot, steps, op_glob, jobs):
+    """Compare every tensor of TARGET with its GOLDEN counterpart.
+
+    Ops are matched by step, name, direction and tensor slot; a fused op
+    through the ops it replaced. Lists the ops whose output cosine is at or
+    below -c (first -l of them), or every op with --all, in execution order.
+    Exit status 0 (use `check` for a CI gate), 2 on a bad input file.
+    """
+    from precision_tool.compare.report import select_flagged
+
+    threshold = COSINE_THRESHOLD if cosine is None else cosine
+    limit = LIST_LIMIT if limit is None else limit
+    report = run_compare(golden, target, steps, op_glob, jobs)
+    ops = list(report.ops) if show_all else select_flagged(report, threshold, limit)
+    if plot is not None:
+        from precision_tool.render.plot import write_plot
+
+        write_plot(report, plot, threshold)
+        click.echo(f"wrote {plot}", err=True)
+    if fmt == "json":
+        from precision_tool.render.compare_export import to_json
+
+        write_text(to_json(report, ops, threshold, None if show_all else limit, "all" if show_all else "flagged"),
+                   output)
+    elif fmt == "csv":
+        from precision_tool.render.compare_export import to_csv
+
+        write_text(to_csv(report, ops, threshold), output)
+    else:
+        print_table(report, ops, threshold, limit, show_all, output)
+
+
+def print_table(report, ops, threshold, limit, show_all, output) -> None:
+    from rich.console import Console
+
+    from precision_tool.render.compare_view import compare_view, summary_line
+
+    view = compare_view(report, ops, threshold, limit, show_all)
+    if output is None:
+        Console(highlight=False).print(view)
+        return
+    with open(output, "w") as stream:
+        Console(file=stream, highlight=False, no_color=True, width=160).print(view)
+    Console(highlight=False).print(summary_line(report, threshold))
+    click.echo(f"wrote {output}", err=True)

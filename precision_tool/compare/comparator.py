@@ -1,0 +1,219 @@
+"""Comparing a target dump with a golden dump: match, then one streaming pass per tensor pair.
+
+Each pair is read chunk by chunk (``tensor_chunks``) into a `PairAccumulator`,
+so peak memory is a few chunks, whatever the dump size. With ``jobs > 1``
+pairs are scored on a thread pool: numpy releases the GIL while it computes,
+and reads are serialised by one lock (h5py has a global lock anyway).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Iterator, Protocol
+
+import numpy as np
+
+from precision_tool.compare.matching import MatchResult, TensorPair, match_ops
+from precision_tool.compare.metrics import FLOAT64_EPS, PairAccumulator
+from precision_tool.compare.report import SHAPE_MISMATCH, CompareReport, DumpInfo, OpComparison, TensorRow
+from precision_tool.compare.selection import select_ops
+from precision_tool.compare.stats import ValueCounts, compare_stats, extra_nonfinite
+from precision_tool.defaults import COMPARE_CHUNK_ELEMENTS, COMPARE_JOBS
+from precision_tool.dump.records import OpRecord
+from precision_tool.errors import ConfigError
+
+Progress = Callable[[int, int], None]  # (elements done, elements in all)
+
+
+class DumpSource(Protocol):
+    """What the comparator needs of a dump (`precision_tool.dump.reader` provides it)."""
+
+    path: str
+    mode: str
+
+    def ops(self, step: int | None = None, direction: str | None = None) -> list[OpRecord]: ...
+    def tensor_chunks(self, step: int, exec_index: int, slot: str, max_elements: int) -> Iterator[np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """What to compare and how; every field has a library default."""
+
+    steps: frozenset[int] | None = None  # None: every step
+    ops: str | None = None  # glob on op names (or the names a fused op replaced)
+    chunk_elements: int = COMPARE_CHUNK_ELEMENTS
+    jobs: int = COMPARE_JOBS
+
+    def __post_init__(self):
+        if self.jobs < 1:
+            raise ConfigError(f"jobs must be at least 1, not {self.jobs}")
+        if self.chunk_elements < 1:
+            raise ConfigError(f"chunk size must be at least 1 element, not {self.chunk_elements}")
+
+
+def relative_error_floor(golden_dtype: str) -> float:
+    """Golden |y| at or below this is left out of relative errors: float64 eps, or fp16's smallest normal."""
+    from precision_tool.engine.formats import FORMATS
+
+    fmt = FORMATS.get(golden_dtype)
+    return max(FLOAT64_EPS, fmt.tiny) if fmt is not None else FLOAT64_EPS
+
+
+def compare_dumps(golden, target, options: CompareOptions | None = None,
+                  progress: Progress | None = None) -> CompareReport:
+    """Compare two dumps, given as paths (opened read-only here) or as opened dumps.
+
+    A missing or broken file raises the reader's InputError.
+    """
+    from contextlib import ExitStack
+
+    from precision_tool.dump.reader import open_dump
+
+    with ExitStack() as stack:
+        sides = [side if hasattr(side, "tensor_chunks") else stack.enter_context(open_dump(side))
+                 for side in (golden, target)]
+        return compare_sources(sides[0], sides[1], options, progress)
+
+
+def compare_sources(golden: DumpSource, target: DumpSource, options: CompareOptions | None = None,
+                    progress: Progress | None = None) -> CompareReport:
+    """Compare two opened dumps (anything with the reader's ``ops`` and ``tensor_chunks``)."""
+    options = options or CompareOptions()
+    golden_ops = select_ops(golden.ops(), options.steps, options.ops)
+    target_ops = select_ops(target.ops(), options.steps, options.ops)
+    match = match_ops(golden_ops, target_ops)
+    rows = _score_pairs(match.pairs, golden, target, options, progress)
+    report = CompareReport(
+        golden=_info(golden), target=_info(target), ops=_group(match.pairs, rows),
+        unmatched_golden=match.unmatched_golden, unmatched_target=match.unmatched_target,
+        covered_by_fusion=match.covered_by_fusion,
+        stats_only=any(row.stats is not None for row in rows),
+    )
+    report.notes.extend(_notes(report, match, golden_ops, target_ops))
+    return report
+
+
+def _info(source: DumpSource) -> DumpInfo:
+    mode = str(getattr(source, "mode", "dump"))
+    modes = tuple(str(m) for m in (getattr(source, "modes", None) or [mode]))
+    return DumpInfo(str(source.path), mode, str(getattr(source, "role", "")), modes)
+
+
+def _size(pair: TensorPair) -> int:
+    return math.prod(pair.target.shape) if pair.target.has_data and pair.golden.has_data else 0
+
+
+def _score_pairs(pairs: list[TensorPair], golden: DumpSource, target: DumpSource, options: CompareOptions,
+                 progress: Progress | None) -> list[TensorRow]:
+    total = sum(_size(pair) for pair in pairs)
+    lock = threading.Lock()
+    done = 0
+
+    def score(pair: TensorPair) -> TensorRow:
+        return score_pair(pair, golden, target, options.chunk_elements, lock)
+
+    def report(row_pair):
+        nonlocal done
+        done += _size(row_pair)
+        if progress is not None:
+            progress(done, total)
+
+    rows = []
+    if options.jobs == 1 or len(pairs) < 2:
+        for pair in pairs:
+            rows.append(score(pair))
+            report(pair)
+        return rows
+    with ThreadPoolExecutor(max_workers=options.jobs, thread_name_prefix="compare") as pool:
+        for pair, row in zip(pairs, pool.map(score, pairs)):
+            rows.append(row)
+            report(pair)
+    return rows
+
+
+def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_elements: int,
+               read_lock: threading.Lock | None = None) -> TensorRow:
+    """One tensor pair's row: metrics from one pass over its chunks, or stats deltas, or a problem."""
+    t, g = pair.target, pair.golden
+    row = dict(
+        step=pair.target_op.step, exec_index=pair.target_op.exec_index, op=pair.target_op.name,
+        type=pair.target_op.type, direction=pair.target_op.direction, tensor=t.slot,
+        golden_op=pair.golden_op.name, golden_tensor=g.slot, target_dtype=t.dtype, golden_dtype=g.dtype,
+        shape=tuple(t.shape), golden_shape=tuple(g.shape), target_counts=ValueCounts.from_stats(t.stats),
+        golden_counts=ValueCounts.from_stats(g.stats), pass_name=pair.target_op.pass_name,
+    )
+    if tuple(t.shape) != tuple(g.shape):
+        return TensorRow(**row, problem=SHAPE_MISMATCH)
+    if not (t.has_data and g.has_data):
+        return TensorRow(**row, stats=compare_stats(t.stats, g.stats), extra_nonfinite=extra_nonfinite(t.stats, g.stats))
+    accumulator = PairAccumulator((t.stats.min, t.stats.max), (g.stats.min, g.stats.max),
+                                  relative_error_floor(g.dtype), check_finite=not (t.stats.finite and g.stats.finite))
+    target_chunks = target.tensor_chunks(pair.target_op.step, pair.target_op.exec_index, t.slot, chunk_elements)
+    golden_chunks = golden.tensor_chunks(pair.golden_op.step, pair.golden_op.exec_index, g.slot, chunk_elements)
+    for x, y in aligned_chunks(_locked(target_chunks, read_lock), _locked(golden_chunks, read_lock)):
+        accumulator.update(x, y)
+    metrics = accumulator.result()
+    return TensorRow(**row, metrics=metrics, extra_nonfinite=metrics.target_only_nonfinite)
+
+
+def _locked(chunks: Iterator[np.ndarray], lock: threading.Lock | None) -> Iterator[np.ndarray]:
+    """Pull each chunk while holding ``lock``, so only one thread reads at a time."""
+    if lock is None:
+        yield from chunks
+        return
+    while True:
+        with lock:
+            chunk = next(chunks, None)
+        if chunk is None:
+            return
+        yield chunk
+
+
+def aligned_chunks(first: Iterator[np.ndarray], second: Iterator[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Equal-length flat pieces of two chunk streams over the same number of elements."""
+    a = b = np.empty(0)
+    while True:
+        if a.size == 0:
+            a = np.ravel(next(first, np.empty(0)))
+        if b.size == 0:
+            b = np.ravel(next(second, np.empty(0)))
+        if a.size == 0 or b.size == 0:
+            if a.size or b.size:
+                raise ValueError("the two tensors hold different numbers of elements")
+            return
+        n = min(a.size, b.size)
+        yield a[:n], b[:n]
+        a, b = a[n:], b[n:]
+
+
+def _group(pairs: list[TensorPair], rows: list[TensorRow]) -> list[OpComparison]:
+    """Rows grouped by target op execution, in execution order."""
+    groups: dict[int, tuple[OpRecord, list[TensorRow]]] = {}
+    for pair, row in zip(pairs, rows):
+        groups.setdefault(id(pair.target_op), (pair.target_op, []))[1].append(row)
+    ops = [OpComparison(op.step, op.exec_index, op.name, op.type, op.direction, tuple(op_rows),
+                        op.pass_name, tuple(op.original_names))
+           for op, op_rows in groups.values()]
+    ops.sort(key=lambda op: (op.step, op.exec_index))
+    return ops
+
+
+def _notes(report: CompareReport, match: MatchResult, golden_ops: list[OpRecord],
+           target_ops: list[OpRecord]) -> list[str]:
+    notes = []
+    for side, info in (("golden", report.golden), ("target", report.target)):
+        if "overflow" in info.modes:
+            notes.append(f"the {side} dump is an overflow-mode dump: it holds only the ops that overflowed, "
+                         f"so the other side's remaining ops are unmatched by design")
+    if report.stats_only:
+        notes.append("statistics only on at least one side: cosine is unavailable (n/a) there; such tensors "
+                     "are flagged when |norm difference| / golden norm > 1 - c")
+    if not golden_ops or not target_ops:
+        empty = "golden" if not golden_ops else "target"
+        notes.append(f"the {empty} dump has no op in the selected steps and names")
+    elif not match.pairs:
+        notes.append("no target op matched a golden op: are these dumps of the same model and steps?")
+    return notes

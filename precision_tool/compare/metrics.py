@@ -1,0 +1,246 @@
+"""Per-tensor comparison metrics, streamed in float64 over chunks of a tensor pair.
+
+``x`` is the target tensor, ``y`` the golden one. Every sum, maximum and
+product is taken in float64, so fp16 and bf16 values (held in float32
+containers) lose nothing. One `PairAccumulator` reads each pair once, chunk
+by chunk; its memory is a few cache-sized float64 buffers, whatever the tensor
+size. The formulas, and the edge cases below, follow msaccucmp (CANN's
+``algorithm_manager/builtin_algorithm/alg_*.py``) unless stated; each is a
+small function of the accumulated sums, documented and tested on its own.
+
+Elements where either side is NaN or +-inf are left out of every metric and
+counted instead (`PairAccumulator.nonfinite_pairs`,
+`PairAccumulator.target_only_nonfinite`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+FLOAT32_EPS = float(np.finfo(np.float32).eps)  # msaccucmp's KL floor and zero snap
+FLOAT64_EPS = float(np.finfo(np.float64).eps)  # msaccucmp's relative-error and norm floor
+BLOCK_ELEMENTS = 1 << 16  # one block's float64 buffers stay in the caches
+
+ONE_SIDE_ZERO = "one side is all zeros"
+NO_FINITE_PAIRS = "no element is finite on both sides"
+
+
+@dataclass(frozen=True)
+class TensorMetrics:
+    """The metrics of one tensor pair; ``note`` says why cosine is NaN, if it is."""
+
+    count: int  # element pairs compared (finite on both sides)
+    cosine: float
+    max_abs_err: float
+    max_rel_err: float
+    mean_abs_err: float
+    mean_rel_err: float
+    rmse: float
+    rel_euclidean: float
+    accumulated_rel_err: float
+    kl_divergence: float
+    nonfinite_pairs: int = 0  # pairs left out because a side is NaN or inf
+    target_only_nonfinite: int = 0  # of those, pairs where only the target is non-finite
+    note: str = ""
+
+
+def cosine_similarity(sxy: float, sxx: float, syy: float, identical: bool = False) -> tuple[float, str]:
+    """Cosine from Σxy, Σx², Σy²: clipped to [-1, 1]; 1 when both are zero, NaN when one is.
+
+    ``identical`` (every compared pair equal) gives exactly 1.0, which the
+    rounding of ``sxy / (|x| |y|)`` would not always give.
+    """
+    x_zero, y_zero = sxx == 0.0, syy == 0.0
+    if identical or (x_zero and y_zero):
+        return 1.0, ""
+    if x_zero or y_zero:
+        return math.nan, ONE_SIDE_ZERO
+    cosine = sxy / (math.sqrt(sxx) * math.sqrt(syy))
+    return min(1.0, max(-1.0, cosine)), ""
+
+
+def relative_euclidean(sdd: float, syy: float) -> float:
+    """‖x−y‖ / ‖y‖, and 0 when ‖y‖ is at most float64 eps (msaccucmp's rule)."""
+    norm_y = math.sqrt(syy)
+    if norm_y <= FLOAT64_EPS:
+        return 0.0
+    return math.sqrt(sdd) / norm_y
+
+
+def kl_divergence(s: float, u: float, v: float) -> float:
+    """KL(p‖q) from S = Σu·log(u/v), U = Σu and V = Σv, where p = u/U and q = v/V.
+
+    Σp·log(p/q) = S/U − log(U/V). A result below float32 eps in magnitude is
+    snapped to 0, as msaccucmp does. NaN when either side sums to zero.
+    """
+    if not (u > 0.0 and v > 0.0):
+        return math.nan
+    kl = s / u - math.log(u / v)
+    return 0.0 if abs(kl) < FLOAT32_EPS else kl
+
+
+def kl_shift(lo: float, hi: float) -> tuple[float, float]:
+    """(shift, floor) with u = max(x − shift, floor) proportional to max((x−lo)/(hi−lo), float32 eps).
+
+    msaccucmp min-max normalises each side to [0, 1] and floors it at float32
+    eps before normalising to sum 1; dividing by hi − lo cancels in KL, so
+    only the floor is scaled. A constant tensor (hi == lo) keeps its values, as
+    msaccucmp's ``_normalized`` does.
+    """
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return 0.0, FLOAT32_EPS
+    return lo, FLOAT32_EPS * (hi - lo)
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Σa·b of two blocks. numpy's own kernel, not BLAS: OpenBLAS threads a dot of more than
+    10,000 values, and on a busy machine those threads stall each call for milliseconds."""
+    return float(np.einsum("i,i->", a, b))
+
+
+def finite_range(values: np.ndarray) -> tuple[float, float]:
+    """(min, max) over the finite values; (nan, nan) when there are none."""
+    values = np.asarray(values)
+    if values.size and not np.issubdtype(values.dtype, np.floating):
+        return float(values.min()), float(values.max())
+    finite = values[np.isfinite(values)] if values.size else values
+    if finite.size == 0:
+        return math.nan, math.nan
+    return float(finite.min()), float(finite.max())
+
+
+class PairAccumulator:
+    """Float64 sums over one tensor pair, fed chunk by chunk; `result` gives the metrics.
+
+    ``target_range`` and ``golden_range`` are each side's (min, max) over its
+    finite values, needed before the pass for KL's min-max normalisation; the
+    comparator takes them from the dump's statistics. ``rel_floor``: golden
+    elements with |y| at or below it are left out of the relative errors.
+    ``check_finite=False`` skips the NaN/inf screen when statistics show both
+    sides are finite.
+    """
+
+    def __init__(self, target_range: tuple[float, float], golden_range: tuple[float, float],
+                 rel_floor: float = FLOAT64_EPS, check_finite: bool = True):
+        self.rel_floor = float(rel_floor)
+        self.check_finite = check_finite
+        self._x_lo, self._x_floor = kl_shift(*target_range)
+        self._y_lo, self._y_floor = kl_shift(*golden_range)
+        self.count = self.rel_count = 0
+        self.nonfinite_pairs = self.target_only_nonfinite = 0
+        self.sxy = self.sxx = self.syy = self.sdd = 0.0
+        self.sum_abs = self.max_abs = self.sum_rel = self.max_rel = 0.0
+        self.kl_s = self.kl_u = self.kl_v = 0.0
+        self._buffers: tuple[np.ndarray, ...] | None = None
+
+    def update(self, target: np.ndarray, golden: np.ndarray) -> None:
+        """Add one chunk of each side; the chunks hold the same elements of the pair."""
+        x, y = np.ravel(target), np.ravel(golden)
+        if x.size != y.size:
+            raise ValueError(f"chunk sizes differ: {x.size} vs {y.size}")
+        if self.check_finite and (np.issubdtype(x.dtype, np.inexact) or np.issubdtype(y.dtype, np.inexact)):
+            x, y = self._finite_pairs(x, y)
+        for start in range(0, x.size, BLOCK_ELEMENTS):
+            self._block(x[start:start + BLOCK_ELEMENTS], y[start:start + BLOCK_ELEMENTS])
+
+    def _finite_pairs(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x_ok, y_ok = np.isfinite(x), np.isfinite(y)
+        both = x_ok & y_ok
+        kept = int(np.count_nonzero(both))
+        if kept == x.size:
+            return x, y
+        self.nonfinite_pairs += x.size - kept
+        self.target_only_nonfinite += int(np.count_nonzero(~x_ok & y_ok))
+        return x[both], y[both]
+
+    def _scratch(self, size: int) -> tuple[np.ndarray, ...]:
+        if self._buffers is None:
+            n = BLOCK_ELEMENTS
+            self._buffers = (np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n, dtype=bool))
+        return tuple(buffer[:size] for buffer in self._buffers)
+
+    def _block(self, x: np.ndarray, y: np.ndarray) -> None:
+        a, b, d, t, small = self._scratch(x.size)
+        np.copyto(a, x, casting="unsafe")
+        np.copyto(b, y, casting="unsafe")
+        self.count += x.size
+        self.sxy += _dot(a, b)
+        self.sxx += _dot(a, a)
+        self.syy += _dot(b, b)
+        np.subtract(a, b, out=d)
+        self.sdd += _dot(d, d)
+        np.abs(d, out=d)
+        self.sum_abs += float(np.add.reduce(d))
+        self.max_abs = max(self.max_abs, float(d.max()))
+        self._relative(b, d, t, small)
+        self._kl(a, b, t)
+
+    def _relative(self, b: np.ndarray, abs_diff: np.ndarray, t: np.ndarray, small: np.ndarray) -> None:
+        """|x−y|/|y| over |y| > rel_floor: dividing by +inf zeroes the others."""
+        np.abs(b, out=t)
+        excluded = 0
+        if t.min() <= self.rel_floor:
+            np.less_equal(t, self.rel_floor, out=small)
+            excluded = int(np.count_nonzero(small))
+            np.copyto(t, np.inf, where=small)
+        np.divide(abs_diff, t, out=t)
+        self.rel_count += t.size - excluded
+        self.sum_rel += float(np.add.reduce(t))
+        self.max_rel = max(self.max_rel, float(t.max()))
+
+    def _kl(self, a: np.ndarray, b: np.ndarray, ratio: np.ndarray) -> None:
+        """Σu·log(u/v), Σu and Σv (see `kl_shift` and `kl_divergence`)."""
+        for values, lo, floor in ((a, self._x_lo, self._x_floor), (b, self._y_lo, self._y_floor)):
+            if lo:
+                np.subtract(values, lo, out=values)
+            np.maximum(values, floor, out=values)
+        self.kl_u += float(np.add.reduce(a))
+        self.kl_v += float(np.add.reduce(b))
+        np.divide(a, b, out=ratio)
+        np.log(ratio, out=ratio)
+        self.kl_s += _dot(a, ratio)
+
+    def result(self) -> TensorMetrics:
+        """The metrics of everything added so far."""
+        n = self.count
+        if n == 0:
+            return self._empty_result()
+        cosine, note = cosine_similarity(self.sxy, self.sxx, self.syy, identical=self.max_abs == 0.0)
+        return TensorMetrics(
+            count=n,
+            cosine=cosine,
+            max_abs_err=self.max_abs,
+            max_rel_err=self.max_rel,
+            mean_abs_err=self.sum_abs / n,
+            mean_rel_err=self.sum_rel / self.rel_count if self.rel_count else 0.0,
+            rmse=math.sqrt(self.sdd / n),
+            rel_euclidean=relative_euclidean(self.sdd, self.syy),
+            accumulated_rel_err=self.sum_rel,
+            kl_divergence=kl_divergence(self.kl_s, self.kl_u, self.kl_v),
+            nonfinite_pairs=self.nonfinite_pairs,
+            target_only_nonfinite=self.target_only_nonfinite,
+            note=note,
+        )
+
+    def _empty_result(self) -> TensorMetrics:
+        """No pair compared: an empty tensor matches (cosine 1), an all-non-finite one is unknown."""
+        if self.nonfinite_pairs:
+            nan = math.nan
+            return TensorMetrics(0, nan, nan, nan, nan, nan, nan, nan, nan, nan,
+                                 self.nonfinite_pairs, self.target_only_nonfinite, NO_FINITE_PAIRS)
+        return TensorMetrics(0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def compare_arrays(target: np.ndarray, golden: np.ndarray, rel_floor: float = FLOAT64_EPS,
+                   chunk_elements: int = 1 << 22) -> TensorMetrics:
+    """Every metric of one in-memory pair (same number of elements), streamed in chunks."""
+    x, y = np.ravel(np.asarray(target)), np.ravel(np.asarray(golden))
+    if x.size != y.size:
+        raise ValueError(f"sizes differ: {x.size} vs {y.size}")
+    accumulator = PairAccumulator(finite_range(x), finite_range(y), rel_floor)
+    for start in range(0, x.size, chunk_elements):
+        accumulator.update(x[start:start + chunk_elements], y[start:start + chunk_elements])
+    return accumulator.result()

@@ -1,0 +1,114 @@
+import json
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from precision_tool.compare.memory import MemoryDump
+
+RNG = np.random.default_rng(31)
+X = RNG.standard_normal((8, 16)).astype(np.float32)
+
+
+def build(path, noise=(0.0, 0.0, 0.0), role="target"):
+    """Three ops; ``noise[i]`` perturbs op i's output."""
+    dump = MemoryDump(role=role)
+    for i, scale in enumerate(noise):
+        out = X + np.float32(scale) * RNG.standard_normal(X.shape).astype(np.float32)
+        dump.add(f"layer{i}/MatMul", "MatMul", {"input_0": X, "output_0": out},
+                 dtypes={"output_0": "float16" if scale else "float32"})
+    return dump.save(path)
+
+
+@pytest.fixture
+def golden(tmp_path):
+    return build(tmp_path / "golden.h5", role="golden")
+
+
+def test_exit_0_when_every_tensor_passes(run_cli, golden, tmp_path):
+    target = build(tmp_path / "t.h5", (0.0, 1e-4, 1e-4))
+    result = run_cli("check", golden, target)
+    assert result.status == 0, result.stdout + result.stderr
+    assert "PASSED | 6 tensors checked" in result.stdout
+
+
+def test_exit_1_prints_failing_ops_first_first(run_cli, golden, tmp_path):
+    target = build(tmp_path / "t.h5", (0.0, 0.5, 1.0))
+    result = run_cli("check", golden, target, "--min-cosine", "0.99")
+    assert result.status == 1
+    assert "FAILED" in result.stdout
+    assert result.stdout.index("layer1/MatMul") < result.stdout.index("layer2/MatMul")
+    assert "first failing op: step 0 #1 layer1/MatMul" in result.stdout
+    assert "fp16/fp32" in result.stdout
+    assert "check failed: 2 failures in 2 ops; first: step 0 #1 layer1/MatMul" in result.stderr
+
+
+def test_max_abs_err_option(run_cli, golden, tmp_path):
+    target = build(tmp_path / "t.h5", (0.0, 1e-3, 0.0))
+    assert run_cli("check", golden, target, "--max-abs-err", "1").status == 0
+    result = run_cli("check", golden, target, "--max-abs-err", "1e-6")
+    assert result.status == 1 and "max_abs_err" in result.stdout
+
+
+@pytest.mark.parametrize("args", [("--min-cosine", "1.5"), ("--max-abs-err", "-1"), ("--format", "xml")])
+def test_exit_2_on_usage_errors(run_cli, golden, args):
+    result = run_cli("check", golden, golden, *args)
+    assert result.status == 2
+
+
+def test_exit_2_on_input_errors(run_cli, golden, tmp_path):
+    assert run_cli("check", golden, tmp_path / "nope.h5").status == 2
+    other = MemoryDump()
+    other.add("unrelated", "T", {"output_0": X})
+    result = run_cli("check", golden, other.save(tmp_path / "other.h5"))
+    assert result.status == 2 and "nothing to check" in result.stderr
+
+
+def test_junit_is_xml_with_one_testcase_per_op(run_cli, golden, tmp_path):
+    target, junit = build(tmp_path / "t.h5", (0.0, 0.0, 1.0)), tmp_path / "junit.xml"
+    result = run_cli("check", golden, target, "--junit", junit)
+    assert result.status == 1
+    suite = ET.parse(junit).getroot()
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == [f"layer{i}/MatMul (forward)" for i in range(3)]
+    failure = cases[2].find("failure")
+    assert failure is not None and "output_0" in failure.get("message") and "cosine" in failure.get("message")
+    assert suite.get("failures") == "1" and suite.get("tests") == "3"
+
+
+def test_json_format(run_cli, golden, tmp_path):
+    target = build(tmp_path / "t.h5", (0.0, 1.0, 0.0))
+    result = run_cli("check", golden, target, "--format", "json")
+    assert result.status == 1
+    document = json.loads(result.stdout)
+    assert document["passed"] is False
+    assert document["failing_ops"] == [{"step": 0, "exec_index": 1, "op": "layer1/MatMul", "direction": "forward"}]
+    assert document["failures"][0]["target_dtype"] == "float16"
+
+
+def test_baseline_passes_on_its_own_dumps_and_fails_on_worse_ones(run_cli, golden, tmp_path):
+    target = build(tmp_path / "t.h5", (0.0, 0.05, 0.5))  # layer2 already below 0.99
+    baseline = tmp_path / "baseline.json"
+    made = run_cli("baseline", golden, target, "-o", baseline)
+    assert made.status == 0 and "baseline of 6 tensors in 3 ops" in made.stdout
+    document = json.loads(baseline.read_text())
+    assert document["golden"]["size"] > 0 and len(document["golden"]["sha256_head_tail"]) == 64
+    assert run_cli("check", golden, target).status == 1  # fails the absolute threshold...
+    assert run_cli("check", golden, target, "--baseline", baseline).status == 0  # ...but not its baseline
+
+    worse = build(tmp_path / "worse.h5", (0.0, 0.5, 0.5))
+    result = run_cli("check", golden, worse, "--baseline", baseline)
+    assert result.status == 1
+    assert "layer1/MatMul" in result.stdout and "dropped below baseline" in result.stdout
+
+
+def test_bad_baseline_file_exits_2(run_cli, golden, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    result = run_cli("check", golden, golden, "--baseline", bad)
+    assert result.status == 2 and "not a precision-tool baseline" in result.stderr
+
+
+def test_baseline_needs_an_output_file(run_cli, golden):
+    result = run_cli("baseline", golden, golden)
+    assert result.status == 2 and "-o" in result.stderr

@@ -1,0 +1,195 @@
+import math
+
+import numpy as np
+import pytest
+
+from precision_tool.compare import metrics
+from precision_tool.compare.metrics import (FLOAT32_EPS, NO_FINITE_PAIRS, ONE_SIDE_ZERO, PairAccumulator,
+                                            compare_arrays, cosine_similarity, finite_range, kl_divergence,
+                                            kl_shift, relative_euclidean)
+
+
+def msaccucmp_kl(x, y):
+    """KL exactly as msaccucmp's alg_KullbackLeiblerDivergence computes it, in float64."""
+    def normalized(v):
+        v = np.asarray(v, dtype=np.float64)
+        span = v.max() - v.min()
+        v = (v - v.min()) / span if span != 0 else v
+        return np.maximum(v, np.finfo(np.float32).eps)
+
+    p, q = normalized(x), normalized(y)
+    p, q = p / p.sum(), q / q.sum()
+    result = float((p * np.log(p / q)).sum())
+    return 0.0 if abs(result) < np.finfo(np.float32).eps else result
+
+
+def reference(x, y, floor=np.finfo(np.float64).eps):
+    """Every metric straight from its formula, in float64, all at once."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    d = x - y
+    rel = np.where(np.abs(y) > floor, np.abs(d) / np.where(np.abs(y) > floor, np.abs(y), 1.0), 0.0)
+    return {
+        "cosine": float(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y))),
+        "max_abs_err": float(np.abs(d).max()),
+        "max_rel_err": float(rel.max()),
+        "mean_abs_err": float(np.abs(d).mean()),
+        "mean_rel_err": float(rel.sum() / np.count_nonzero(np.abs(y) > floor)),
+        "rmse": float(np.sqrt(np.mean(d * d))),
+        "rel_euclidean": float(np.linalg.norm(d) / np.linalg.norm(y)),
+        "accumulated_rel_err": float(rel.sum()),
+        "kl_divergence": msaccucmp_kl(x, y),
+    }
+
+
+def test_hand_computed_values():
+    m = compare_arrays(np.array([1.0, 2.0, 3.0], np.float32), np.array([1.0, 2.0, 4.0], np.float32))
+    assert m.count == 3
+    assert m.cosine == pytest.approx(17 / math.sqrt(14 * 21), abs=1e-15)
+    assert m.max_abs_err == 1.0
+    assert m.max_rel_err == 0.25
+    assert m.mean_abs_err == pytest.approx(1 / 3, abs=1e-15)
+    assert m.mean_rel_err == pytest.approx(0.25 / 3, abs=1e-15)
+    assert m.rmse == pytest.approx(math.sqrt(1 / 3), abs=1e-15)
+    assert m.rel_euclidean == pytest.approx(1 / math.sqrt(21), abs=1e-15)
+    assert m.accumulated_rel_err == 0.25
+    assert m.nonfinite_pairs == 0 and m.note == ""
+
+
+def test_kl_by_hand_matches_msaccucmp():
+    # x -> (0, 1/2, 1), floored at eps; y -> (0, 1/3, 1); then each normalised to sum 1
+    x, y = [1.0, 2.0, 3.0], [1.0, 2.0, 4.0]
+    eps = FLOAT32_EPS
+    p = np.array([eps, 0.5, 1.0]) / (eps + 1.5)
+    q = np.array([eps, 1 / 3, 1.0]) / (eps + 4 / 3)
+    by_hand = float(np.sum(p * np.log(p / q)))
+    m = compare_arrays(np.array(x, np.float32), np.array(y, np.float32))
+    assert by_hand == pytest.approx(msaccucmp_kl(x, y), rel=1e-12)
+    assert m.kl_divergence == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_identical_tensors_give_exactly_one_and_zero_errors():
+    x = np.random.default_rng(1).standard_normal(10_001).astype(np.float32)
+    m = compare_arrays(x, x.copy())
+    assert m.cosine == 1.0
+    assert (m.max_abs_err, m.max_rel_err, m.rmse, m.rel_euclidean, m.kl_divergence) == (0, 0, 0, 0, 0)
+
+
+def test_both_all_zero_is_cosine_one():
+    m = compare_arrays(np.zeros(5, np.float32), np.zeros(5, np.float32))
+    assert m.cosine == 1.0 and m.note == ""
+    assert m.rel_euclidean == 0.0 and m.max_rel_err == 0.0
+
+
+@pytest.mark.parametrize("zero_side", ["target", "golden"])
+def test_one_side_all_zero_is_nan_with_a_note(zero_side):
+    ones, zeros = np.ones(4, np.float32), np.zeros(4, np.float32)
+    x, y = (zeros, ones) if zero_side == "target" else (ones, zeros)
+    m = compare_arrays(x, y)
+    assert math.isnan(m.cosine)
+    assert m.note == ONE_SIDE_ZERO
+    assert m.max_abs_err == 1.0
+
+
+def test_golden_all_zero_relative_metrics_follow_msaccucmp():
+    m = compare_arrays(np.ones(4, np.float32), np.zeros(4, np.float32))
+    assert m.rel_euclidean == 0.0  # ‖y‖ <= eps gives 0
+    assert m.max_rel_err == 0.0 and m.mean_rel_err == 0.0  # every |y| is below the floor
+
+
+def test_opposite_vectors_and_clipping():
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    assert compare_arrays(x, -x).cosine == -1.0
+    assert cosine_similarity(1.0 + 1e-15, 1.0, 1.0) == (1.0, "")
+    assert cosine_similarity(-(1.0 + 1e-15), 1.0, 1.0) == (-1.0, "")
+
+
+def test_scalar_cosine_is_the_sign_agreement():
+    assert compare_arrays(np.float32(2.0), np.float32(3.0)).cosine == 1.0
+    assert compare_arrays(np.float32(-2.0), np.float32(3.0)).cosine == -1.0
+    assert compare_arrays(np.float32(2.0), np.float32(3.0)).max_rel_err == pytest.approx(1 / 3)
+
+
+def test_empty_tensors_match():
+    m = compare_arrays(np.zeros(0, np.float32), np.zeros(0, np.float32))
+    assert (m.count, m.cosine, m.max_abs_err, m.note) == (0, 1.0, 0.0, "")
+
+
+def test_nonfinite_pairs_are_left_out_and_counted():
+    x = np.array([1.0, np.nan, 3.0, np.inf, 5.0], np.float32)
+    y = np.array([1.0, 2.0, 3.0, 4.0, np.nan], np.float32)
+    m = compare_arrays(x, y)
+    assert m.count == 2
+    assert m.nonfinite_pairs == 3
+    assert m.target_only_nonfinite == 2  # the NaN and the inf; the last pair is the golden side's NaN
+    assert m.cosine == 1.0 and m.max_abs_err == 0.0
+
+
+def test_no_finite_pair_gives_nan_with_a_note():
+    m = compare_arrays(np.full(3, np.nan, np.float32), np.full(3, np.nan, np.float32))
+    assert m.count == 0 and m.nonfinite_pairs == 3 and m.target_only_nonfinite == 0
+    assert math.isnan(m.cosine) and m.note == NO_FINITE_PAIRS
+
+
+def test_relative_errors_skip_golden_values_at_or_below_the_floor():
+    x = np.array([1.0, 5.0, 2.2], np.float32)
+    y = np.array([0.0, 1e-20, 2.0], np.float32)
+    m = compare_arrays(x, y)
+    assert m.max_rel_err == pytest.approx(0.1, rel=1e-6)
+    assert m.accumulated_rel_err == pytest.approx(0.1, rel=1e-6)
+    assert m.mean_rel_err == pytest.approx(0.1, rel=1e-6)  # 0 and 1e-20 are at or below float64 eps
+    # with a floor of 1e-30 the 1e-20 golden value counts: |5 - 1e-20| / 1e-20
+    wide = compare_arrays(x, y, rel_floor=1e-30)
+    assert wide.max_rel_err == pytest.approx(5e20, rel=1e-6)
+
+
+def test_relative_euclidean_and_kl_edges():
+    assert relative_euclidean(4.0, 0.0) == 0.0
+    assert relative_euclidean(4.0, 16.0) == 0.5
+    assert math.isnan(kl_divergence(1.0, 0.0, 1.0))
+    assert kl_divergence(1e-9, 1.0, 1.0) == 0.0  # below float32 eps: snapped to 0
+    assert kl_shift(2.0, 2.0) == (0.0, FLOAT32_EPS)  # a constant tensor keeps its values
+    assert kl_shift(-1.0, 3.0) == (-1.0, FLOAT32_EPS * 4)
+
+
+def test_constant_tensors_kl_as_msaccucmp():
+    x, y = np.full(4, 3.0, np.float32), np.array([3.0, 3.0, 3.0, 5.0], np.float32)
+    assert compare_arrays(x, y).kl_divergence == pytest.approx(msaccucmp_kl(x, y), rel=1e-12)
+
+
+def test_streamed_in_small_chunks_equals_the_formulas(monkeypatch):
+    rng = np.random.default_rng(7)
+    y = rng.standard_normal(5000).astype(np.float32)
+    x = (y + np.float32(0.05) * rng.standard_normal(5000)).astype(np.float32)
+    y[::97] = 0.0
+    monkeypatch.setattr(metrics, "BLOCK_ELEMENTS", 64)
+    m = compare_arrays(x, y, chunk_elements=333)
+    expected = reference(x, y)
+    for name, value in expected.items():
+        assert getattr(m, name) == pytest.approx(value, rel=1e-12), name
+
+
+def test_fp16_values_accumulate_in_float64():
+    # 2**24 + 1 fp16 ones: a float32 sum stops at 2**24, float64 does not
+    n = (1 << 24) + 1
+    ones = np.ones(n, np.float32)
+    m = compare_arrays(ones, np.zeros(n, np.float32))
+    assert m.mean_abs_err == 1.0
+    assert m.rmse == 1.0
+    assert m.accumulated_rel_err == 0.0
+
+
+def test_accumulator_rejects_chunks_of_different_sizes():
+    accumulator = PairAccumulator((0.0, 1.0), (0.0, 1.0))
+    with pytest.raises(ValueError, match="chunk sizes differ"):
+        accumulator.update(np.zeros(3), np.zeros(4))
+
+
+def test_integer_tensors_are_compared_as_numbers():
+    m = compare_arrays(np.array([1, 2, 3]), np.array([1, 2, 5]))
+    assert m.max_abs_err == 2.0 and m.count == 3
+
+
+def test_finite_range():
+    assert finite_range(np.array([np.nan, -2.0, np.inf, 5.0])) == (-2.0, 5.0)
+    assert all(math.isnan(v) for v in finite_range(np.array([np.nan])))
+    assert finite_range(np.array([3, 1, 2])) == (1.0, 3.0)

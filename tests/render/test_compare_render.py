@@ -1,0 +1,173 @@
+import csv
+import io
+import json
+import math
+import sys
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from precision_tool.compare.check import CheckCriteria, check_report
+from precision_tool.compare.comparator import compare_sources
+from precision_tool.compare.memory import MemoryDump
+from precision_tool.compare.report import select_flagged
+from precision_tool.errors import ConfigError
+from precision_tool.render.chart import UNDEFINED, sparkline
+from precision_tool.render.check_view import check_json, check_view
+from precision_tool.render.compare_export import CSV_COLUMNS, to_csv, to_json
+from precision_tool.render.compare_view import compare_view, flagged_view
+from precision_tool.render.junit import to_junit_xml
+from precision_tool.render.plot import to_svg, write_plot
+
+RNG = np.random.default_rng(5)
+X = RNG.standard_normal(64).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def report():
+    golden, target = MemoryDump("golden.h5", role="golden"), MemoryDump("target.h5", role="target")
+    for i in range(12):
+        noise = np.float32(0.02 * i) * RNG.standard_normal(X.size).astype(np.float32)
+        golden.add(f"block{i}/Mul", "Mul", {"input_0": X, "output_0": X})
+        target.add(f"block{i}/Mul", "Mul", {"input_0": X, "output_0": X + noise}, dtypes={"output_0": "float16"})
+    golden.add("head/MatMul", "MatMul", {"output_0": X})
+    golden.add("head/Add", "Add", {"output_0": X})
+    target.add("head/FusedMatMulAdd", "FusedMatMulAdd", {"output_0": np.zeros_like(X)},
+               pass_name="MatMulAddFusion", original_names=("head/MatMul", "head/Add"),
+               original_types=("MatMul", "Add"), output_origins=(("head/Add", 0),))
+    golden.add("reshape", "Reshape", {"output_0": X})
+    target.add("reshape", "Reshape", {"output_0": X[:32]})
+    golden.add("only/golden", "Gone", {"output_0": X})
+    target.add("only/target", "New", {"output_0": X})
+    return compare_sources(golden, target)
+
+
+def render(renderable, width=120) -> str:
+    console = Console(width=width, file=io.StringIO(), color_system=None, record=True)
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_table_lists_flagged_ops_first_first_with_dtypes_and_summary(report):
+    ops = select_flagged(report, 0.98, 2)
+    text = render(compare_view(report, ops, 0.98, 2))
+    assert "Flagged ops (first 2 of 3)" in text
+    body = [line for line in text.splitlines() if line.startswith("!")]
+    assert len(body) == 2 and "fp16/fp32" in body[0]
+    first = ops[0]
+    assert f"first flagged: step 0 #{first.exec_index} {first.name}" in text
+    assert "unmatched: 1 golden, 1 target" in text and "2 golden ops covered by fusion" in text
+    assert "Unmatched golden (1):" in text and "only/golden" in text and "only/target" in text
+    assert "1-cosine" in text and "max abs" in text  # the chart
+    assert "one side is all zeros" in text  # the second flagged op's note
+    assert "\x1b[" not in text
+
+
+def test_all_listing_shows_problems_and_nan_cosine(report):
+    text = render(compare_view(report, list(report.ops), 0.98, None, show_all=True))
+    assert "All 14 compared ops" in text
+    assert "shape mismatch" in text
+    reshape_line = next(line for line in text.splitlines() if "reshape" in line)
+    assert "n/a" in reshape_line
+    assert "reshape output_0: shape mismatch: (32,) vs (64,)" in text
+    fused_line = next(line for line in text.splitlines() if "head/FusedMatMulAdd" in line)
+    assert " nan " in fused_line  # one side all zeros
+
+
+def test_flagged_view_is_the_compare_view(report):
+    ops = select_flagged(report, 0.98, 2)
+    assert render(flagged_view(report, ops, 0.98, 2)) == render(compare_view(report, ops, 0.98, 2))
+
+
+def test_json_has_rows_and_summary(report):
+    ops = select_flagged(report, 0.98, 10)
+    document = json.loads(to_json(report, ops, 0.98, 10, "flagged"))
+    summary = document["summary"]
+    assert summary["compared_ops"] == 14 and summary["unmatched_golden"] == 1 and summary["unmatched_target"] == 1
+    assert summary["covered_by_fusion"] == 2 and summary["shape_mismatches"] == 1
+    assert summary["flagged_ops"] == len(select_flagged(report, 0.98, None)) == 3
+    assert summary["first_flagged"]["op"] == ops[0].name
+    row = document["rows"][1]
+    for key in ("step", "op", "type", "direction", "tensor", "cosine", "max_abs_err", "max_rel_err", "rmse",
+                "target_dtype", "golden_dtype", "kl_divergence", "target_nan", "golden_saturated"):
+        assert key in row
+    fused = next(r for r in document["rows"] if r["op"] == "head/FusedMatMulAdd")
+    assert fused["cosine"] is None and fused["note"] == "one side is all zeros"
+    assert fused["golden_op"] == "head/Add" and fused["pass_name"] == "MatMulAddFusion"
+    assert [u["op"] for u in document["unmatched_golden"]] == ["only/golden"]
+
+
+def test_csv_parses_and_keeps_unmatched_rows(report):
+    ops = list(report.ops)
+    rows = list(csv.DictReader(io.StringIO(to_csv(report, ops, 0.98))))
+    assert list(rows[0]) == list(CSV_COLUMNS)
+    compared = [r for r in rows if r["status"] == "compared"]
+    assert len(compared) == len(report.rows)
+    assert [r["op"] for r in rows if r["status"] != "compared"] == ["only/golden", "only/target"]
+    fused = next(r for r in compared if r["op"] == "head/FusedMatMulAdd")
+    assert fused["cosine"] == "nan"
+    reshape = next(r for r in compared if r["op"] == "reshape")
+    assert reshape["cosine"] == "" and reshape["problem"] == "shape mismatch" and reshape["shape"] == "32"
+
+
+def test_junit_parses_with_one_testcase_per_op_and_named_failures(report):
+    result = check_report(report, CheckCriteria(min_cosine=0.99))
+    root = ET.fromstring(to_junit_xml(result))
+    cases = root.findall("testcase")
+    assert len(cases) == len(report.ops) + 2
+    assert int(root.get("failures")) == len(result.failing_ops)
+    failed = [c for c in cases if c.find("failure") is not None]
+    first = result.failures[0]
+    assert failed[0].get("name") == f"{first.op} ({first.direction})"
+    assert failed[0].get("classname") == f"step{first.step}.{first.type}"
+    assert first.tensor in failed[0].find("failure").get("message")
+    assert "float16 vs float32" in failed[0].find("failure").get("message")
+    assert len([c for c in cases if c.find("skipped") is not None]) == 2
+
+
+def test_check_views(report):
+    result = check_report(report, CheckCriteria(min_cosine=0.99))
+    text = render(check_view(result))
+    assert "FAILED" in text and "first failing op:" in text
+    assert text.index(result.failures[0].op) < text.index(result.failures[-1].op)
+    document = json.loads(check_json(result))
+    assert document["passed"] is False and document["failures"][0]["op"] == result.failures[0].op
+
+
+def test_svg_plot_is_valid_xml_with_both_series(report, tmp_path):
+    root = ET.fromstring(to_svg(report, 0.98))
+    assert root.tag.endswith("svg")
+    text = ET.tostring(root, encoding="unicode")
+    assert "first flagged" in text and "polyline" in text
+    path = write_plot(report, tmp_path / "chart.svg", 0.98)
+    ET.parse(path)
+
+
+def test_png_plot_needs_matplotlib(report, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    path = write_plot(report, tmp_path / "chart.png", 0.98)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ConfigError, match=r"precision-tool\[plot\]"):
+        write_plot(report, tmp_path / "again.png", 0.98)
+
+
+def test_plot_rejects_other_suffixes(report, tmp_path):
+    with pytest.raises(ConfigError, match=".svg or .png"):
+        write_plot(report, tmp_path / "chart.pdf", 0.98)
+
+
+def test_sparkline_scales_buckets_and_marks():
+    line, lo, hi = sparkline([1e-6, 1e-4, 1e-2, None, math.nan], 10)
+    assert line == "▁▅█ " + UNDEFINED and (lo, hi) == (1e-6, 1e-2)
+    line, _, _ = sparkline([1e-6] * 50 + [1.0] * 50, 10)  # buckets keep their worst value
+    assert line == "▁" * 5 + "█" * 5
+
+
+def test_cosines_that_round_to_one_keep_their_digits():
+    from precision_tool.render.compare_view import fmt_cosine
+
+    assert [fmt_cosine(v) for v in (1.0, 0.98, 0.9999997, 1 - 1e-14, None, math.nan)] == [
+        "1.000000", "0.980000", "0.9999997", "1-1.0e-14", "n/a", "nan"]
