@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from precision_tool.analysis.replay import NotReplayable, Numerics, ideal_forward, replay_forward
+from precision_tool.analysis.replay import NotReplayable, Numerics, ideal_forward, is_float, replay_forward
 from precision_tool.analysis.results import Attribution
 from precision_tool.compare.matching import match_ops
 from precision_tool.compare.metrics import compare_arrays
@@ -110,18 +110,48 @@ def attribute_record(golden_dump, target_dump, record: OpRecord, device: str = "
     golden_outputs = [view.get(t.slot) for t in record.outputs]
     if inputs is None or any(g is None for g in golden_outputs):
         notes.append("golden inputs or outputs unavailable: cannot replay")
+    elif not is_float(record.compute_dtype):
+        notes.append(f"computes in {record.compute_dtype}: nothing to replay")
     else:
-        numerics = _numerics(record, target_dump, device)
-        seed = int(target_dump.metadata.get("seed", 0) or 0)
         try:
-            replayed, _ = replay_forward(record, inputs, numerics, seed)
-            ideal = ideal_forward(record, inputs, numerics, seed)
+            replayed, ideal = _replays(record, inputs, target_dump, device)
             introduced = max(relative_error(r, g) for r, g in zip(replayed, golden_outputs))
             expected = max(relative_error(e, g) for e, g in zip(ideal, golden_outputs))
         except NotReplayable as exc:
             notes.append(str(exc))
     return Attribution(record.step, record.name, record.type, record.direction, record.compute_dtype,
                        observed, inherited, introduced, expected, device, tuple(notes))
+
+
+def _replays(record: OpRecord, inputs: list[np.ndarray], target_dump, device: str):
+    """(the op replayed with the target's numerics, the op as its dtype alone explains it)."""
+    numerics = _numerics(record, target_dump, device)
+    if target_dump.metadata.get("framework") == "torch":
+        return _torch_replays(record, inputs, target_dump, numerics, device)
+    seed = int(target_dump.metadata.get("seed", 0) or 0)
+    return replay_forward(record, inputs, numerics, seed)[0], ideal_forward(record, inputs, numerics, seed)
+
+
+def _torch_replays(record: OpRecord, inputs: list[np.ndarray], target_dump, numerics: Numerics, device: str):
+    """Torch dumps replay through PyTorch: as recorded, and in float32 on dtype-rounded inputs."""
+    try:
+        from precision_tool.torch import NotReplayable as TorchNotReplayable
+        from precision_tool.torch import replay, replay_as_recorded
+    except ImportError:
+        raise NotReplayable(f"{record.name}: replaying a torch op needs PyTorch "
+                            "(pip install 'precision-tool[torch]')") from None
+    try:
+        if device == "golden":
+            replayed = replay(record, inputs, device="golden")
+        else:
+            replayed, _ = replay_as_recorded(record, inputs, target_dump.metadata)
+        rounded = [numerics.compute.round(np.asarray(a, np.float32), numerics.overflow_mode)[0]
+                   if np.asarray(a).dtype.kind == "f" else a for a in inputs]
+        ideal = [numerics.output.round(np.asarray(y, np.float32), numerics.overflow_mode)[0]
+                 for y in replay(record, rounded, device="golden")]
+    except TorchNotReplayable as exc:
+        raise NotReplayable(str(exc)) from None
+    return replayed, ideal
 
 
 def _numerics(record: OpRecord, target_dump, device: str) -> Numerics:

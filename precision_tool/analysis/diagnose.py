@@ -35,7 +35,7 @@ from precision_tool.analysis.fusion import fusion_report, switch_off_action
 from precision_tool.analysis.notes import precision_notes
 from precision_tool.analysis.overflow import overflow_report
 from precision_tool.analysis.results import Attribution, Diagnosis, OverflowEntry, OverflowReport, Verdict
-from precision_tool.dump.records import OpRecord
+from precision_tool.dump.records import OpRecord, StepRecord
 from precision_tool.defaults import COSINE_THRESHOLD, INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 
 MAX_REPLAYS = 5000  # bound on ops replayed by one diagnosis
@@ -78,25 +78,9 @@ def _overflow_verdict(entry: OverflowEntry, report: OverflowReport, record: OpRe
     return Verdict(entry.name, "overflow", entry.step, entry.direction, entry.type, tuple(evidence), entry.hint)
 
 
-def _backward_overflow_verdict(report: OverflowReport) -> tuple[Verdict | None, list[str]]:
-    """Gradient overflows: a verdict only when loss scaling did not handle them."""
-    entries = [e for e in report.entries if not e.inherited and e.direction != "forward"]
-    if not entries:
-        return None, []
-    entry = entries[0]
-    floor_hit = bool(report.loss_scale) and min(report.loss_scale) <= 1.0
-    if floor_hit or not report.skipped_steps:
-        why = ("the loss scale reached its floor and steps still overflow" if floor_hit
-               else "no optimizer update was skipped: overflowed gradients were applied")
-        evidence = tuple(_overflow_evidence(entry, report.total)) + (why,)
-        return Verdict(entry.name, "overflow", entry.step, entry.direction, entry.type, evidence, entry.hint), []
-    return None, [f"gradient overflow on step(s) {report.skipped_steps} was handled by loss scaling "
-                  "(updates skipped, scale lowered): expected with dynamic loss scaling"]
-
-
 def _has(dump, entry) -> bool:
     try:
-        dump.op(entry.step, entry.name, "forward")
+        dump.op(entry.step, entry.name, entry.direction)
         return True
     except KeyError:
         return False
@@ -129,11 +113,29 @@ def _classify(a: Attribution, fused: bool, pass_name: str) -> Verdict | None:
     return None
 
 
+def handled_by_loss_scaling(name: str, report: OverflowReport, steps: list[StepRecord]) -> bool:
+    """True when ``name``'s overflows went away as loss scaling reacted.
+
+    Its overflow steps were each skipped or followed by a lower loss scale,
+    and the last step no longer overflows: gradients scaled too far, or an
+    op that multiplies by the loss scale (GradScaler scales the loss in
+    forward), which dynamic loss scaling exists to handle.
+    """
+    overflow_steps = {e.step for e in report.entries if e.name == name}
+    if not overflow_steps or len(steps) < 2 or steps[-1].step in overflow_steps:
+        return False
+    scale_after = {s.step: later.loss_scale for s, later in zip(steps, steps[1:])}
+    skipped = {s.step for s in steps if s.skipped}
+    scale = {s.step: s.loss_scale for s in steps}
+    return all(step in skipped or scale_after.get(step, scale.get(step, 0.0)) < scale.get(step, 0.0)
+               for step in overflow_steps)
+
+
 def _scan_records(target, stop: tuple[int, int]) -> list[OpRecord]:
-    """Forward ops with data, in execution order, up to (step, exec_index) ``stop``."""
+    """Ops of every direction with data, in execution order, up to (step, exec_index) ``stop``."""
     records = []
     for step in [s.step for s in target.steps() if s.step <= stop[0]]:
-        for record in target.ops(step=step, direction="forward"):
+        for record in target.ops(step=step):
             if (record.step, record.exec_index) > stop:
                 break
             if record.outputs and all(t.has_data for t in record.outputs):
@@ -143,12 +145,20 @@ def _scan_records(target, stop: tuple[int, int]) -> list[OpRecord]:
 
 def _attribution_scan(golden, target, stop: tuple[int, int], report: OverflowReport,
                       fusion_off) -> tuple[Verdict | None, list[Attribution]]:
-    """Replay forward ops in execution order up to ``stop``; return the first culprit."""
+    """Visit ops in execution order up to ``stop``; return the first culprit.
+
+    Forward ops (and torch ops of any direction) are replayed; every op is
+    checked for an overflow it started with inputs still close to golden.
+    """
     attributions: list[Attribution] = []
     records = _scan_records(target, stop)
     entries = {(e.step, e.exec_index): e for e in report.entries}
     views = golden_views(golden, records)
+    steps = target.steps()
+    handled = {e.name for e in report.entries if handled_by_loss_scaling(e.name, report, steps)}
     for record in records:
+        if record.name in handled:
+            continue
         attribution = attribute_record(golden, target, record, view=views[id(record)])
         attributions.append(attribution)
         if record.overflow and not record.inherited_nonfinite and attribution.inherited < SIGNIFICANT_ERROR:
@@ -181,23 +191,21 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     flagged = select_flagged(report, cosine_threshold, None)
     diagnosis = Diagnosis(Verdict(None, "none", None), overflow_rep, fusion_rep, [], notes, len(flagged),
                           flagged[0].name if flagged else None)
-    forward_overflows = [e for e in overflow_rep.entries if e.direction == "forward" and not e.inherited]
-    stops = []
-    if flagged:
-        first = flagged[0]
-        stops.append((first.step, first.exec_index if first.direction == "forward" else 1 << 62))
-    if forward_overflows:
-        stops.append((forward_overflows[0].step, forward_overflows[0].exec_index))
+    steps = target.steps()
+    handled = sorted({e.name for e in overflow_rep.entries if handled_by_loss_scaling(e.name, overflow_rep, steps)})
+    if handled:
+        shown = ", ".join(handled[:5]) + (" ..." if len(handled) > 5 else "")
+        notes.append(f"overflow in {shown} went away as loss scaling skipped steps or lowered the scale: "
+                     "expected with dynamic loss scaling")
+    overflows = [e for e in overflow_rep.entries if not e.inherited and e.name not in handled]
+    stops = [(op.step, op.exec_index) for op in flagged[:1]] + [(e.step, e.exec_index) for e in overflows[:1]]
     verdict = None
     if stops:
         verdict, diagnosis.attributions = _attribution_scan(golden, target, max(stops), overflow_rep, fusion_off)
-    if verdict is None and forward_overflows:
-        entry = forward_overflows[0]
-        record = target.op(entry.step, entry.name, "forward") if _has(target, entry) else None
+    if verdict is None and overflows:  # an overflow the scan could not attribute (no golden data for it)
+        entry = overflows[0]
+        record = target.op(entry.step, entry.name, entry.direction) if _has(target, entry) else None
         verdict = _overflow_verdict(entry, overflow_rep, record, fusion_off)
-    if verdict is None:
-        verdict, more_notes = _backward_overflow_verdict(overflow_rep)
-        notes.extend(more_notes)
     if verdict is None and flagged:
         evidence = (f"{len(flagged)} op(s) at or below cosine {cosine_threshold} (first: {flagged[0].name})",
                     f"no op introduces {SIGNIFICANT_ERROR:g} relative error or more on golden inputs: "
@@ -205,7 +213,7 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
         verdict = Verdict(None, "none", None, evidence=evidence,
                           action="nothing to fix in one op; compare more steps or tighten the precision mode")
     if verdict is None:
-        verdict = Verdict(None, "none", None, evidence=(f"no op at or below cosine {cosine_threshold} and no overflow",),
-                          action="nothing to do")
+        verdict = Verdict(None, "none", None, evidence=(f"no op at or below cosine {cosine_threshold} and no "
+                                                        "unhandled overflow",), action="nothing to do")
     diagnosis.verdict = verdict
     return diagnosis

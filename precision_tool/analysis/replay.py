@@ -33,9 +33,11 @@ class Numerics:
 
     @classmethod
     def of(cls, record: OpRecord, overflow_mode: str) -> "Numerics":
-        """The numerics ``record`` ran with."""
+        """The numerics ``record`` ran with; NotReplayable for ops that compute in integers."""
+        if not is_float(record.compute_dtype):
+            raise NotReplayable(f"{record.name}: computes in {record.compute_dtype}, not a float format")
         outputs = record.outputs
-        output = get_format(outputs[0].dtype) if outputs and _is_float(outputs[0].dtype) else \
+        output = get_format(outputs[0].dtype) if outputs and is_float(outputs[0].dtype) else \
             get_format(record.compute_dtype)
         return cls(get_format(record.compute_dtype), output, overflow_mode)
 
@@ -43,7 +45,8 @@ class Numerics:
 EXACT = Numerics(FLOAT64, FLOAT64, "inf_nan")
 
 
-def _is_float(dtype: str) -> bool:
+def is_float(dtype: str) -> bool:
+    """True for the float formats ops compute in."""
     return dtype in ("float16", "bfloat16", "float32", "float64")
 
 

@@ -48,3 +48,23 @@ def test_clean_low_precision_runs_are_not_flagged(planted_dumps, model, mode):
     diagnosis = verdict_of(planted_dumps(model, mode))
     assert diagnosis.verdict.cls == "none"
     assert diagnosis.verdict.op is None
+
+
+def test_forward_overflow_that_loss_scaling_handled_is_not_the_culprit():
+    from precision_tool.analysis.diagnose import handled_by_loss_scaling
+    from precision_tool.analysis.results import OverflowEntry, OverflowReport
+    from precision_tool.dump.records import StepRecord
+
+    def entry(step, name="loss/aten.mul_0"):
+        return OverflowEntry(step, 3, name, "aten.mul", "forward", "float16", False, 1, 0, 0, (), (), "")
+
+    report = OverflowReport([entry(0), entry(1)], 2, [0, 1], [0, 1], [65536.0, 32768.0, 16384.0])
+    steps = [StepRecord(0, 1.0, 65536.0, True, True), StepRecord(1, 1.0, 32768.0, True, True),
+             StepRecord(2, 1.0, 16384.0, False)]
+    assert handled_by_loss_scaling("loss/aten.mul_0", report, steps)
+    # still overflowing on the last step: the scale did not cure it
+    steps[-1] = StepRecord(2, 1.0, 16384.0, True, True)
+    report.entries.append(entry(2))
+    assert not handled_by_loss_scaling("loss/aten.mul_0", report, steps)
+    # an activation that overflows every step whatever the scale
+    assert not handled_by_loss_scaling("never", report, steps)

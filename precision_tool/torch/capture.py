@@ -1,0 +1,247 @@
+"""`dump`: record every aten op of a PyTorch run, forward, backward and optimizer, into a dump.
+
+Modes, as for the engine's collector:
+
+``dump``
+    inputs and outputs of every op, as data, with statistics;
+``stats``
+    statistics only (the cheapest; what CI baselines want);
+``overflow``
+    only the ops whose result overflowed (non-finite, or the simulated
+    float status raised), with their inputs and outputs, in execution order.
+
+Inputs are recorded as the kernel computed from them: under `simulate_npu`
+that is after rounding to the compute format, with the logical dtype
+(float16/bfloat16) although the torch tensor is float32. View ops (``view``,
+``t``, ``transpose``, ...) compute nothing and are not recorded unless
+``record_views=True``; neither are ops without a floating-point tensor
+(``num_batches_tracked += 1``). Both still count for naming.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import torch
+
+from precision_tool.dump.layout import INPUT, OUTPUT
+from precision_tool.dump.records import StepRecord
+from precision_tool.errors import choice_error
+from precision_tool.torch.ops import flat_tensors
+from precision_tool.torch.session import SESSION, OpCall
+from precision_tool.torch.tensors import EMPTY_STATS, TensorStatsCache, array_stats, has_nonfinite, to_numpy
+
+MODES = ("dump", "stats", "overflow")
+_NAN, _INF = 6, 7  # positions of the NaN and Inf counts in a statistics tuple
+ROLES = ("golden", "target", "overflow")
+
+
+class dump:  # noqa: N801 - used like a function: ``with dump(...)``
+    """Context manager writing every op executed inside it to the HDF5 dump at ``path``.
+
+    ``steps`` None records every step, else only the step numbers listed.
+    ``role`` defaults to ``overflow`` in overflow mode, ``target`` when a
+    `simulate_npu` is active when the first step begins or ``torch.autocast``
+    when the dump is entered, else ``golden``. ``model`` names the run in the metadata
+    (default: the script's file name); ``metadata`` adds root attributes.
+    """
+
+    def __init__(self, path, mode: str = "dump", steps=None, *, role: str | None = None,
+                 model: str | None = None, seed: int | None = None, record_views: bool = False,
+                 metadata: dict | None = None):
+        if mode not in MODES:
+            raise choice_error("dump mode", mode, MODES)
+        if role is not None and role not in ROLES:
+            raise choice_error("role", role, ROLES)
+        self.path = os.fspath(path)
+        self.mode = mode
+        self.steps = None if steps is None else frozenset(int(s) for s in steps)
+        self.role = role
+        self.model = model
+        self.seed = seed
+        self.record_views = record_views
+        self.extra_metadata = dict(metadata or {})
+        self._attrs: dict[str, dict] = {}
+        self.ops_recorded = 0
+        self.steps_written = 0
+        self._writer = None
+        self._step: int | None = None
+        self._step_ops = 0
+        self._step_overflow = False
+        self._stats = TensorStatsCache()
+        self._inputs: list = []  # (stats, array) of the op in flight, taken before its kernel ran
+        self._autocast = ""
+
+    # -- context ---------------------------------------------------------------
+
+    def __enter__(self) -> "dump":
+        self._autocast = _autocast_dtype()  # autocast is off inside dispatch, where the metadata is written
+        SESSION.attach(recorder=self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        SESSION.detach(recorder=self)
+        try:
+            if self._step is not None and exc_type is None:
+                self.end_step(self._step, math.nan, 1.0, False)
+            if self._writer is None and exc_type is None:
+                self._open_writer()
+        finally:
+            if self._writer is not None:
+                self._writer.close(complete=exc_type is None)
+
+    def step(self, loss=None, loss_scale=None) -> None:
+        """End the current step, noting its loss (see `precision_tool.torch.step`)."""
+        SESSION.explicit_step(loss, loss_scale)
+
+    # -- called by the session -------------------------------------------------
+
+    def begin_step(self, step: int) -> bool:
+        """A step begins; return whether this dump records it."""
+        if self.steps is not None and step not in self.steps:
+            return False
+        if self._writer is None:
+            self._open_writer()
+        self._writer.begin_step(step)
+        self._step = step
+        self._step_ops = 0
+        self._step_overflow = False
+        self._stats.clear()
+        return True
+
+    def wants(self, call: OpCall) -> bool:
+        return self.record_views or not call.info.is_view
+
+    def before(self, call: OpCall) -> None:
+        written = {id(t) for t in flat_tensors(call.info.mutated_args(call.args, call.kwargs))} \
+            if call.info.mutated else ()
+        inputs = []
+        for tensor, dtype in zip(call.inputs, call.input_dtypes):
+            if call.info.overwrites and id(tensor) in written:  # never read (uniform_, fill_): may be garbage
+                inputs.append((EMPTY_STATS, None))
+            elif self.mode == "stats":
+                inputs.append((self._stats.get(tensor, dtype), None))
+            elif id(tensor) in written:  # the kernel is about to overwrite it: keep a copy
+                array = to_numpy(tensor, copy=True)
+                inputs.append((array_stats(array, dtype) if self.mode == "dump" else None, array))
+            elif self.mode == "dump":
+                inputs.append((self._stats.get(tensor, dtype), to_numpy(tensor)))
+            else:  # overflow: the values are read only if the op overflows
+                inputs.append((None, tensor))
+        self._inputs = inputs
+
+    def after(self, call: OpCall) -> None:
+        inputs, self._inputs = self._inputs, []
+        if not any(t.is_floating_point() for t in (*call.inputs, *call.outputs)):
+            return  # integer bookkeeping (num_batches_tracked += 1): nothing to compare
+        if self.mode == "overflow":
+            overflow = call.overflow if call.overflow is not None else has_nonfinite(call.outputs)
+            if not overflow:
+                return
+            inputs = [_values(item, dtype) for item, dtype in zip(inputs, call.input_dtypes)]
+        with_data = self.mode != "stats"
+        outputs = [(self._output_stats(call, inputs, t, d), to_numpy(t) if with_data else None)
+                   for t, d in zip(call.outputs, call.output_dtypes)]
+        overflow, inherited = call.overflow, call.inherited
+        if overflow is None:
+            overflow = any(_nonfinite(s) for s, _ in outputs)
+            inherited = overflow and any(_nonfinite(s) for s, _ in inputs)
+        entries, arrays = [], [] if with_data else None
+        for kind, items, tensors, dtypes in ((INPUT, inputs, call.inputs, call.input_dtypes),
+                                             (OUTPUT, outputs, call.outputs, call.output_dtypes)):
+            for index, ((stats, array), tensor, dtype) in enumerate(zip(items, tensors, dtypes)):
+                entries.append((kind, index, dtype, tuple(tensor.shape), stats))
+                if with_data:
+                    arrays.append(array)
+        self._writer.add_op(call.exec_index, call.direction, call.name, call.info.type, call.compute_dtype,
+                            bool(overflow), bool(inherited), None, self._same_attrs(call), entries, arrays)
+        self._step_overflow |= bool(overflow)
+        self._step_ops += 1
+        self.ops_recorded += 1
+
+    def _same_attrs(self, call: OpCall) -> dict:
+        """``call.attrs``, or the equal dict recorded under this name before: the writer encodes it once."""
+        previous = self._attrs.get(call.name)
+        if previous is not None and previous == call.attrs:
+            return previous
+        self._attrs[call.name] = call.attrs
+        return call.attrs
+
+    def _output_stats(self, call: OpCall, inputs: list, tensor: torch.Tensor, dtype: str) -> tuple:
+        if call.info.same_values and inputs and inputs[0][0] is not None and call.input_dtypes[0] == dtype \
+                and call.inputs[0].numel() == tensor.numel():
+            stats = inputs[0][0]
+            self._stats.put(tensor, dtype, stats)
+            return stats
+        return self._stats.get(tensor, dtype)
+
+    def end_step(self, step: int, loss: float, loss_scale: float, overflow: bool) -> None:
+        if self._step is None:
+            return
+        self._writer.end_step(StepRecord(step, loss, loss_scale, overflow or self._step_overflow,
+                                         precision_mode=self._precision_mode, ops_recorded=self._step_ops))
+        self._step = None
+        self._stats.clear()
+        self.steps_written += 1
+
+    # -- metadata --------------------------------------------------------------
+
+    def _open_writer(self) -> None:
+        from precision_tool.dump.writer import DumpWriter
+
+        self._writer = DumpWriter(self.path, self._metadata())
+
+    def _metadata(self) -> dict:
+        simulator = SESSION.simulator
+        autocast = self._autocast
+        if simulator is not None:
+            device, precision_mode, overflow_mode = "npu", simulator.precision_mode, simulator.overflow_mode
+        elif autocast:
+            device, precision_mode, overflow_mode = "golden", f"autocast_{autocast}", "inf_nan"
+        else:
+            device, precision_mode, overflow_mode = "golden", "golden_float32", "inf_nan"
+        self._precision_mode = precision_mode
+        role = self.role or ("overflow" if self.mode == "overflow"
+                             else "target" if simulator is not None or autocast else "golden")
+        metadata = {
+            "role": role, "mode": self.mode, "framework": "torch",
+            "model": self.model or os.path.basename(sys.argv[0] or "") or "python",
+            "seed": int(self.seed if self.seed is not None else torch.initial_seed()),
+            "device": device, "precision_mode": precision_mode, "overflow_mode": overflow_mode,
+            "origin_dtype": "float32", "autocast": autocast, "torch_version": torch.__version__,
+            "steps_filter": sorted(self.steps) if self.steps is not None else None,
+            "record_views": self.record_views,
+        }
+        if simulator is not None and simulator.mixlists != type(simulator.mixlists)():
+            metadata["modify_mixlist"] = {k: sorted(getattr(simulator.mixlists, k)) for k in ("white", "black", "gray")}
+        metadata.update(self.extra_metadata)
+        return metadata
+
+    _precision_mode = ""
+
+
+def _values(item: tuple, dtype: str) -> tuple:
+    """(statistics, array) of an overflow-mode input kept as (None, tensor or array copy)."""
+    stats, values = item
+    if values is None:
+        return stats, None
+    if isinstance(values, torch.Tensor):
+        values = to_numpy(values)
+    return array_stats(values, dtype), values
+
+
+def _nonfinite(stats: tuple) -> bool:
+    return bool(stats[_NAN] or stats[_INF])
+
+
+def _autocast_dtype() -> str:
+    """The dtype of an active CPU or CUDA autocast region, else ""."""
+    for device in ("cpu", "cuda"):
+        try:
+            if torch.is_autocast_enabled(device):
+                return str(torch.get_autocast_dtype(device)).removeprefix("torch.")
+        except (RuntimeError, TypeError):
+            continue
+    return ""

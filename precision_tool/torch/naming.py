@@ -1,0 +1,159 @@
+"""Op names that are the same in every run and on every device: scope, op type, call index.
+
+====================  =============================================  ==============================================
+direction             name                                           example
+====================  =============================================  ==============================================
+forward               ``<module path>/<op type>_<k>``                ``Model/encoder/layers.0/self_attn/aten.addmm_1``
+backward              ``<forward op name>/<op type>_<k>``            ``Model/fc1/aten.addmm_0/aten.mm_1``
+backward (grad acc.)  ``<parameter path>/<op type>_<k>``             ``Model/fc1/weight/aten.add__0``
+optimizer             ``optimizer/<class>/<op type>_<k>``            ``optimizer/SGD/aten.add__3``
+====================  =============================================  ==============================================
+
+``k`` counts the calls of that op type in that scope since the step began,
+so an extra call elsewhere shifts nothing (msprobe's global per-API counters
+shift every later name, ``../shared/reference/MSPROBE.md``). The module path
+starts with the class name of the outermost module called and then follows
+attribute paths (``layers.0``) from each calling module to the module it
+calls. A backward op is named after the forward op whose autograd node runs
+it: the forward op that created a node is found from autograd's sequence
+numbers, which count nodes as they are created, just before the op reaches
+the dispatcher.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from precision_tool.engine.hooks import BACKWARD, FORWARD, OPTIMIZER
+
+_sequence_nr = torch._C._autograd._get_sequence_nr
+
+
+class Namer:
+    """Tracks the module scope (with global module hooks) and hands out op names."""
+
+    def __init__(self) -> None:
+        self._stack: list[tuple[torch.nn.Module, str]] = []
+        self._counters: dict[tuple[str, str], int] = {}
+        self._forward_of: dict[int, str] = {}  # autograd sequence nr -> name of the forward op that made it
+        self._previous_forward_of: dict[int, str] = {}
+        self._param_names: dict[int, str] = {}
+        self._relative: dict[tuple[int, int], str | None] = {}
+        self._seen_modules: set[int] = set()
+        self._last_seq = -1
+        self._handles: list = []
+
+    def install(self) -> None:
+        """Start following module calls (global forward hooks)."""
+        from torch.nn.modules import module
+
+        self._handles = [
+            module.register_module_forward_pre_hook(self._enter),
+            module.register_module_forward_hook(self._leave, always_call=True),
+        ]
+        self._last_seq = _sequence_nr()
+        self._counters.clear()
+
+    def uninstall(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._stack.clear()
+        self._counters.clear()
+        self._relative.clear()
+        self._seen_modules.clear()
+        self._param_names.clear()
+        self._forward_of.clear()
+        self._previous_forward_of.clear()
+
+    def new_step(self) -> None:
+        """Call counters start again; forward names stay findable for one more step."""
+        self._counters.clear()
+        self._previous_forward_of = self._forward_of
+        self._forward_of = {}
+
+    @property
+    def module_path(self) -> str:
+        return self._stack[-1][1] if self._stack else ""
+
+    def name(self, op_type: str, node, optimizer) -> tuple[str, str]:
+        """The direction and the name of the op about to run.
+
+        ``node`` is the autograd node being executed (backward), ``optimizer``
+        the optimizer whose ``step`` is running; both None in forward.
+        """
+        if node is not None:
+            direction, scope = BACKWARD, self._backward_scope(node)
+        elif optimizer is not None:
+            direction, scope = OPTIMIZER, f"optimizer/{type(optimizer).__name__}"
+        else:
+            direction, scope = FORWARD, self._stack[-1][1] if self._stack else ""
+        key = (scope, op_type)
+        k = self._counters.get(key, 0)
+        self._counters[key] = k + 1
+        name = f"{scope}/{op_type}_{k}" if scope else f"{op_type}_{k}"
+        seq = _sequence_nr()
+        if seq != self._last_seq:
+            if direction == FORWARD:  # this op's autograd node was created just before dispatch
+                self._forward_of[seq - 1] = name
+            self._last_seq = seq
+        return direction, name
+
+    def forward_op_of(self, node) -> str:
+        """The name of the forward op that created autograd ``node``; "" when unknown."""
+        seq = node._sequence_nr()
+        return self._forward_of.get(seq) or self._previous_forward_of.get(seq) or ""
+
+    def _backward_scope(self, node) -> str:
+        forward = self.forward_op_of(node)
+        if forward:
+            return forward
+        variable = getattr(node, "variable", None)  # AccumulateGrad: the parameter it accumulates into
+        if variable is not None:
+            return self._param_names.get(id(variable), "AccumulateGrad")
+        return node.name()
+
+    # -- module scope ---------------------------------------------------------
+
+    def _enter(self, module: torch.nn.Module, args) -> None:
+        path = self._path_of(module)
+        self._stack.append((module, path))
+        if id(module) not in self._seen_modules:
+            self._seen_modules.add(id(module))
+            for name, param in module._parameters.items():
+                if param is not None:
+                    self._param_names.setdefault(id(param), f"{path}/{name}")
+
+    def _leave(self, module: torch.nn.Module, args, output) -> None:
+        stack = self._stack
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i][0] is module:
+                del stack[i:]
+                return
+
+    def _path_of(self, module: torch.nn.Module) -> str:
+        for caller, caller_path in reversed(self._stack):
+            relative = self._relative_name(caller, module)
+            if relative is not None:
+                return f"{caller_path}/{relative}" if relative else caller_path
+        return type(module).__name__
+
+    def _relative_name(self, caller: torch.nn.Module, module: torch.nn.Module) -> str | None:
+        key = (id(caller), id(module))
+        if key in self._relative:
+            return self._relative[key]
+        found = None
+        if module is caller:
+            found = ""
+        else:
+            for name, child in caller._modules.items():
+                if child is module:
+                    found = name
+                    break
+            else:
+                for name, child in caller.named_modules():
+                    if child is module:
+                        found = name
+                        break
+        self._relative[key] = found
+        return found

@@ -1,0 +1,270 @@
+"""The one dispatch mode behind `dump` and `simulate_npu`, and the steps they share.
+
+Both context managers register with a process-wide `Session`; the first one
+entered pushes a single TorchDispatchMode and the last one left pops it. One
+mode, not two stacked ones, so that the order the two are entered in does
+not matter: every aten op is named once, simulated if a simulator is active,
+and then recorded with the numbers it really produced (simulated values and
+overflow flags when simulating).
+
+Steps. A step ends after each ``optimizer.step()`` (of any torch.optim
+optimizer; the next op starts the next step), or when `step` is called; the
+first explicit `step` call turns the optimizer rule off for the rest of the
+session, so ``opt.step(); d.step(loss)`` ends one step, not two. Steps count
+from 0 when the first context is entered. Single-threaded use only: the
+session is global, like the module hooks it installs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from precision_tool.engine.hooks import BACKWARD
+from precision_tool.torch.naming import Namer
+from precision_tool.torch.ops import AtenOp, dtype_name, encode_args, flat_tensors, op_info, result_tensors
+from precision_tool.torch.tensors import FORMAT_ATTR, logical_dtype
+
+_current_node = torch._C._current_autograd_node
+
+
+class OpCall:
+    """One op execution as the session, the simulator and the recorders pass it along."""
+
+    __slots__ = ("info", "step", "exec_index", "name", "direction", "node", "args", "kwargs",
+                 "inputs", "input_dtypes", "outputs", "output_dtypes", "compute_dtype", "overflow",
+                 "inherited", "forward_op", "_attrs")
+
+    def __init__(self, info: AtenOp, step: int, exec_index: int, name: str, direction: str, node,
+                 args: tuple, kwargs: dict):
+        self.info = info
+        self.step = step
+        self.exec_index = exec_index
+        self.name = name
+        self.direction = direction
+        self.node = node
+        self.args, self.kwargs = args, kwargs  # what the kernel is called with
+        self.inputs: list = []
+        self.input_dtypes: list[str] | None = None
+        self.outputs: list = []
+        self.output_dtypes: list[str] | None = None
+        self.compute_dtype = ""
+        self.overflow: bool | None = None  # None: not simulated, recorders judge from the outputs
+        self.inherited = False
+        self.forward_op = ""
+        self._attrs: dict | None = None
+
+    @property
+    def attrs(self) -> dict:
+        """The op's arguments for replay, tensors as input slots (in `inputs` order); built on first use."""
+        if self._attrs is None:
+            encoded_args, encoded_kwargs, _ = encode_args(self.args, self.kwargs)
+            self._attrs = {"overload": self.info.overload, "args": encoded_args, "kwargs": encoded_kwargs}
+            if self.direction == BACKWARD:
+                self._attrs["autograd_node"] = self.node.name()
+                if self.forward_op:
+                    self._attrs["forward_op"] = self.forward_op
+        return self._attrs
+
+
+class _Interceptor(TorchDispatchMode):
+    def __init__(self, session: "Session"):
+        super().__init__()
+        self._session = session
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self._session.dispatch(func, args, kwargs or {})
+
+
+class Session:
+    """Process-wide state shared by the active `dump` and `simulate_npu` contexts."""
+
+    def __init__(self) -> None:
+        self.recorders: list = []
+        self.simulators: list = []
+        self.namer = Namer()
+        self.step = 0
+        self.exec_index = 0
+        self.step_open = False
+        self.step_overflow = False
+        self.pending_boundary = False
+        self.manual_steps = False
+        self.optimizer = None
+        self._watching: list = []
+        self._mode: _Interceptor | None = None
+        self._handles: list = []
+
+    @property
+    def simulator(self):
+        return self.simulators[-1] if self.simulators else None
+
+    @property
+    def active(self) -> bool:
+        return self._mode is not None
+
+    # -- contexts -------------------------------------------------------------
+
+    def attach(self, recorder=None, simulator=None) -> None:
+        if self._mode is None:
+            self._start()
+        if recorder is not None:
+            self.recorders.append(recorder)
+            if self.step_open and recorder.begin_step(self.step):
+                self._watching.append(recorder)
+        if simulator is not None:
+            self.simulators.append(simulator)
+
+    def detach(self, recorder=None, simulator=None) -> None:
+        if recorder is not None and recorder in self.recorders:
+            self.recorders.remove(recorder)
+            if recorder in self._watching:
+                self._watching.remove(recorder)
+        if simulator is not None and simulator in self.simulators:
+            self.simulators.remove(simulator)
+        if not self.recorders and not self.simulators and self._mode is not None:
+            self._stop()
+
+    def _start(self) -> None:
+        from torch.optim import optimizer
+
+        self.step, self.exec_index = 0, 0
+        self.step_open = self.pending_boundary = self.manual_steps = self.step_overflow = False
+        self.namer.install()
+        self._handles = [optimizer.register_optimizer_step_pre_hook(self._optimizer_begins),
+                         optimizer.register_optimizer_step_post_hook(self._optimizer_ends)]
+        self._mode = _Interceptor(self)
+        self._mode.__enter__()
+
+    def _stop(self) -> None:
+        mode, self._mode = self._mode, None
+        try:
+            mode.__exit__(None, None, None)
+        finally:
+            for handle in self._handles:
+                handle.remove()
+            self._handles = []
+            self.namer.uninstall()
+            self.optimizer = None
+            self._watching = []
+
+    def _optimizer_begins(self, optimizer, args, kwargs) -> None:
+        self.optimizer = optimizer
+
+    def _optimizer_ends(self, optimizer, args, kwargs) -> None:
+        self.optimizer = None
+        if not self.manual_steps:
+            self.pending_boundary = True
+
+    # -- steps ----------------------------------------------------------------
+
+    def explicit_step(self, loss=None, loss_scale=None) -> None:
+        """End the current step because the user said so; optimizer steps stop ending steps."""
+        self.manual_steps = True
+        self.end_step(loss, loss_scale)
+
+    def end_step(self, loss=None, loss_scale=None) -> None:
+        """Close the open step in every recorder; the next op opens the next step."""
+        self.pending_boundary = False
+        if not self.step_open:
+            return
+        loss = _as_float(loss, math.nan)
+        loss_scale = _as_float(loss_scale, 1.0)
+        for recorder in self._watching:
+            recorder.end_step(self.step, loss, loss_scale, self.step_overflow)
+        self.namer.new_step()
+        self.step += 1
+        self.exec_index = 0
+        self.step_open = False
+        self.step_overflow = False
+        self._watching = []
+
+    def _open_step(self) -> None:
+        self.step_open = True
+        self._watching = [r for r in self.recorders if r.begin_step(self.step)]
+
+    # -- every op -------------------------------------------------------------
+
+    def dispatch(self, func, args: tuple, kwargs: dict):
+        info = op_info(func)
+        if info.passthrough:
+            result = func(*args, **kwargs)
+            if info.alias and self.simulators and isinstance(result, torch.Tensor):
+                fmt = getattr(args[0], FORMAT_ATTR, None)
+                if fmt is not None:
+                    setattr(result, FORMAT_ATTR, fmt)
+            return result
+        if self.pending_boundary:
+            self.end_step()
+        if not self.step_open:
+            self._open_step()
+        node = _current_node()
+        direction, name = self.namer.name(info.type, node, self.optimizer)
+        call = OpCall(info, self.step, self.exec_index, name, direction, node, args, kwargs)
+        self.exec_index += 1
+        watching = [r for r in self._watching if r.wants(call)] if self._watching else ()
+        simulator = self.simulator
+        before = (lambda: self._before_kernel(call, watching, simulator is not None)) if watching else None
+        if simulator is not None:
+            result = simulator.run(call, before)
+        else:
+            if before is not None:
+                before()
+            result = func(*args, **kwargs)
+            call.outputs = result_tensors(info, args, kwargs, result)
+        if call.overflow:
+            self.step_overflow = True
+        if watching:
+            describe = logical_dtype if simulator is not None else _torch_dtype
+            call.output_dtypes = [describe(t) for t in call.outputs]
+            if not call.compute_dtype:
+                call.compute_dtype = _compute_dtype(call)
+            for recorder in watching:
+                recorder.after(call)
+        return result
+
+    def _before_kernel(self, call: OpCall, watching, simulated: bool) -> None:
+        """Just before the kernel runs: its inputs, as the kernel sees them, go to the recorders."""
+        call.inputs = flat_tensors((*call.args, *call.kwargs.values()))
+        if call.direction == BACKWARD:
+            call.forward_op = self.namer.forward_op_of(call.node)
+        describe = logical_dtype if simulated else _torch_dtype
+        call.input_dtypes = [describe(t) for t in call.inputs]
+        for recorder in watching:
+            recorder.before(call)
+
+
+def _torch_dtype(tensor: torch.Tensor) -> str:
+    return dtype_name(tensor.dtype)
+
+
+def _compute_dtype(call: OpCall) -> str:
+    for tensors, dtypes in ((call.inputs, call.input_dtypes), (call.outputs, call.output_dtypes)):
+        for tensor, dtype in zip(tensors, dtypes or ()):
+            if tensor.is_floating_point():
+                return dtype
+    return dtype_name(call.outputs[0].dtype) if call.outputs else ""
+
+
+def _as_float(value, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        if value.numel() != 1:
+            raise ValueError("the loss must be a number or a one-element tensor")
+        return float(value.item())
+    return float(value)
+
+
+SESSION = Session()
+
+
+def step(loss=None, loss_scale=None) -> None:
+    """End the current step of every active `dump` / `simulate_npu`, noting its loss (and loss scale).
+
+    Optional when the loop calls ``optimizer.step()``: that ends steps by itself.
+    """
+    if SESSION.active:
+        SESSION.explicit_step(loss, loss_scale)

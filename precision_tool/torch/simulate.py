@@ -1,0 +1,195 @@
+"""`simulate_npu`: run PyTorch's float32 ops with the simulated NPU's numerics.
+
+For every floating-point aten op the precision mode picks a compute and an
+output format (`precision_tool.engine.precision.decide`, with the aten
+category map of `precision_tool.torch.ops`). The op then runs the way the
+numpy engine runs its kernels: inputs rounded to the compute format, the
+kernel in float32 (so matrix ops accumulate in float32), every output rounded
+once to the output format by `Format.round`, which saturates (``saturation``:
++-max, NaN -> 0) or overflows to inf/NaN (``inf_nan``) and raises the sticky
+float status. Tensors stay float32 torch tensors holding values exact in
+their format, so autograd works unchanged and backward ops are simulated too.
+
+Ops that already run in float16/bfloat16 (``torch.autocast``, ``.half()``)
+or float64 run natively; their outputs still pass through the overflow mode
+and raise the status. Gradient accumulation into parameters and optimizer
+updates run in float32, as the engine's optimizer does; an inf/NaN they
+produce still raises the status.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from precision_tool import defaults
+from precision_tool.engine.formats import FLOAT32, check_overflow_mode
+from precision_tool.engine.ops.base import MOVEMENT
+from precision_tool.engine.precision import MixLists, decide, load_mixlist, policy_for
+from precision_tool.engine.status import FloatStatus, OpRef
+from precision_tool.torch.ops import dtype_name, flat_tensors, result_tensors
+from precision_tool.torch.session import SESSION, OpCall
+from precision_tool.torch.tensors import (FORMAT_ATTR, has_nonfinite, round_in_place, round_to,
+                                          saturate_in_place, set_logical_format)
+
+OVERFLOW_OPS_LIMIT = 10_000  # `overflow_ops` keeps the first this many
+
+
+class _AnyAtenOp:
+    """The op types a ``modify_mixlist`` file may name here: any ``namespace.op``."""
+
+    def __contains__(self, op_type) -> bool:
+        return isinstance(op_type, str) and "." in op_type
+
+
+class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(...)``
+    """Context manager: ops inside compute with the simulated NPU's formats and overflow mode.
+
+    ``precision_mode`` / ``precision_mode_v2`` take the Ascend values
+    (`precision_tool.engine.precision`; default ``allow_fp32_to_fp16``),
+    ``modify_mixlist`` a JSON file moving aten op types (``"aten.mm"``)
+    between the black, white and gray lists. ``sim.status`` is the sticky
+    float status and ``sim.overflow_ops`` the ops that raised it, in order.
+    """
+
+    def __init__(self, precision_mode: str | None = None, overflow_mode: str = defaults.OVERFLOW_MODE, *,
+                 precision_mode_v2: str | None = None, modify_mixlist=None):
+        self.policy = policy_for(precision_mode, precision_mode_v2)
+        self.overflow_mode = check_overflow_mode(overflow_mode)
+        self.precision_mode = precision_mode_v2 or precision_mode or defaults.NPU_PRECISION_MODE
+        self.mixlists = load_mixlist(modify_mixlist, _AnyAtenOp()) if modify_mixlist else MixLists()
+        self.status = FloatStatus()
+        self.overflow_ops: list[OpRef] = []
+
+    def __enter__(self) -> "simulate_npu":
+        SESSION.attach(simulator=self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        SESSION.detach(simulator=self)
+
+    def step(self, loss=None, loss_scale=None) -> None:
+        """End the current step (see `precision_tool.torch.step`)."""
+        SESSION.explicit_step(loss, loss_scale)
+
+    # -- one op ---------------------------------------------------------------
+
+    def run(self, call: OpCall, before):
+        """Run ``call`` with simulated numerics; ``before()`` is called just before the kernel."""
+        info = call.info
+        floats = [t for t in _tensors(call.args, call.kwargs) if t.is_floating_point()]
+        native = (not floats or call.direction == "optimizer" or _accumulates_grad(call)
+                  or any(t.dtype != torch.float32 for t in floats)
+                  or (info.cast and call.kwargs.get("dtype", torch.float32) != torch.float32))
+        if native:
+            result = self._run_native(call, floats, before, saturate=bool(floats) and call.direction != "optimizer")
+        elif info.category == MOVEMENT:
+            result = self._run_movement(call, floats, before)
+        else:
+            result = self._run_compute(call, floats, before)
+        if call.overflow:
+            self._raise(call, floats)
+        return result
+
+    def _precision(self, call: OpCall, floats: list):
+        membership = self.mixlists.membership(call.info.type, call.info.amp)
+        activations = [fmt for t in floats if (fmt := getattr(t, FORMAT_ATTR, None)) is not None]
+        return decide(call.info.category, membership, self.policy, FLOAT32, activations)
+
+    def _run_native(self, call: OpCall, floats: list, before, saturate: bool):
+        if before is not None:
+            before()
+        result = call.info.func(*call.args, **call.kwargs)
+        call.outputs = result_tensors(call.info, call.args, call.kwargs, result)
+        call.compute_dtype = dtype_name(floats[0].dtype) if floats else ""
+        mode = self.overflow_mode if saturate else "inf_nan"
+        overflow = False
+        for out in call.outputs:
+            if out.is_floating_point():
+                overflow |= saturate_in_place(out, mode)
+                if out.dtype == torch.float32:
+                    set_logical_format(out, None)
+        call.overflow = overflow
+        return result
+
+    def _run_movement(self, call: OpCall, floats: list, before):
+        fmt = self._precision(call, floats).output
+        exact = all((getattr(t, FORMAT_ATTR, None) or FLOAT32) is fmt for t in floats)  # nothing to round
+        if before is not None:
+            before()
+        result = call.info.func(*call.args, **call.kwargs)
+        call.outputs = result_tensors(call.info, call.args, call.kwargs, result)
+        overflow = False
+        for out in call.outputs:
+            if out.dtype == torch.float32:
+                if not exact and fmt.bits < 32 and not call.info.is_view:
+                    overflow |= round_in_place(out, fmt, self.overflow_mode)
+                set_logical_format(out, fmt)
+        call.compute_dtype = fmt.name
+        call.overflow = overflow
+        return result
+
+    def _run_compute(self, call: OpCall, floats: list, before):
+        precision = self._precision(call, floats)
+        compute, output = precision.compute, precision.output
+        overflow = False
+        if compute.bits < 32:
+            written = {id(t) for t in flat_tensors(call.info.mutated_args(call.args, call.kwargs))}
+            cast: dict[int, torch.Tensor] = {}
+
+            def to_compute(t):
+                nonlocal overflow
+                if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+                    return t
+                fmt = getattr(t, FORMAT_ATTR, None)
+                if fmt is compute or (fmt is not None and fmt.bits < compute.bits):
+                    return t
+                if id(t) in written:  # an in-place op computes from its rounded destination
+                    if call.info.overwrites:  # ... unless it never reads it (uniform_, fill_)
+                        return t
+                    overflow |= round_in_place(t, compute, self.overflow_mode)
+                    set_logical_format(t, compute)
+                    return t
+                if id(t) not in cast:
+                    rounded, flag = round_to(t, compute, self.overflow_mode)
+                    overflow |= flag
+                    set_logical_format(rounded, compute)
+                    cast[id(t)] = rounded
+                return cast[id(t)]
+
+            keep = call.info.float32_args
+            call.args = tuple(a if i in keep else _map(to_compute, a) for i, a in enumerate(call.args))
+            call.kwargs = {k: _map(to_compute, v) for k, v in call.kwargs.items()}
+        if before is not None:
+            before()
+        result = call.info.func(*call.args, **call.kwargs)
+        call.outputs = result_tensors(call.info, call.args, call.kwargs, result)
+        keep = call.info.float32_outputs
+        for i, out in enumerate(call.outputs):
+            if out.dtype == torch.float32:
+                fmt = FLOAT32 if i in keep else output
+                overflow |= round_in_place(out, fmt, self.overflow_mode)
+                set_logical_format(out, fmt)
+        call.compute_dtype = compute.name
+        call.overflow = overflow
+        return result
+
+    def _raise(self, call: OpCall, floats: list) -> None:
+        call.inherited = has_nonfinite(floats)
+        ref = OpRef(call.step, call.name, call.info.type, call.direction, call.exec_index)
+        self.status.raise_(ref)
+        if len(self.overflow_ops) < OVERFLOW_OPS_LIMIT:
+            self.overflow_ops.append(ref)
+
+
+def _accumulates_grad(call: OpCall) -> bool:
+    return call.node is not None and getattr(call.node, "variable", None) is not None
+
+
+def _tensors(args, kwargs) -> list:
+    return flat_tensors((*args, *kwargs.values()))
+
+
+def _map(fn, value):
+    if isinstance(value, (list, tuple)):
+        return type(value)(fn(v) for v in value)
+    return fn(value)

@@ -1,0 +1,165 @@
+"""`dump`: what a training step records, in each mode."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch not installed: pip install 'precision-tool[torch]'")
+
+import precision_tool.torch as ptt  # noqa: E402
+from precision_tool.dump.reader import open_dump  # noqa: E402
+from precision_tool.errors import ConfigError  # noqa: E402
+from .torch_helpers import make_mlp, train  # noqa: E402
+
+
+def test_a_training_step_records_forward_backward_and_optimizer_ops(tmp_path):
+    run = make_mlp()
+    with ptt.dump(tmp_path / "g.h5"):
+        train(run)
+    with open_dump(tmp_path / "g.h5") as dump:
+        assert dump.metadata["framework"] == "torch"
+        assert dump.metadata["role"] == "golden"
+        assert dump.metadata["device"] == "golden"
+        assert dump.metadata["mode"] == "dump"
+        ops = dump.ops(step=0)
+        assert [s.step for s in dump.steps()] == [0]
+    by_name = {(op.name, op.direction): op for op in ops}
+    fc1 = by_name[("MLP/fc1/aten.addmm_0", "forward")]
+    assert fc1.type == "aten.addmm" and fc1.compute_dtype == "float32"
+    assert [(t.slot, t.shape, t.dtype) for t in fc1.tensors] == [
+        ("input_0", (16,), "float32"), ("input_1", (5, 8), "float32"), ("input_2", (8, 16), "float32"),
+        ("output_0", (5, 16), "float32")]
+    grad_w = by_name[("MLP/fc2/aten.addmm_0/aten.mm_1", "backward")]
+    assert grad_w.type == "aten.mm" and grad_w.outputs[0].shape == (4, 16)
+    assert grad_w.attrs["forward_op"] == "MLP/fc2/aten.addmm_0"
+    assert grad_w.attrs["autograd_node"] == "AddmmBackward0"
+    assert {op.direction for op in ops} == {"forward", "backward", "optimizer"}
+    assert [op.name for op in ops if op.direction == "optimizer"] == [f"optimizer/SGD/aten.add__{i}" for i in range(4)]
+    assert [op.exec_index for op in ops] == sorted(op.exec_index for op in ops)
+
+
+def test_recorded_tensors_hold_the_values_the_op_saw(tmp_path):
+    run = make_mlp()
+    model, _, x, _ = run
+    expected = model.fc1(x).detach().numpy()
+    with ptt.dump(tmp_path / "g.h5"):
+        train(run)
+    with open_dump(tmp_path / "g.h5") as dump:
+        op = dump.op(0, "MLP/fc1/aten.addmm_0")
+        np.testing.assert_array_equal(dump.tensor(0, op.exec_index, "input_1"), x.numpy())
+        np.testing.assert_allclose(dump.tensor(0, op.exec_index, "output_0"), expected, rtol=1e-6)
+        stats = op.tensor("output_0").stats
+        assert stats.count == expected.size and stats.max == pytest.approx(float(expected.max()))
+
+
+def test_in_place_ops_record_their_input_before_the_update(tmp_path):
+    run = make_mlp()
+    before = run[0].fc1.weight.detach().clone()
+    with ptt.dump(tmp_path / "g.h5"):
+        train(run)
+    with open_dump(tmp_path / "g.h5") as dump:
+        update = dump.op(0, "optimizer/SGD/aten.add__0", "optimizer")
+        np.testing.assert_array_equal(dump.tensor(0, update.exec_index, "input_0"), before.numpy())
+        np.testing.assert_array_equal(dump.tensor(0, update.exec_index, "output_0"), run[0].fc1.weight.detach().numpy())
+
+
+def test_stats_mode_records_statistics_without_data(tmp_path):
+    with ptt.dump(tmp_path / "s.h5", mode="stats"):
+        train(make_mlp())
+    with open_dump(tmp_path / "s.h5") as dump:
+        op = dump.op(0, "MLP/act/aten.relu_0")
+        assert dump.mode == "stats"
+        assert not any(t.has_data for t in op.tensors)
+        assert op.outputs[0].stats.min == 0.0 and op.outputs[0].stats.count == 5 * 16
+        with pytest.raises(KeyError):
+            dump.tensor(0, op.exec_index, "output_0")
+
+
+def test_steps_end_at_optimizer_step_and_only_chosen_steps_are_written(tmp_path):
+    with ptt.dump(tmp_path / "g.h5", mode="stats", steps=[1, 2]):
+        train(make_mlp(), steps=4)
+    with open_dump(tmp_path / "g.h5") as dump:
+        assert [s.step for s in dump.steps()] == [1, 2]
+        assert {op.step for op in dump.ops()} == {1, 2}
+        assert [op.name for op in dump.ops(step=1)] == [op.name for op in dump.ops(step=2)]
+
+
+def test_explicit_step_records_the_loss_and_takes_over_from_the_optimizer(tmp_path):
+    run = make_mlp()
+    with ptt.dump(tmp_path / "g.h5", mode="stats") as d:
+        losses = []
+        for _ in range(3):
+            losses += train(run)
+            d.step(losses[-1])
+    with open_dump(tmp_path / "g.h5") as dump:
+        steps = dump.steps()
+    assert [s.step for s in steps] == [0, 1, 2]
+    assert [s.loss for s in steps] == pytest.approx(losses)
+
+
+def test_a_dump_without_steps_is_still_complete(tmp_path):
+    with ptt.dump(tmp_path / "g.h5"):
+        pass
+    with open_dump(tmp_path / "g.h5") as dump:
+        assert dump.complete and dump.steps() == []
+
+
+def test_an_interrupted_run_keeps_the_completed_steps(tmp_path):
+    run = make_mlp()
+    with pytest.raises(KeyboardInterrupt):
+        with ptt.dump(tmp_path / "g.h5", mode="stats"):
+            train(run, steps=2)
+            run[0](run[2])
+            raise KeyboardInterrupt
+    with open_dump(tmp_path / "g.h5") as dump:
+        assert not dump.complete
+        assert [s.step for s in dump.steps()] == [0, 1]
+
+
+def test_overflow_mode_records_only_overflowing_ops_first_the_culprit(tmp_path):
+    run = make_mlp(scale=1e5)  # fc1 outputs exceed 65504
+    with ptt.simulate_npu("force_fp16", "saturation"), ptt.dump(tmp_path / "o.h5", mode="overflow"):
+        train(run)
+    with open_dump(tmp_path / "o.h5") as dump:
+        assert dump.role == "overflow"
+        ops = dump.ops()
+        first = ops[0]
+        assert first.name == "MLP/fc1/aten.addmm_0" and first.overflow and not first.inherited_nonfinite
+        assert first.compute_dtype == "float16"
+        stats = first.outputs[0].stats
+        assert stats.saturated > 0 and max(-stats.min, stats.max) == 65504.0
+        assert all(op.overflow for op in ops) and all(t.has_data for t in first.tensors)
+
+
+def test_golden_overflow_mode_catches_non_finite_results(tmp_path):
+    x = torch.tensor([1e30, 1.0])
+    with ptt.dump(tmp_path / "o.h5", mode="overflow"):
+        y = x * x
+        z = y + 1
+        w = x - 1
+    with open_dump(tmp_path / "o.h5") as dump:
+        ops = dump.ops()
+    assert [op.name for op in ops] == ["aten.mul_0", "aten.add_0"]
+    assert not ops[0].inherited_nonfinite and ops[1].inherited_nonfinite
+    assert math.isinf(float(y[0])) and float(w[1]) == 0.0 and math.isinf(float(z[0]))
+
+
+def test_bad_arguments_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="dump mode"):
+        ptt.dump(tmp_path / "x.h5", mode="everything")
+    with pytest.raises(ConfigError, match="role"):
+        ptt.dump(tmp_path / "x.h5", role="reference")
+
+
+def test_an_autocast_run_records_the_dtypes_autocast_chose(tmp_path):
+    with torch.autocast("cpu", dtype=torch.bfloat16), ptt.dump(tmp_path / "a.h5", mode="stats"):
+        train(make_mlp())
+    with open_dump(tmp_path / "a.h5") as dump:
+        assert dump.role == "target" and dump.metadata["precision_mode"] == "autocast_bfloat16"
+        fc1 = dump.op(0, "MLP/fc1/aten.addmm_0")
+        softmax = dump.op(0, "aten._log_softmax_0")
+    assert fc1.compute_dtype == "bfloat16" and fc1.outputs[0].dtype == "bfloat16"
+    assert softmax.outputs[0].dtype == "float32"  # on autocast's fp32 list

@@ -1,0 +1,125 @@
+"""Op names: module path, op type and a per-scope call index, the same in every run."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch not installed: pip install 'precision-tool[torch]'")
+
+import precision_tool.torch as ptt  # noqa: E402
+from precision_tool.dump.reader import open_dump  # noqa: E402
+from .torch_helpers import make_mlp, train  # noqa: E402
+
+
+def _names(path, step=None) -> list[tuple[str, str]]:
+    with open_dump(path) as dump:
+        return [(op.name, op.direction) for op in dump.ops(step=step)]
+
+
+def _encoder_run(seed: int = 0):
+    torch.manual_seed(seed)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    x = torch.randn(2, 5, 16)
+    return model, torch.optim.Adam(model.parameters(), lr=1e-3), x
+
+
+def _train_encoder(run, steps: int = 2) -> None:
+    model, optimizer, x = run
+    for _ in range(steps):
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def test_two_golden_runs_give_identical_name_sequences(tmp_path):
+    for name in ("a", "b"):
+        with ptt.dump(tmp_path / f"{name}.h5", mode="stats"):
+            _train_encoder(_encoder_run())
+    first = _names(tmp_path / "a.h5")
+    assert first == _names(tmp_path / "b.h5")
+    step_1 = _names(tmp_path / "a.h5", step=1)
+    assert len(step_1) == len(set(step_1))  # unique within a step
+    assert ("TransformerEncoder/layers.0/self_attn/aten.mm_0", "forward") in first
+    assert ("TransformerEncoder/layers.1/linear2/aten.addmm_0", "forward") in first
+
+
+def test_golden_and_simulated_runs_name_the_same_ops(tmp_path):
+    with ptt.dump(tmp_path / "g.h5", mode="stats"):
+        _train_encoder(_encoder_run())
+    with ptt.simulate_npu("allow_mix_precision_bf16"), ptt.dump(tmp_path / "t.h5", mode="stats"):
+        _train_encoder(_encoder_run())
+    assert set(_names(tmp_path / "g.h5")) == set(_names(tmp_path / "t.h5"))
+    with open_dump(tmp_path / "t.h5") as dump:
+        assert dump.role == "target" and dump.metadata["device"] == "npu"
+        assert dump.metadata["precision_mode"] == "allow_mix_precision_bf16"
+
+
+def test_every_step_restarts_the_call_indices(tmp_path):
+    with ptt.dump(tmp_path / "g.h5", mode="stats"):
+        _train_encoder(_encoder_run(), steps=3)
+    assert _names(tmp_path / "g.h5", step=1) == _names(tmp_path / "g.h5", step=2)
+
+
+def test_an_extra_call_elsewhere_shifts_no_other_name(tmp_path):
+    run = make_mlp()
+    with ptt.dump(tmp_path / "a.h5", mode="stats"):
+        train(run)
+    run = make_mlp()
+    with ptt.dump(tmp_path / "b.h5", mode="stats"):
+        torch.sigmoid(run[2])  # an extra op before the step, outside any module
+        train(run)
+    extra = set(_names(tmp_path / "b.h5")) - set(_names(tmp_path / "a.h5"))
+    assert extra == {("aten.sigmoid_0", "forward")}
+
+
+def test_backward_ops_are_named_after_their_forward_op_and_parameters(tmp_path):
+    with ptt.dump(tmp_path / "g.h5", mode="stats"):
+        train(make_mlp())
+    names = dict(_names(tmp_path / "g.h5", step=0))
+    assert names["MLP/fc1/aten.addmm_0/aten.mm_0"] == "backward"
+    assert names["MLP/act/aten.relu_0/aten.threshold_backward_0"] == "backward"
+    assert names["aten._log_softmax_0/aten._log_softmax_backward_data_0"] == "backward"
+
+
+def test_gradient_accumulation_is_named_after_the_parameter(tmp_path):
+    model, _, x, _ = make_mlp()
+    with ptt.dump(tmp_path / "g.h5", mode="stats"):
+        for _ in range(2):  # no zero_grad: the second backward adds into .grad
+            model(x).sum().backward()
+    names = [n for n, _ in _names(tmp_path / "g.h5")]
+    assert "MLP/fc1/weight/aten.add__0" in names
+
+
+def test_a_module_called_twice_counts_its_calls():
+    from precision_tool.torch.naming import Namer
+
+    namer = Namer()
+    linear = torch.nn.Linear(2, 2)
+    names = []
+
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = linear
+
+        def forward(self, x):
+            names.append(namer.module_path)
+            return self.inner(self.inner(x))
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            names.append(namer.module_path)
+            return x
+
+    model = Twice()
+    model.probe = Probe()
+    namer.install()
+    try:
+        model(torch.ones(1, 2))
+        model.probe(torch.ones(1))
+        assert namer.name("aten.mm", None, None) == ("forward", "aten.mm_0")
+    finally:
+        namer.uninstall()
+    assert names == ["Twice", "Probe"]

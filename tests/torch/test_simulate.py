@@ -1,0 +1,139 @@
+"""`simulate_npu`: formats chosen by the precision mode, rounding, overflow modes and the float status."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch not installed: pip install 'precision-tool[torch]'")
+
+import precision_tool.torch as ptt  # noqa: E402
+from precision_tool.dump.reader import open_dump  # noqa: E402
+from precision_tool.engine.formats import BFLOAT16, FLOAT16  # noqa: E402
+from precision_tool.errors import ConfigError  # noqa: E402
+from precision_tool.torch.tensors import logical_dtype  # noqa: E402
+from .torch_helpers import make_mlp, train  # noqa: E402
+
+
+def _product_of_70000():
+    return torch.tensor([[350.0, 0.0]]), torch.tensor([[200.0], [1.0]])
+
+
+def test_force_fp16_saturation_clips_70000_to_65504_and_raises_the_status():
+    a, b = _product_of_70000()
+    with ptt.simulate_npu("force_fp16", "saturation") as sim:
+        y = a @ b
+    assert y.dtype == torch.float32 and float(y) == 65504.0
+    assert sim.status and sim.status.first.name == "aten.mm_0" and sim.status.first.type == "aten.mm"
+    assert [ref.name for ref in sim.overflow_ops] == ["aten.mm_0"]
+
+
+def test_inf_nan_mode_overflows_to_inf():
+    a, b = _product_of_70000()
+    with ptt.simulate_npu("force_fp16", "inf_nan") as sim:
+        y = a @ b
+        z = torch.sqrt(torch.tensor([-1.0]))
+    assert float(y) == float("inf") and torch.isnan(z).all()
+    assert sim.status.count == 2
+
+
+def test_saturation_turns_nan_into_zero():
+    with ptt.simulate_npu("force_fp16", "saturation") as sim:
+        z = torch.sqrt(torch.tensor([-1.0, 4.0]))
+    assert z.tolist() == [0.0, 2.0] and sim.status
+
+
+def test_outputs_are_rounded_to_the_compute_format_and_tagged():
+    x = torch.tensor([1.0 + 2.0**-11 + 2.0**-20, 3.0])
+    with ptt.simulate_npu("force_fp16"):
+        y = x * 1.0
+    expected, _ = FLOAT16.round(x.numpy() * 1.0)
+    np.testing.assert_array_equal(y.numpy(), expected)
+    assert y.tolist()[0] == 1.0 + 2.0**-10 and logical_dtype(y) == "float16"
+    with ptt.simulate_npu("allow_mix_precision_bf16"):
+        w = torch.tensor([[1.0 + 2.0**-9]]) @ torch.tensor([[1.0]])
+    assert float(w) == 1.0 and logical_dtype(w) == BFLOAT16.name
+
+
+def test_mixed_precision_keeps_black_list_ops_in_float32():
+    x = torch.randn(4, 8)
+    w = torch.randn(8, 8)
+    with ptt.simulate_npu("allow_mix_precision") as sim:
+        h = x @ w  # white: float16
+        s = torch.softmax(h, dim=-1)  # black: float32
+        r = torch.relu(h)  # gray, follows its float16 input
+        e = torch.relu(x)  # gray with a float32 input: stays float32
+    assert [logical_dtype(t) for t in (h, s, r, e)] == ["float16", "float32", "float16", "float32"]
+    assert not sim.status
+
+
+def test_allow_fp32_to_fp16_lowers_only_matrix_ops():
+    x = torch.tensor([[1.0 + 2.0**-12]])
+    with ptt.simulate_npu("allow_fp32_to_fp16"):
+        m = x @ torch.ones(1, 1)
+        v = x * 1.0
+    assert float(m) == 1.0 and float(v) == 1.0 + 2.0**-12
+
+
+def test_autograd_works_and_backward_ops_are_simulated():
+    x = torch.tensor([[300.0, 1.0]], requires_grad=True)
+    w = torch.tensor([[200.0], [1.0]], requires_grad=True)
+    with ptt.simulate_npu("force_fp16", "saturation") as sim:
+        (x @ w).sum().backward()
+    assert x.grad.tolist() == [[200.0, 1.0]] and w.grad.tolist() == [[300.0], [1.0]]
+    assert not sim.status
+    a = torch.tensor([1.0], requires_grad=True)
+    b = torch.tensor([300.0])
+    with ptt.simulate_npu("force_fp16", "saturation") as sim:
+        (a * b).backward(torch.tensor([300.0]))  # forward 300, gradient 90000
+    assert a.grad.tolist() == [65504.0]
+    assert [(r.name, r.direction) for r in sim.overflow_ops] == [("aten.mul_0/aten.mul_0", "backward")]
+
+
+def test_ops_already_in_half_precision_run_natively_beside_autocast():
+    x = torch.randn(4, 8)
+    w = torch.randn(8, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16), ptt.simulate_npu("force_fp16") as sim:
+        y = x @ w
+        big = torch.full((2,), 1e38, dtype=torch.bfloat16) * 100
+    assert y.dtype == torch.bfloat16  # autocast decided; the simulator kept its dtype
+    assert torch.equal(y, (x.bfloat16() @ w.bfloat16()))
+    assert big.dtype == torch.bfloat16 and torch.isfinite(big).all() and sim.status  # saturated, flagged
+
+
+def test_simulate_inside_and_outside_dump_records_the_same_numbers(tmp_path):
+    for order in ("sim-outside", "sim-inside"):
+        run = make_mlp(scale=1e5)
+        sim = ptt.simulate_npu("force_fp16")
+        dump = ptt.dump(tmp_path / f"{order}.h5", mode="stats")
+        first, second = (sim, dump) if order == "sim-outside" else (dump, sim)
+        with first, second:
+            train(run)
+    with open_dump(tmp_path / "sim-outside.h5") as a, open_dump(tmp_path / "sim-inside.h5") as b:
+        assert a.metadata["device"] == b.metadata["device"] == "npu"
+        ops_a, ops_b = a.ops(), b.ops()
+    assert [(o.name, o.overflow, o.compute_dtype) for o in ops_a] == [(o.name, o.overflow, o.compute_dtype) for o in ops_b]
+    assert [o.outputs[0].stats for o in ops_a] == [o.outputs[0].stats for o in ops_b]
+    assert ops_a[0].overflow and ops_a[0].outputs[0].dtype == "float16"
+
+
+def test_the_loss_of_a_simulated_run_differs_only_by_rounding():
+    golden = train(make_mlp(), steps=3)
+    with ptt.simulate_npu("force_fp16"):
+        target = train(make_mlp(), steps=3)
+    assert target != golden and np.allclose(target, golden, rtol=1e-2)
+
+
+def test_modify_mixlist_moves_aten_ops_between_lists(tmp_path):
+    mixlist = tmp_path / "mix.json"
+    mixlist.write_text('{"black-list": {"to-add": ["aten.mm"]}}')
+    with ptt.simulate_npu("allow_mix_precision", modify_mixlist=mixlist):
+        y = torch.tensor([[1.0 + 2.0**-12]]) @ torch.ones(1, 1)
+    assert float(y) == 1.0 + 2.0**-12 and logical_dtype(y) == "float32"
+
+
+def test_bad_settings_are_config_errors():
+    with pytest.raises(ConfigError, match="precision_mode"):
+        ptt.simulate_npu("fp8_everywhere")
+    with pytest.raises(ConfigError, match="overflow mode"):
+        ptt.simulate_npu("force_fp16", "wrap")
