@@ -10,12 +10,6 @@ import click
 from precision_tool.collect.demo import DEMO_MODEL, DEMO_STEPS
 
 
-def _size(path: Path) -> str:
-    from precision_tool.render.inspect_view import format_size
-
-    return format_size(path.stat().st_size)
-
-
 @click.command("demo", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               help="Directory for the four dumps (created if needed). Default: a new temporary directory, kept.")
@@ -48,10 +42,9 @@ def demo(workdir, steps):
     console.print(Text(f"precision-tool demo: model {DEMO_MODEL}, {steps} steps, dumps in {workdir}", style="bold"))
 
     def show(run):
-        losses = f"loss {run.losses[0]:.4g} -> {run.losses[-1]:.4g}" if run.losses else ""
-        overflow = f", overflow on {len(run.overflow_steps)} step(s)" if run.overflow_steps else ""
-        console.print(f"  {run.role:<11} {run.description:<42} {losses}{overflow}  "
-                      f"{run.path.name} ({_size(run.path)})")
+        losses = f"loss {run.losses[0]:.3g} -> {run.losses[-1]:.4g}" if run.losses else ""
+        overflow = f" [{len(run.overflow_steps)} overflow]" if run.overflow_steps else ""
+        console.print(f"  {run.path.name:<14}{run.description:<31}{losses}{overflow}")
 
     runs = {run.role: run.path for run in collect_demo(workdir, steps, on_run=show)}
     with open_dump(runs["golden"]) as golden, open_dump(runs["target"]) as target, \

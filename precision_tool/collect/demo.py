@@ -33,10 +33,10 @@ class DemoRun:
 def _plan(workdir: Path):
     on_npu = dict(precision_mode=DEMO_PRECISION_MODE, overflow_mode="saturation")
     return [
-        ("golden", "golden CPU device, float32", golden(), "dump"),
-        ("target", f"npu, {DEMO_PRECISION_MODE}, fusion on", npu(**on_npu), "dump"),
-        ("overflow", f"npu, {DEMO_PRECISION_MODE}, overflow mode", npu(**on_npu), "overflow"),
-        ("fusion-off", f"npu, {DEMO_PRECISION_MODE}, every fusion pass off",
+        ("golden", "golden CPU, float32", golden(), "dump"),
+        ("target", f"npu {DEMO_PRECISION_MODE}, fusion on", npu(**on_npu), "dump"),
+        ("overflow", f"npu {DEMO_PRECISION_MODE}, overflow mode", npu(**on_npu), "overflow"),
+        ("fusion-off", f"npu {DEMO_PRECISION_MODE}, fusion off",
          npu(**on_npu, fusion_switch=FusionSwitch(all_off=True)), "fusion-off"),
     ]
 

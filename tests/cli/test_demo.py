@@ -1,0 +1,34 @@
+"""`precision-tool demo` finds its planted fault; the sample dumps work in the shell."""
+
+from pathlib import Path
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
+SAMPLE_FILES = ["golden.h5", "npu.h5", "overflow.h5", "fusion_off.h5"]
+
+
+def test_demo_diagnoses_the_fused_layer_norm(run_cli, tmp_path):
+    result = run_cli("demo", "--workdir", tmp_path, "--steps", "2")
+    assert result.status == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "Verdict: fusion" in out
+    assert "Op: norm/LayerNormFused (step 0, forward, LayerNormFused)" in out
+    assert 'switch off LayerNormFusionPass: put {"GraphFusion": {"LayerNormFusionPass": "off"}}' in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SAMPLE_FILES)
+
+
+def test_sample_dumps_are_small_and_hold_the_demo_fault(run_cli):
+    paths = [SAMPLES / name for name in SAMPLE_FILES]
+    assert sum(p.stat().st_size for p in paths) < 2_000_000
+    result = run_cli("diagnose", paths[0], paths[1], "--fusion-off", paths[3], "--format", "json")
+    assert result.status == 0, result.stderr
+    import json
+
+    verdict = json.loads(result.stdout)["verdict"]
+    assert (verdict["op"], verdict["class"], verdict["step"]) == ("norm/LayerNormFused", "fusion", 0)
+
+
+def test_shell_opens_the_sample_dumps_by_role(run_cli):
+    result = run_cli("shell", *(SAMPLES / name for name in SAMPLE_FILES), "-c", "fu; of -l 1")
+    assert result.status == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "LayerNormFusionPass" in out and "norm/LayerNormFused" in out
