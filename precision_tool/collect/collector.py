@@ -13,24 +13,41 @@ the block raises (Ctrl-C included)::
 The session's ``on_run_end`` closes the dump as complete; leaving the block
 by an exception closes it as incomplete, with every finished step readable.
 One collector records one run.
+
+Statistics are computed in batches (`StatsBatch`): ``after_op`` queues the
+op and the arrays new to the step; once the queued arrays hold 256 Ki values
+they are copied side by side into one float64 buffer and their statistics
+computed in a few numpy calls. Queued ops are written at the step's end, or
+as soon as 128 Ki values wait while ops with tensor data are queued (dump
+mode: the data is not kept for long). The step's arrays are
+told apart by identity (a reshape or transpose by the array it views)
+through weak references, so an array is kept only until its batch is
+computed. That relies on what the engine guarantees: kernels and the
+optimizer return new arrays and never modify their inputs or outputs
+afterwards (movement ops may return views, of arrays nobody modifies
+either). A hook that changes an event's arrays in place must be registered
+before the collector: the collector may read them after later ops ran, and
+never reads an array twice in a step.
 """
 
 from __future__ import annotations
 
 import sys
+import weakref
 
 import numpy as np
 
 from precision_tool.collect import modes as M
 from precision_tool.collect.selection import Selection
 from precision_tool.dump.records import StepRecord
-from precision_tool.dump.stats import StatsCache
+from precision_tool.dump.stats import StatsBatch
 from precision_tool.dump.storage import FLOAT_DTYPES
 from precision_tool.dump.writer import DumpWriter
 from precision_tool.engine.hooks import OpEvent, StepResult
 from precision_tool.errors import ConfigError
 
 _FLOATS = frozenset(FLOAT_DTYPES)
+_WRITE_AT = 1 << 17  # values waiting for statistics at which ops with data are written
 
 
 class Collector:
@@ -59,7 +76,9 @@ class Collector:
         self._data = M.records_data(self.modes)
         self._overflow = M.OVERFLOW in self.modes
         self._decisions: dict[tuple[str, str, str], bool] = {}
-        self._stats = StatsCache()
+        self._stats = StatsBatch()  # rows of the step's distinct arrays
+        self._seen: dict = {}  # identity of an array (see _slots) -> (weak reference, row in self._stats)
+        self._queued: list[tuple] = []  # ops waiting for their statistics, in execution order
         self._in_step = False
         self._step_overflows = 0
 
@@ -80,14 +99,14 @@ class Collector:
         writer = self._writer()
         self._in_step = self.selection.wants_step(step)
         self._step_overflows = 0
-        self._stats.clear()
+        self._forget()
         writer.begin_step(step)
 
     def after_op(self, event: OpEvent) -> None:
         if event.overflow:
             self._step_overflows += 1
             if self._in_step and self._overflow:
-                self._record(event, True)
+                self._queue(event, True)
                 return
         if not (self._in_step and self._every_op):
             return
@@ -96,14 +115,17 @@ class Collector:
         if wanted is None:
             wanted = self._decisions[key] = self.selection.wants_op(event)
         if wanted:
-            self._record(event, self._data)
+            self._queue(event, self._data)
 
     def on_step_end(self, result: StepResult) -> None:
+        writer = self._writer()
+        if self._queued:
+            self._write_queued()
+        self._forget()
         extra = {"overflow_ops": self._step_overflows}
         record = StepRecord(result.step, result.loss, result.loss_scale, result.overflow, result.skipped,
                             result.precision_mode)
-        self._writer().end_step(record, extra)
-        self._stats.clear()
+        writer.end_step(record, extra)
         self.steps_run += 1
 
     def on_run_end(self, summary: dict) -> None:
@@ -159,39 +181,77 @@ class Collector:
             self.on_run_begin({})
         return self.writer
 
-    def _record(self, event: OpEvent, with_data: bool) -> None:
-        # the hot path of stats mode: ~300 tensors a step, so no records or dataclasses here
-        cache = self._stats
-        cached = cache.entries.get
-        tensors = []
+    def _queue(self, event: OpEvent, with_data: bool) -> None:
+        """Queue the op, and its new arrays in the statistics batch."""
         arrays = [] if with_data else None
-        nonfinite_input = False
-        kind = 0
-        for values, dtypes in ((event.inputs, event.input_dtypes), (event.outputs, event.output_dtypes)):
-            if len(dtypes) < len(values):
-                dtypes = [*dtypes, *[""] * (len(values) - len(dtypes))]
-            for i, (array, dtype) in enumerate(zip(values, dtypes)):
-                if array is None:
-                    continue
-                if type(array) is not np.ndarray:
-                    array = np.asarray(array)
-                if dtype not in _FLOATS:
-                    dtype = array.dtype.name
-                entry = cached(id(array))
-                if entry is not None and entry[1] == dtype and entry[0]() is array:
-                    s = entry[2]
-                else:
-                    s = cache.get(array, dtype)
-                tensors.append((kind, i, dtype, array.shape, s))
-                if with_data:
-                    arrays.append(array)
+        slots = _slots(event, self._stats, self._seen, arrays)
+        self._queued.append((event.exec_index, event.direction, event.name, event.type, event.compute_dtype,
+                             event.overflow, event.fusion, event.attrs, slots, arrays))
+        if with_data and self._stats.queued >= _WRITE_AT:
+            self._write_queued()  # keep no more than about a batch of data waiting
+
+    def _write_queued(self) -> None:
+        """Compute the statistics still pending and write the queued ops."""
+        stats = self._stats
+        rows = stats.flush()
+        saturated = stats.saturated
+        for exec_index, direction, name, op_type, compute_dtype, overflow, fusion, attrs, slots, data \
+                in self._queued:
+            tensors = []
+            nonfinite_input = False
+            for kind, i, dtype, shape, k in slots:
+                s = rows[k] if k not in saturated else stats.row(k, dtype)
                 if not kind and (s[6] or s[7]):
                     nonfinite_input = True
-            kind = 1
-        self.writer.add_op(event.exec_index, event.direction, event.name, event.type, event.compute_dtype,
-                           event.overflow, nonfinite_input, event.fusion, event.attrs, tensors, arrays)
-        self.ops_recorded += 1
-        self.tensors_recorded += len(tensors)
+                tensors.append((kind, i, dtype, shape, s))
+            self.writer.add_op(exec_index, direction, name, op_type, compute_dtype, overflow, nonfinite_input,
+                               fusion, attrs, tensors, data)
+            self.tensors_recorded += len(tensors)
+        self.ops_recorded += len(self._queued)
+        self._queued = []
+
+    def _forget(self) -> None:
+        """Start a step: no queued ops, no rows, no arrays seen."""
+        self._queued = []
+        self._stats.clear()
+        self._seen = {}
+
+
+def _slots(event: OpEvent, stats: StatsBatch, seen: dict, arrays: list | None) -> list[tuple]:
+    """(kind, index, dtype, shape, row) of each tensor of ``event``; new arrays join ``stats``, all ``arrays``."""
+    slots = []
+    kind = 0
+    for values, dtypes in ((event.inputs, event.input_dtypes), (event.outputs, event.output_dtypes)):
+        for i, array in enumerate(values):
+            if array is None:
+                continue
+            if type(array) is not np.ndarray:
+                array = np.asarray(array)
+            dtype = dtypes[i] if i < len(dtypes) else ""
+            if dtype not in _FLOATS:
+                dtype = array.dtype.name
+            key, owner = (id(array), array) if array.base is None else _identity(array)
+            entry = seen.get(key)
+            if entry is not None and entry[0]() is owner:
+                k = entry[1]
+            else:  # new to the step (an id reused after its array was freed has a dead reference)
+                k = stats.add(array)
+                seen[key] = (weakref.ref(owner), k)
+            slots.append((kind, i, dtype, array.shape, k))
+            if arrays is not None:
+                arrays.append(array)
+        kind = 1
+    return slots
+
+
+def _identity(view: np.ndarray) -> tuple:
+    """The key and object the statistics of ``view`` are filed under: its base's, when it holds all of it."""
+    # a reshape or transpose holds the values of the array it views, in another order, which statistics ignore
+    base = view.base
+    if type(base) is np.ndarray and base.nbytes == view.nbytes and (
+            view.flags.c_contiguous or view.flags.f_contiguous or view.ravel(order="K").base is not None):
+        return (id(base) if base.dtype == view.dtype else (id(base), view.dtype.num)), base
+    return id(view), view
 
 
 def collect_to(path, mode="dump", *, steps=None, ops=None, op_types=None, backward: bool = True,

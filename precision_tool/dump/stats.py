@@ -11,6 +11,17 @@ value is not finite; saturated values only when min or max reaches the
 format's largest finite value. `StatsCache` computes each array once per
 step, since most op inputs are earlier ops' outputs.
 
+`StatsBatch` computes the same statistics for many arrays at once (the
+collector's ~300 arrays a step): the arrays are copied side by side into one
+cache-sized float64 buffer, and ``np.add/minimum/maximum.reduceat`` over the
+segment offsets give every array's sum, min, max and sum of squares in a
+handful of numpy calls per 256 Ki values, instead of five or six calls per
+array, whose fixed cost dominates on small arrays. The accuracy is that of
+`stats_tuple`: float32 values and their squares are exact in float64, and
+both sums accumulate in float64. Arrays with an Inf or NaN, a variance that
+would cancel, more than 256 Ki values or none take `stats_tuple`; a
+constant array gets its value as mean and std 0 exactly.
+
 Internally statistics are plain tuples in `TensorStats` field order (the
 collector's hot path makes ~300 of them per step); `tensor_stats` returns
 the dataclass.
@@ -29,12 +40,14 @@ from precision_tool.engine.formats import FORMATS
 _F64 = np.float64
 _NAN = math.nan
 _EMPTY = (0, _NAN, _NAN, _NAN, _NAN, 0.0, 0, 0, 0)
+_BATCH = 1 << 18  # values per `StatsBatch` buffer (2 MiB of float64: stays in cache)
 _SMALL = 40  # up to this many values plain Python beats numpy's per-call cost
 _CAST_WHOLE = 1 << 18  # up to this many values one float64 copy is cheaper than casting reductions
 _CANCELLATION = 1e-6  # below this variance / mean^2 the one-pass variance has lost its digits
 # the largest finite value of each float format: values at it count as saturated
 _LIMITS = {name: fmt.max for name, fmt in FORMATS.items()}
 
+_SATURATION_FLOOR = min(_LIMITS.values())  # below this magnitude no format's values saturate
 # below this magnitude a value's square is finite in its own dtype
 _SQUARE_SAFE = {np.dtype(t): float(np.sqrt(np.finfo(t).max)) / 2 for t in (np.float16, np.float32, np.float64)}
 
@@ -134,3 +147,122 @@ class StatsCache:
 
     def clear(self) -> None:
         self.entries.clear()
+
+
+class StatsBatch:
+    """`stats_tuple` of many arrays in a few numpy calls per 256 Ki values.
+
+    `add` queues an array and returns the position of its row in `rows`;
+    when the queued arrays reach 256 Ki values, and on `flush`, they are
+    copied side by side into one float64 buffer that stays in cache, their
+    rows are computed from it, and the batch lets go of them. Rows carry no
+    saturated count, which depends on the format: `row` adds it.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list = []  # a stats tuple per added array; None until computed
+        self.saturated: dict[int, dict[str, int]] = {}  # position -> {format: count}, where some saturate
+        self._buffer = np.empty(0, _F64)
+        self._flats: list[np.ndarray] = []
+        self._where: list[int] = []
+        self._used = 0
+
+    def add(self, array) -> int:
+        """Queue the statistics of ``array``; return the position of its row."""
+        flat = np.asarray(array).ravel(order="K")  # a transpose's values without a copy
+        size = flat.size
+        position = len(self.rows)
+        if not size or size > _BATCH:  # nothing to batch, or enough values to amortise numpy's calls
+            self.rows.append(stats_tuple(flat) if size else _EMPTY)
+            self._count_saturated(position, flat)
+            return position
+        if self._used + size > _BATCH:
+            self._reduce()
+        self._flats.append(flat)
+        self._where.append(position)
+        self._used += size
+        self.rows.append(None)
+        return position
+
+    @property
+    def queued(self) -> int:
+        """How many values wait for their rows."""
+        return self._used
+
+    def flush(self) -> list:
+        """Compute the rows still queued; return `rows`."""
+        if self._flats:
+            self._reduce()
+        return self.rows
+
+    def row(self, position: int, dtype: str) -> StatsTuple:
+        """The computed row at ``position``, with the saturated count of format ``dtype``."""
+        counts = self.saturated.get(position)
+        row = self.rows[position]
+        return (*row[:8], counts[dtype]) if counts and counts.get(dtype) else row
+
+    def clear(self) -> None:
+        """Forget every row and queued array."""
+        self.rows = []
+        self.saturated = {}
+        self._flats, self._where, self._used = [], [], 0
+
+    def compute(self, arrays, dtypes) -> list:
+        """The rows of ``arrays`` of formats ``dtypes``, from a cleared batch."""
+        self.clear()
+        positions = [self.add(array) for array in arrays]
+        self.flush()
+        rows = [self.row(position, dtype) for position, dtype in zip(positions, dtypes)]
+        self.clear()
+        return rows
+
+    def _reduce(self) -> None:
+        """Compute the rows of the queued arrays from one buffer holding them all."""
+        flats, where = self._flats, self._where
+        sizes = [flat.size for flat in flats]
+        offsets = np.zeros(len(sizes), np.intp)
+        np.cumsum(sizes[:-1], out=offsets[1:])
+        if not self._buffer.size:
+            self._buffer = np.empty(_BATCH, _F64)
+        values = self._buffer[:self._used]
+        np.concatenate(flats, out=values, casting="unsafe")
+        with np.errstate(all="ignore"):  # inf and nan: the arrays that hold them are redone
+            total = np.add.reduceat(values, offsets)
+            low = np.minimum.reduceat(values, offsets)
+            high = np.maximum.reduceat(values, offsets)
+            square_sum = np.add.reduceat(np.square(values, out=values), offsets)
+            rows, redo, extreme = _rows(sizes, total, low, high, square_sum)
+            for position, row in zip(where, rows):
+                self.rows[position] = row
+            for i in np.flatnonzero(redo).tolist():
+                self.rows[where[i]] = stats_tuple(flats[i])
+            for i in np.flatnonzero(extreme).tolist():
+                self._count_saturated(where[i], flats[i])
+        self._flats, self._where, self._used = [], [], 0
+
+    def _count_saturated(self, position: int, flat: np.ndarray) -> None:
+        """Count the finite values at each format's max that the row's min or max reaches."""
+        row = self.rows[position]
+        peak = max(row[2], -row[1])  # over the finite values; nan (none finite) compares false
+        if not peak >= _SATURATION_FLOOR:
+            return
+        magnitude = np.abs(flat)
+        finite = magnitude != math.inf
+        self.saturated[position] = {name: int(np.count_nonzero((magnitude >= limit) & finite))
+                                    for name, limit in _LIMITS.items() if peak >= limit}
+
+
+def _rows(sizes: list, total, low, high, square_sum) -> tuple:
+    """Stats tuples from per-array sums and extremes; masks of those to redo and to count saturation for."""
+    count = np.array(sizes, _F64)
+    mean = total / count
+    variance = square_sum / count - mean * mean
+    constant = low == high
+    mean[constant] = low[constant]  # exact, and std 0 exactly
+    variance[constant] = 0.0
+    # inf or nan somewhere (the sum is not finite), or a variance lost to cancellation
+    redo = ~np.isfinite(total) | (~constant & (variance < _CANCELLATION * mean * mean))
+    extreme = redo | (np.maximum(high, -low) >= _SATURATION_FLOOR)
+    columns = (low.tolist(), high.tolist(), mean.tolist(), np.sqrt(np.maximum(variance, 0.0)).tolist(),
+               np.sqrt(square_sum).tolist())
+    return [(*row, 0, 0, 0) for row in zip(sizes, *columns)], redo, extreme

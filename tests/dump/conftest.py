@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
-from dumpfakes import write_synthetic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # dumpfakes, however pytest was started
+from dumpfakes import write_synthetic  # noqa: E402
 
 
 @pytest.fixture

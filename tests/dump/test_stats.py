@@ -1,9 +1,10 @@
 import math
+import weakref
 
 import numpy as np
 import pytest
 
-from precision_tool.dump.stats import StatsCache, stats_tuple, tensor_stats
+from precision_tool.dump.stats import StatsBatch, StatsCache, stats_tuple, tensor_stats
 
 
 def test_exact_values():
@@ -84,3 +85,76 @@ def test_cache_reuses_by_identity_only():
     c = np.full(4, 3.0, np.float32)  # may reuse a's id: must not reuse a's stats
     assert cache.get(c, "float32")[3] == 3.0
     assert stats_tuple(c, "float32") == cache.get(c, "float32")
+
+
+def _batch_cases():
+    rng = np.random.default_rng(5)
+    big = rng.standard_normal(300_000).astype(np.float32)  # more than one batch buffer: the per-array path
+    return [
+        np.zeros((0, 3), np.float32),
+        np.float32(2.5),
+        np.array([1.0, -2.0, 3.0, 4.0], np.float32),
+        np.arange(5, dtype=np.int64),
+        np.array([1.0, np.nan, np.inf, -np.inf, 3.0], np.float32),
+        np.array([np.nan, np.inf], np.float32),
+        np.full(1000, 1.5, np.float32),
+        np.zeros(10, np.float32),
+        np.float32(1000.0) + rng.standard_normal(10000).astype(np.float32) * np.float32(0.01),
+        np.array([3e20, 4e20], np.float32),
+        rng.standard_normal((64, 48)).astype(np.float32).T,  # a transpose: not C-contiguous
+        rng.standard_normal((40, 40))[::2, ::3],  # float64, strided
+        rng.standard_normal(100_000).astype(np.float32) + np.float32(3),
+        big,
+        rng.standard_normal(200_000).astype(np.float32),  # with the one before: several buffers' worth
+        np.array([65504.0, -65504.0, 1.0], np.float32),
+    ]
+
+
+def test_batch_matches_stats_tuple():
+    cases = _batch_cases()
+    for dtype in ("float32", "float16"):
+        rows = StatsBatch().compute(cases, [dtype] * len(cases))
+        for array, row in zip(cases, rows):
+            expected = stats_tuple(array, dtype)
+            assert row[0] == expected[0] and row[6:] == expected[6:]
+            assert row[1:6] == pytest.approx(expected[1:6], rel=1e-12, nan_ok=True)
+
+
+def test_batch_of_a_constant_array_is_exact():
+    count, low, high, mean, std, norm, *_ = StatsBatch().compute([np.full(7, 0.1, np.float32)], ["float32"])[0]
+    assert (count, low, high, mean, std) == (7, float(np.float32(0.1)), float(np.float32(0.1)),
+                                            float(np.float32(0.1)), 0.0)
+
+
+def test_batch_sums_in_float64_across_buffer_refills():
+    batch = StatsBatch()
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(1 << 16).astype(np.float32) + np.float32(3)
+    positions = [batch.add(np.ones(10, np.float32)), *(batch.add(x) for _ in range(6))]  # 6 x 64 Ki: a refill
+    rows = batch.flush()
+    assert rows[positions[0]][3] == 1.0
+    exact = x.astype(np.float64)
+    for position in positions[1:]:
+        assert rows[position][3] == pytest.approx(exact.mean(), rel=1e-12)
+        assert rows[position][5] == pytest.approx(math.sqrt((exact * exact).sum()), rel=1e-12)
+
+
+def test_batch_lets_go_of_the_arrays_once_computed():
+    batch = StatsBatch()
+    x = np.full(100, 2.0, np.float32)
+    alive = weakref.ref(x)
+    position = batch.add(x)
+    del x
+    assert alive() is not None and batch.rows[position] is None  # queued: kept until computed
+    assert batch.flush()[position][3] == 2.0 and alive() is None
+
+
+def test_batch_counts_saturated_finite_values_per_format():
+    x = np.array([65504.0, -65504.0, 1.0, np.inf], np.float32)
+    batch = StatsBatch()
+    position = batch.add(x)
+    batch.flush()
+    assert batch.rows[position][8] == 0 and batch.rows[position][7] == 1
+    assert batch.row(position, "float16")[8] == 2
+    assert batch.row(position, "float32") is batch.rows[position]
+    assert batch.row(position, "int64") is batch.rows[position]

@@ -1,0 +1,74 @@
+"""Statistics computed at the step's end, for all of the step's arrays at once."""
+
+import numpy as np
+import pytest
+
+from precision_tool.collect import collect_to
+from precision_tool.collect.run import CollectRequest, run_collect
+from precision_tool.dump.reader import open_dump
+from precision_tool.dump.stats import stats_tuple
+from precision_tool.engine.device import golden, npu
+from precision_tool.session import Session, SessionConfig
+
+
+class Scale:
+    """A hook that scales one op's forward output in place (it must run before the collector)."""
+
+    def after_op(self, event):
+        if event.direction == "forward" and event.name == "fc1/MatMulBiasAddRelu":
+            event.outputs[0] *= np.float32(2)
+
+
+def _record(path, device, mode, hooks=()):
+    with collect_to(path, mode=mode) as collector:
+        Session(SessionConfig(model="mlp", steps=2, device=device), hooks=[*hooks, collector]).run()
+    return collector
+
+
+@pytest.mark.parametrize("device", [npu(), golden()], ids=["npu", "golden"])
+def test_statistics_are_those_of_the_stored_values(tmp_path, device):
+    _record(tmp_path / "d.h5", device, "dump")
+    with open_dump(tmp_path / "d.h5") as dump:
+        for op in dump.ops():
+            for t in op.tensors:
+                expected = stats_tuple(dump.tensor(op.step, op.exec_index, t.slot), t.dtype)
+                s = t.stats
+                assert (s.count, s.min, s.max, s.nan, s.inf, s.saturated) == \
+                    (expected[0], expected[1], expected[2], *expected[6:])
+                assert (s.mean, s.std, s.norm) == pytest.approx(expected[3:6], rel=1e-9, abs=1e-30)
+
+
+def test_stats_mode_records_what_dump_mode_records(tmp_path):
+    _record(tmp_path / "d.h5", npu(), "dump")
+    collector = _record(tmp_path / "s.h5", npu(), "stats")
+    with open_dump(tmp_path / "d.h5") as full, open_dump(tmp_path / "s.h5") as stats:
+        assert [(o.name, [t.stats for t in o.tensors]) for o in stats.ops()] == \
+            [(o.name, [t.stats for t in o.tensors]) for o in full.ops()]
+        assert collector.ops_recorded == len(stats.ops())
+        assert collector.tensors_recorded == sum(len(o.tensors) for o in stats.ops())
+
+
+def test_an_earlier_hook_that_changes_values_in_place_is_seen(tmp_path):
+    _record(tmp_path / "plain.h5", npu(), "stats")
+    _record(tmp_path / "scaled.h5", npu(), "stats", hooks=[Scale()])
+    with open_dump(tmp_path / "plain.h5") as plain, open_dump(tmp_path / "scaled.h5") as scaled:
+        before = plain.op(0, "fc1/MatMulBiasAddRelu").tensor("output_0").stats
+        after = scaled.op(0, "fc1/MatMulBiasAddRelu").tensor("output_0").stats
+        assert after.max == 2 * before.max and after.mean == pytest.approx(2 * before.mean)
+        reader = [o for o in scaled.ops(step=0) if o.exec_index == scaled.op(0, "fc1/MatMulBiasAddRelu").exec_index + 1]
+        assert reader[0].tensor("input_0").stats.max == after.max  # the next op read the scaled values
+
+
+@pytest.mark.parametrize("overflow_mode, counted", [("saturation", "saturated"), ("inf_nan", "inf")])
+def test_an_overflowing_run_counts_saturated_and_nonfinite_values(tmp_path, overflow_mode, counted):
+    path = tmp_path / "o.h5"
+    run_collect(CollectRequest(model="transformer", output=str(path), mode="dump", steps=3,
+                               loss_scale="exponential:65536,2", overflow_mode=overflow_mode))
+    with open_dump(path) as dump, np.errstate(all="ignore"):
+        seen = 0
+        for op in dump.ops():
+            for t in op.tensors:
+                expected = stats_tuple(dump.tensor(op.step, op.exec_index, t.slot), t.dtype)
+                assert (t.stats.count, t.stats.nan, t.stats.inf, t.stats.saturated) == (expected[0], *expected[6:])
+                seen += getattr(t.stats, counted) > 0
+        assert seen
