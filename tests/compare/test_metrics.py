@@ -193,3 +193,97 @@ def test_finite_range():
     assert finite_range(np.array([np.nan, -2.0, np.inf, 5.0])) == (-2.0, 5.0)
     assert all(math.isnan(v) for v in finite_range(np.array([np.nan])))
     assert finite_range(np.array([3, 1, 2])) == (1.0, 3.0)
+
+
+# -- the fast paths: each must give what the plain formulas give ------------------------------------
+
+
+def bf16_like(values):
+    """``values`` rounded to bfloat16 (8 significant bits), in float32."""
+    bits = np.asarray(values, np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x8000)) & np.uint32(0xFFFF0000)).view(np.float32)
+
+
+@pytest.mark.parametrize("case", ["bf16", "noisy", "relu", "independent", "offset", "half_equal", "shifted_equal"])
+def test_default_blocks_equal_the_formulas(case):
+    # full-size blocks take the atanh series for KL, the equal-block shortcut and the outlier logs
+    rng = np.random.default_rng(11)
+    y = rng.standard_normal(300_000).astype(np.float32)
+    x = {"bf16": lambda: bf16_like(y),
+         "noisy": lambda: y + np.float32(1e-3) * rng.standard_normal(y.size).astype(np.float32),
+         "relu": lambda: np.maximum(y + np.float32(0.01) * rng.standard_normal(y.size).astype(np.float32), 0),
+         "independent": lambda: rng.standard_normal(y.size).astype(np.float32),
+         "offset": lambda: y + np.float32(0.25),
+         "half_equal": lambda: np.where(np.arange(y.size) < 150_000, y, y * np.float32(1.01)),
+         "shifted_equal": lambda: np.where(np.arange(y.size) == 7, np.float32(-9.0), y)}[case]()
+    if case == "relu":
+        y = np.maximum(y, 0)
+    x = np.asarray(x, np.float32)
+    m = compare_arrays(x, y, chunk_elements=1 << 17)
+    expected = reference(x, y)
+    for name, value in expected.items():
+        # a KL near 1e-7 is a difference of first-order sums: any float64 evaluation, msaccucmp's included,
+        # keeps about 9 digits of it (both are within 1e-9 of an extended-precision value here)
+        tolerance = 1e-8 if name == "kl_divergence" else 1e-12
+        assert getattr(m, name) == pytest.approx(value, rel=tolerance), name
+
+
+def test_kl_series_and_logs_agree(monkeypatch):
+    # SERIES_MAX = 0 sends every block to numpy's log: the series must agree to float64 rounding
+    rng = np.random.default_rng(12)
+    y = rng.standard_normal(200_000).astype(np.float32)
+    for x in (bf16_like(y), y + np.float32(0.02) * rng.standard_normal(y.size).astype(np.float32)):
+        x = np.asarray(x, np.float32)
+        series = PairAccumulator(finite_range(x), finite_range(y))
+        series.update(x, y)
+        monkeypatch.setattr(metrics, "SERIES_MAX", 0.0)
+        logs = PairAccumulator(finite_range(x), finite_range(y))
+        logs.update(x, y)
+        monkeypatch.undo()
+        assert logs._kl_logs and not series._kl_logs
+        assert series.kl_s == pytest.approx(logs.kl_s, rel=1e-13)
+        assert (series.kl_u, series.kl_v) == (logs.kl_u, logs.kl_v)
+
+
+@pytest.mark.parametrize("s", [1e-12, 1e-9, 3e-6, 1e-4, 1e-3, 4e-3, 1.2e-2, 0.025])
+def test_atanh_series_terms_keep_float64_accuracy(s):
+    terms = metrics._series_terms(s * s)
+    u, values = np.ones(2), np.array([s, -s])
+    total = metrics._atanh_sum(u.copy(), values, values * values, np.empty(2), terms)
+    assert total == 0.0  # odd: +s and -s cancel exactly
+    one = metrics._atanh_sum(np.ones(1), np.array([s]), np.array([s * s]), np.empty(1), terms)
+    assert one == pytest.approx(math.atanh(s), rel=4 * np.finfo(np.float64).eps)
+
+
+@pytest.mark.parametrize("size", [1, 8191, 8192, 8193, 3 * 8192 + 5])
+def test_dot_over_short_rows(size):
+    rng = np.random.default_rng(size)
+    a, b = rng.standard_normal(size), rng.standard_normal(size)
+    assert metrics._dot(a, b) == pytest.approx(math.fsum(a * b), rel=1e-12, abs=1e-12)
+
+
+def test_dump_file_chunks_read_into_a_buffer(tmp_path):
+    # compare reads float32/float64 tensors of a dump file with pread into a reused buffer
+    from precision_tool.compare.comparator import CompareOptions, compare_dumps, compare_sources
+    from precision_tool.compare.memory import MemoryDump
+    from precision_tool.dump.reader import open_dump
+
+    rng = np.random.default_rng(13)
+    arrays = {"float32": rng.standard_normal((37, 101)).astype(np.float32),
+              "float64": rng.standard_normal(5003),
+              "float16": rng.standard_normal((3, 333)).astype(np.float16).astype(np.float32)}
+    golden, target = MemoryDump(role="golden"), MemoryDump(role="target")
+    for dtype, values in arrays.items():
+        golden.add(f"op_{dtype}", "Op", {"output_0": values}, dtypes={"output_0": dtype})
+        scaled = (values * 1.01).astype(np.float16 if dtype == "float16" else values.dtype).astype(values.dtype)
+        target.add(f"op_{dtype}", "Op", {"output_0": scaled}, dtypes={"output_0": dtype})
+    golden_path, target_path = golden.save(tmp_path / "g.h5"), target.save(tmp_path / "t.h5")
+    with open_dump(golden_path) as dump:
+        for record, (dtype, values) in zip(dump.ops(), arrays.items()):
+            out = np.empty(1000, np.float64 if dtype == "float64" else np.float32)
+            chunks = [chunk.copy() for chunk in dump.tensor_chunks(0, record.exec_index, "output_0", 1000, out=out)]
+            assert all(chunk.size <= 1000 for chunk in chunks)
+            assert np.array_equal(np.concatenate(chunks), np.ravel(values).astype(out.dtype))
+    from_files = compare_dumps(golden_path, target_path, CompareOptions(chunk_elements=1000))
+    in_memory = compare_sources(golden, target, CompareOptions(chunk_elements=1000))
+    assert [row.metrics for row in from_files.rows] == [row.metrics for row in in_memory.rows]
