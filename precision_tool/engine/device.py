@@ -7,7 +7,6 @@ from pathlib import Path
 
 from precision_tool.engine.formats import FLOAT32, FLOAT64, Format, check_overflow_mode
 from precision_tool.engine.precision import MixLists, Policy, load_mixlist, policy_for
-from precision_tool.errors import choice_error
 
 DEVICES = ("golden", "npu")
 
@@ -101,13 +100,3 @@ def npu(precision_mode: str | None = None, precision_mode_v2: str | None = None,
         fusion_switch = load_fusion_switch(fusion_switch)
     return DeviceProfile("npu", FLOAT32, precision_mode, precision_mode_v2, overflow_mode,
                          mixlists, fusion_switch)
-
-
-def make_device(kind: str, **options) -> DeviceProfile:
-    """`golden` or `npu` by name, for front ends."""
-    if kind == "golden":
-        return golden(float64=bool(options.get("float64")))
-    if kind == "npu":
-        options.pop("float64", None)
-        return npu(**options)
-    raise choice_error("device", kind, DEVICES)

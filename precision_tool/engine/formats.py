@@ -88,15 +88,6 @@ class Format:
         """The relative error bound of one round-to-nearest: eps / 2."""
         return self.eps / 2
 
-    @property
-    def storage_dtype(self) -> np.dtype:
-        """The numpy dtype a tensor of this format is written to disk as."""
-        if self.name == "bfloat16":
-            import ml_dtypes
-
-            return np.dtype(ml_dtypes.bfloat16)
-        return np.dtype(self.name)
-
     def round(self, x: np.ndarray, overflow_mode: str = "inf_nan") -> tuple[np.ndarray, bool]:
         """Round ``x`` into this format; return the result and whether IEEE would overflow.
 
@@ -141,12 +132,6 @@ class Format:
             y[big] = np.copysign(np.inf, x[big])
             y[nan] = np.nan
         return y
-
-    def is_representable(self, x: np.ndarray) -> bool:
-        """True when every value of ``x`` is exactly a value of this format."""
-        x = np.asarray(x, dtype=self.container)
-        y, _ = self.round(x, "inf_nan")
-        return bool(np.array_equal(x, y, equal_nan=True))
 
 
 def _make_formats() -> dict[str, Format]:

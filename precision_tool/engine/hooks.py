@@ -103,9 +103,6 @@ class HookList:
     def __len__(self) -> int:
         return len(self._hooks)
 
-    def wants_ops(self) -> bool:
-        return bool(self._calls["before_op"] or self._calls["after_op"])
-
     def on_run_begin(self, metadata: dict) -> None:
         for call in self._calls["on_run_begin"]:
             call(metadata)

@@ -15,12 +15,12 @@ import torch
 
 from precision_tool import defaults
 from precision_tool.dump.records import OpRecord
+from precision_tool.engine.device import DEVICES
 from precision_tool.engine.precision import PRECISION_MODES, PRECISION_MODES_V2
 from precision_tool.errors import PrecisionToolError, choice_error
 from precision_tool.torch.ops import decode_args, lookup, op_info, result_tensors
 from precision_tool.torch.tensors import round_to, set_logical_format, to_numpy, torch_format
 
-DEVICES = ("golden", "npu")
 
 
 class NotReplayable(PrecisionToolError):
