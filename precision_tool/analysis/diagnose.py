@@ -33,7 +33,7 @@ from __future__ import annotations
 from precision_tool.analysis.attribution import attribute_record, golden_views
 from precision_tool.analysis.fusion import fusion_report, switch_off_action
 from precision_tool.analysis.notes import precision_notes
-from precision_tool.analysis.overflow import overflow_report
+from precision_tool.analysis.overflow import overflow_entry, overflow_report
 from precision_tool.analysis.results import Attribution, Diagnosis, OverflowEntry, OverflowReport, Verdict
 from precision_tool.dump.records import OpRecord, StepRecord
 from precision_tool.defaults import COSINE_THRESHOLD, INTRODUCED_EXCESS, SIGNIFICANT_ERROR
@@ -113,22 +113,34 @@ def _classify(a: Attribution, fused: bool, pass_name: str) -> Verdict | None:
     return None
 
 
-def handled_by_loss_scaling(name: str, report: OverflowReport, steps: list[StepRecord]) -> bool:
-    """True when ``name``'s overflows went away as loss scaling reacted.
+def loss_scale_handled(report: OverflowReport, steps: list[StepRecord]) -> set[str]:
+    """Names of ops whose overflows went away as loss scaling reacted.
 
-    Its overflow steps were each skipped or followed by a lower loss scale,
-    and the last step no longer overflows: gradients scaled too far, or an
-    op that multiplies by the loss scale (GradScaler scales the loss in
+    An op's overflow steps were each skipped or followed by a lower loss
+    scale, and the last step no longer overflows: gradients scaled too far,
+    or an op that multiplies by the loss scale (GradScaler scales the loss in
     forward), which dynamic loss scaling exists to handle.
     """
-    overflow_steps = {e.step for e in report.entries if e.name == name}
-    if not overflow_steps or len(steps) < 2 or steps[-1].step in overflow_steps:
-        return False
+    if len(steps) < 2:
+        return set()
+    by_name: dict[str, set[int]] = {}
+    for entry in report.entries:
+        by_name.setdefault(entry.name, set()).add(entry.step)
+    last = steps[-1].step
+    scale = {s.step: s.loss_scale for s in steps}
     scale_after = {s.step: later.loss_scale for s, later in zip(steps, steps[1:])}
     skipped = {s.step for s in steps if s.skipped}
-    scale = {s.step: s.loss_scale for s in steps}
-    return all(step in skipped or scale_after.get(step, scale.get(step, 0.0)) < scale.get(step, 0.0)
-               for step in overflow_steps)
+
+    def cured(step: int) -> bool:
+        return step in skipped or scale_after.get(step, scale.get(step, 0.0)) < scale.get(step, 0.0)
+
+    return {name for name, overflow_steps in by_name.items()
+            if last not in overflow_steps and all(cured(step) for step in overflow_steps)}
+
+
+def handled_by_loss_scaling(name: str, report: OverflowReport, steps: list[StepRecord]) -> bool:
+    """True when ``name``'s overflows went away as loss scaling reacted (see `loss_scale_handled`)."""
+    return name in loss_scale_handled(report, steps)
 
 
 def _scan_records(target, stop: tuple[int, int]) -> list[OpRecord]:
@@ -143,8 +155,8 @@ def _scan_records(target, stop: tuple[int, int]) -> list[OpRecord]:
     return records[:MAX_REPLAYS]
 
 
-def _attribution_scan(golden, target, stop: tuple[int, int], report: OverflowReport,
-                      fusion_off) -> tuple[Verdict | None, list[Attribution]]:
+def _attribution_scan(golden, target, stop: tuple[int, int], report: OverflowReport, fusion_off,
+                      handled: set[str]) -> tuple[Verdict | None, list[Attribution]]:
     """Visit ops in execution order up to ``stop``; return the first culprit.
 
     Forward ops (and torch ops of any direction) are replayed; every op is
@@ -154,28 +166,20 @@ def _attribution_scan(golden, target, stop: tuple[int, int], report: OverflowRep
     records = _scan_records(target, stop)
     entries = {(e.step, e.exec_index): e for e in report.entries}
     views = golden_views(golden, records)
-    steps = target.steps()
-    handled = {e.name for e in report.entries if handled_by_loss_scaling(e.name, report, steps)}
+    scales = {s.step: s.loss_scale for s in target.steps()}
     for record in records:
         if record.name in handled:
             continue
         attribution = attribute_record(golden, target, record, view=views[id(record)])
         attributions.append(attribution)
         if record.overflow and not record.inherited_nonfinite and attribution.inherited < SIGNIFICANT_ERROR:
-            entry = entries.get((record.step, record.exec_index)) or _entry_from(record, report)
+            entry = entries.get((record.step, record.exec_index)) or overflow_entry(record, scales.get(record.step))
             extra = (f"its inputs are within {attribution.inherited:.3g} of golden: the overflow starts here",)
             return _overflow_verdict(entry, report, record, fusion_off, extra), attributions
         verdict = _classify(attribution, record.fused, record.pass_name)
         if verdict is not None:
             return verdict, attributions
     return None, attributions
-
-
-def _entry_from(record: OpRecord, report: OverflowReport) -> OverflowEntry:
-    from precision_tool.analysis.overflow import _entry
-
-    scale = report.loss_scale[0] if report.loss_scale else None
-    return _entry(record, scale)
 
 
 def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
@@ -192,7 +196,7 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     diagnosis = Diagnosis(Verdict(None, "none", None), overflow_rep, fusion_rep, [], notes, len(flagged),
                           flagged[0].name if flagged else None)
     steps = target.steps()
-    handled = sorted({e.name for e in overflow_rep.entries if handled_by_loss_scaling(e.name, overflow_rep, steps)})
+    handled = sorted(loss_scale_handled(overflow_rep, steps))
     if handled:
         shown = ", ".join(handled[:5]) + (" ..." if len(handled) > 5 else "")
         notes.append(f"overflow in {shown} went away as loss scaling skipped steps or lowered the scale: "
@@ -201,7 +205,8 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     stops = [(op.step, op.exec_index) for op in flagged[:1]] + [(e.step, e.exec_index) for e in overflows[:1]]
     verdict = None
     if stops:
-        verdict, diagnosis.attributions = _attribution_scan(golden, target, max(stops), overflow_rep, fusion_off)
+        verdict, diagnosis.attributions = _attribution_scan(golden, target, max(stops), overflow_rep, fusion_off,
+                                                            set(handled))
     if verdict is None and overflows:  # an overflow the scan could not attribute (no golden data for it)
         entry = overflows[0]
         record = target.op(entry.step, entry.name, entry.direction) if _has(target, entry) else None

@@ -43,7 +43,8 @@ def _range(tensor) -> Range:
     return Range(tensor.stats.min, tensor.stats.max)
 
 
-def _entry(record: OpRecord, loss_scale: float | None) -> OverflowEntry:
+def overflow_entry(record: OpRecord, loss_scale: float | None) -> OverflowEntry:
+    """The report entry of one overflowing op record."""
     outputs = [t for t in record.outputs if t.stats.count]
     return OverflowEntry(
         step=record.step, exec_index=record.exec_index, name=record.name, type=record.type,
@@ -67,7 +68,7 @@ def overflow_report(dump, limit: int | None = None) -> OverflowReport:
     steps = dump.steps()
     scales = {s.step: s.loss_scale for s in steps}
     records = [r for r in dump.ops() if r.overflow]
-    entries = [_entry(r, scales.get(r.step)) for r in records]
+    entries = [overflow_entry(r, scales.get(r.step)) for r in records]
     if limit is not None:
         entries = entries[:limit]
     return OverflowReport(
