@@ -5,8 +5,6 @@ target slightly perturbed; at least 2 GB together by default) with
 `DumpWriter`, warms the page cache, then times, alternating the order:
 
 * ``read``: every tensor dataset of both files read with h5py (``ds[()]``);
-* ``reader``: the same tensors through `precision_tool.dump.reader` in compare's chunks, into a reused
-  buffer as compare reads them (for reference);
 * ``compare``: `compare_dumps` (open, index, match, every metric of every
   pair), with ``--jobs`` 1 and 2, each in a fresh interpreter (imports excluded from the time);
 * with ``--baseline-tree DIR`` (a source tree of another version, e.g. ``git archive HEAD~1 | tar -x -C DIR``):
@@ -92,22 +90,6 @@ def read_all(paths: dict[Path, list[str]]) -> int:
             for name in names:
                 total += f[name][()].nbytes
     return total
-
-
-def read_through_reader(golden: Path, target: Path) -> None:
-    """Every tensor chunk of both dumps through `precision_tool.dump.reader`, nothing computed."""
-    from precision_tool.defaults import COMPARE_CHUNK_ELEMENTS
-    from precision_tool.dump.reader import open_dump
-
-    raw = np.empty(COMPARE_CHUNK_ELEMENTS * 4 + (2 << 20), np.uint8)  # 2 MiB-aligned, as compare's buffers
-    start = -raw.ctypes.data % (2 << 20)
-    out = raw[start:start + COMPARE_CHUNK_ELEMENTS * 4].view(np.float32)
-    for path in (golden, target):
-        with open_dump(path) as dump:
-            for op in dump.ops():
-                for tensor in op.tensors:
-                    for _ in dump.tensor_chunks(op.step, op.exec_index, tensor.slot, COMPARE_CHUNK_ELEMENTS, out=out):
-                        pass
 
 
 _METRICS = ("cosine", "max_abs_err", "max_rel_err", "mean_abs_err", "mean_rel_err", "rmse", "rel_euclidean",
@@ -210,16 +192,16 @@ def main(argv=None) -> int:
         paths = {golden: dataset_paths(golden), target: dataset_paths(target)}
         data_bytes = read_all(paths)  # warm the page cache
         read_all(paths)
-        times: dict[str, list[float]] = {"read": [], "reader": []}
+        times: dict[str, list[float]] = {"read": []}
         times.update({f"{tree} jobs={jobs}": [] for tree in trees for jobs in (1, 2)})
         metrics: dict[str, list] = {}
         for repeat in range(args.repeats):
             order = list(times) if repeat % 2 == 0 else list(reversed(times))
             for name in order:
                 gc.collect()
-                if name in ("read", "reader"):
+                if name == "read":
                     t0 = time.perf_counter()
-                    read_all(paths) if name == "read" else read_through_reader(golden, target)
+                    read_all(paths)
                     times[name].append(time.perf_counter() - t0)
                 else:
                     run = time_compare(golden, target, int(name[-1]), trees[name.split()[0]])
@@ -235,11 +217,12 @@ def main(argv=None) -> int:
             "two_thread_speedup": [speedup_before, parallel_speedup()],
             "best_s": best,
             "throughput_gb_s": {name: data_bytes / 1e9 / s for name, s in best.items()},
-            "ratio": {name: best["read"] / s for name, s in best.items() if name not in ("read", "reader")},
+            "ratio": {name: best["read"] / s for name, s in best.items() if name != "read"},
             "largest_pair_mb": largest_pair / 1e6,
             "peak_rss_mb": {f"{tree} jobs={j}": peak_rss_of_compare(golden, target, j, path) / 1e6
                             for tree, path in trees.items() for j in (1, 2)},
             "import_rss_mb": baseline_rss() / 1e6,
+            "kernel": _kernel_in_use(),
             "jobs_agree": largest_difference(metrics["compare jobs=1"], metrics["compare jobs=2"]) == 0.0,
         }
         if args.baseline_tree:
@@ -258,6 +241,13 @@ def main(argv=None) -> int:
     return 0
 
 
+def _kernel_in_use() -> str:
+    """Which metric kernel compare runs with here ("c", or "numpy" where the C extension is not built)."""
+    from precision_tool.compare.metrics import KERNEL
+
+    return KERNEL
+
+
 def report(figures: dict, repeats: int) -> None:
     """The figures as text."""
     print(f"dumps: {figures['file_gb']:.2f} GB on disk, {figures['data_gb']:.2f} GB of tensors, "
@@ -272,7 +262,7 @@ def report(figures: dict, repeats: int) -> None:
     print("  peak RSS of a compare process: " + ", ".join(f"{k} {v:.0f} MB" for k, v in figures["peak_rss_mb"].items())
           + f" (imports alone {figures['import_rss_mb']:.0f} MB; largest tensor pair "
             f"{figures['largest_pair_mb']:.0f} MB; dumps {figures['file_gb'] * 1e3:.0f} MB)")
-    print(f"  jobs=1 and jobs=2 give identical metrics: {figures['jobs_agree']}")
+    print(f"  metric kernel: {figures['kernel']}; jobs=1 and jobs=2 give identical metrics: {figures['jobs_agree']}")
     if "largest_metric_difference_vs_baseline" in figures:
         print(f"  largest relative difference of any metric from the baseline tree: "
               f"{figures['largest_metric_difference_vs_baseline']:.1e}")

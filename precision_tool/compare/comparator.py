@@ -2,10 +2,11 @@
 
 Each pair is read chunk by chunk (``tensor_chunks``) into a `PairAccumulator`,
 so peak memory is a few chunks, whatever the dump size; from a dump file,
-float32 and float64 tensors are read into two buffers per thread, reused for
-every chunk. With ``jobs > 1`` pairs are scored on a thread pool: numpy
-releases the GIL while it computes, and so does the reader's ``pread``; reads
-are serialised by one lock (h5py has a global lock anyway).
+float32 and float64 chunks are views of the file mapped into memory, read
+straight from the page cache by the metric kernel. With ``jobs > 1`` pairs
+are scored on a thread pool: the metric kernel (C or numpy) releases the GIL
+while it computes; h5py calls are serialised by one lock (h5py has a global
+lock anyway).
 """
 
 from __future__ import annotations
@@ -112,11 +113,10 @@ def _score_pairs(pairs: list[TensorPair], golden: DumpSource, target: DumpSource
                  progress: Progress | None) -> list[TensorRow]:
     total = sum(_size(pair) for pair in pairs)
     lock = threading.Lock()
-    buffers = threading.local()  # dropped with this call: no buffer outlives the comparison
     done = 0
 
     def score(pair: TensorPair) -> TensorRow:
-        return score_pair(pair, golden, target, options.chunk_elements, lock, buffers)
+        return score_pair(pair, golden, target, options.chunk_elements, lock)
 
     def report(row_pair):
         nonlocal done
@@ -138,11 +138,8 @@ def _score_pairs(pairs: list[TensorPair], golden: DumpSource, target: DumpSource
 
 
 def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_elements: int,
-               read_lock: threading.Lock | None = None, buffers: threading.local | None = None) -> TensorRow:
-    """One tensor pair's row: metrics from one pass over its chunks, or stats deltas, or a problem.
-
-    ``buffers``: per-thread storage for reused read buffers (see `_read_buffer`); None allocates per chunk.
-    """
+               read_lock: threading.Lock | None = None) -> TensorRow:
+    """One tensor pair's row: metrics from one pass over its chunks, or stats deltas, or a problem."""
     t, g = pair.target, pair.golden
     row = dict(
         step=pair.target_op.step, exec_index=pair.target_op.exec_index, op=pair.target_op.name,
@@ -157,41 +154,21 @@ def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_e
         return TensorRow(**row, stats=compare_stats(t.stats, g.stats), extra_nonfinite=extra_nonfinite(t.stats, g.stats))
     accumulator = PairAccumulator((t.stats.min, t.stats.max), (g.stats.min, g.stats.max),
                                   relative_error_floor(g.dtype), check_finite=not (t.stats.finite and g.stats.finite))
-    target_chunks = _chunks(target, pair.target_op, t.slot, t.dtype, chunk_elements, "target", buffers)
-    golden_chunks = _chunks(golden, pair.golden_op, g.slot, g.dtype, chunk_elements, "golden", buffers)
+    target_chunks = _chunks(target, pair.target_op, t.slot, chunk_elements)
+    golden_chunks = _chunks(golden, pair.golden_op, g.slot, chunk_elements)
     for x, y in aligned_chunks(_locked(target_chunks, read_lock), _locked(golden_chunks, read_lock)):
         accumulator.update(x, y)
     metrics = accumulator.result()
     return TensorRow(**row, metrics=metrics, extra_nonfinite=metrics.target_only_nonfinite)
 
 
-_HUGE_PAGE = 2 << 20
-
-
-def _chunks(source: DumpSource, op: OpRecord, slot: str, dtype: str, chunk_elements: int, side: str,
-            buffers: threading.local | None) -> Iterator[np.ndarray]:
-    """A tensor's chunks; a dump file reads float32/float64 ones into this thread's buffer for ``side``."""
+def _chunks(source: DumpSource, op: OpRecord, slot: str, chunk_elements: int) -> Iterator[np.ndarray]:
+    """A tensor's chunks; a dump file maps float32/float64 ones into memory rather than copying them."""
     from precision_tool.dump.reader import Dump
 
-    if buffers is None or not isinstance(source, Dump) or dtype not in ("float32", "float64"):
-        return source.tensor_chunks(op.step, op.exec_index, slot, chunk_elements)
-    return source.tensor_chunks(op.step, op.exec_index, slot, chunk_elements,
-                                out=_read_buffer(buffers, side, np.dtype(dtype), chunk_elements))
-
-
-def _read_buffer(buffers: threading.local, side: str, dtype: np.dtype, size: int) -> np.ndarray:
-    """This thread's reused read buffer for ``side``. One of 2 MiB or more starts on a 2 MiB boundary:
-    transparent huge pages then back it whole, and the kernel copies the page cache into it at
-    10 GB/s, against 4 GB/s into an unaligned reused array (2-core VM, 4 MiB reads)."""
-    arrays = buffers.__dict__.setdefault("arrays", {})
-    key = (side, dtype.str)
-    if key not in arrays or arrays[key].size < size:
-        nbytes = size * dtype.itemsize
-        pad = _HUGE_PAGE if nbytes >= _HUGE_PAGE else 0
-        raw = np.empty(nbytes + pad, np.uint8)
-        start = -raw.ctypes.data % _HUGE_PAGE if pad else 0
-        arrays[key] = raw[start:start + nbytes].view(dtype)
-    return arrays[key][:size]
+    if isinstance(source, Dump):
+        return source.tensor_chunks(op.step, op.exec_index, slot, chunk_elements, mapped=True)
+    return source.tensor_chunks(op.step, op.exec_index, slot, chunk_elements)
 
 
 def _locked(chunks: Iterator[np.ndarray], lock: threading.Lock | None) -> Iterator[np.ndarray]:

@@ -9,6 +9,17 @@ from precision_tool.compare.metrics import (FLOAT32_EPS, NO_FINITE_PAIRS, ONE_SI
                                             kl_shift, relative_euclidean)
 
 
+KERNELS = ["c", "numpy"] if metrics._kernel is not None else ["numpy"]
+
+
+@pytest.fixture(params=KERNELS, autouse=True)
+def kernel(request, monkeypatch):
+    """Every test here runs on the C kernel (where it is built) and on the numpy path."""
+    if request.param == "numpy":
+        monkeypatch.setattr(metrics, "_kernel", None)
+    return request.param
+
+
 def msaccucmp_kl(x, y):
     """KL exactly as msaccucmp's alg_KullbackLeiblerDivergence computes it, in float64."""
     def normalized(v):
@@ -230,6 +241,8 @@ def test_default_blocks_equal_the_formulas(case):
 
 def test_kl_series_and_logs_agree(monkeypatch):
     # SERIES_MAX = 0 sends every block to numpy's log: the series must agree to float64 rounding
+    monkeypatch.setattr(metrics, "_kernel", None)
+    series_max = metrics.SERIES_MAX
     rng = np.random.default_rng(12)
     y = rng.standard_normal(200_000).astype(np.float32)
     for x in (bf16_like(y), y + np.float32(0.02) * rng.standard_normal(y.size).astype(np.float32)):
@@ -239,7 +252,7 @@ def test_kl_series_and_logs_agree(monkeypatch):
         monkeypatch.setattr(metrics, "SERIES_MAX", 0.0)
         logs = PairAccumulator(finite_range(x), finite_range(y))
         logs.update(x, y)
-        monkeypatch.undo()
+        monkeypatch.setattr(metrics, "SERIES_MAX", series_max)
         assert logs._kl_logs and not series._kl_logs
         assert series.kl_s == pytest.approx(logs.kl_s, rel=1e-13)
         assert (series.kl_u, series.kl_v) == (logs.kl_u, logs.kl_v)
@@ -262,7 +275,7 @@ def test_dot_over_short_rows(size):
     assert metrics._dot(a, b) == pytest.approx(math.fsum(a * b), rel=1e-12, abs=1e-12)
 
 
-def test_dump_file_chunks_read_into_a_buffer(tmp_path):
+def test_dump_file_chunks_mapped_into_memory(tmp_path):
     # compare reads float32/float64 tensors of a dump file with pread into a reused buffer
     from precision_tool.compare.comparator import CompareOptions, compare_dumps, compare_sources
     from precision_tool.compare.memory import MemoryDump
@@ -280,10 +293,78 @@ def test_dump_file_chunks_read_into_a_buffer(tmp_path):
     golden_path, target_path = golden.save(tmp_path / "g.h5"), target.save(tmp_path / "t.h5")
     with open_dump(golden_path) as dump:
         for record, (dtype, values) in zip(dump.ops(), arrays.items()):
-            out = np.empty(1000, np.float64 if dtype == "float64" else np.float32)
-            chunks = [chunk.copy() for chunk in dump.tensor_chunks(0, record.exec_index, "output_0", 1000, out=out)]
+            chunks = list(dump.tensor_chunks(0, record.exec_index, "output_0", 1000, mapped=True))
             assert all(chunk.size <= 1000 for chunk in chunks)
-            assert np.array_equal(np.concatenate(chunks), np.ravel(values).astype(out.dtype))
+            assert np.array_equal(np.concatenate(chunks), np.ravel(values))
+            mapped = dtype != "float16"  # fp16 is stored as float16 and widened: a copy
+            assert all((chunk.base is not None and not chunk.flags.writeable) == mapped for chunk in chunks)
     from_files = compare_dumps(golden_path, target_path, CompareOptions(chunk_elements=1000))
     in_memory = compare_sources(golden, target, CompareOptions(chunk_elements=1000))
     assert [row.metrics for row in from_files.rows] == [row.metrics for row in in_memory.rows]
+
+
+# -- the C kernel against the numpy path --------------------------------------------------------------
+
+needs_kernel = pytest.mark.skipif(metrics._kernel is None, reason="the C kernel is not in use (not built, or PRECISION_TOOL_KERNEL=numpy)")
+
+
+def both_paths(x, y, monkeypatch, chunk_elements=1 << 22):
+    with monkeypatch.context() as patch:
+        patch.setattr(metrics, "_kernel", None)
+        slow = compare_arrays(x, y, chunk_elements=chunk_elements)
+    return compare_arrays(x, y, chunk_elements=chunk_elements), slow
+
+
+@needs_kernel
+@pytest.mark.parametrize("kernel", ["c"], indirect=True)
+@pytest.mark.parametrize("dtypes", [("float32", "float32"), ("float16", "float32"), ("float32", "float64"),
+                                    ("float64", "float32"), ("float64", "float64"), ("bfloat16", "float32"),
+                                    ("int32", "int64")])
+@pytest.mark.parametrize("size", [1, 4095, 4096, 4097, 3 * 4096 + 11, 100_003])
+def test_kernel_equals_numpy_path(dtypes, size, monkeypatch):
+    import ml_dtypes
+
+    rng = np.random.default_rng(size)
+    y = rng.standard_normal(size) * 3
+    x = y + 0.01 * rng.standard_normal(size)
+    if "int32" in dtypes:
+        x, y = np.round(x * 10), np.round(y * 10)
+    x = x.astype(ml_dtypes.bfloat16 if dtypes[0] == "bfloat16" else dtypes[0])
+    y = y.astype(dtypes[1])
+    fast, slow = both_paths(x, y, monkeypatch, chunk_elements=5000)
+    assert fast.count == slow.count == size
+    for name in ("cosine", "max_abs_err", "max_rel_err", "mean_abs_err", "mean_rel_err", "rmse", "rel_euclidean",
+                 "accumulated_rel_err", "kl_divergence"):
+        # KL near 1e-7 keeps about 9 digits in any float64 evaluation (see test_default_blocks_equal_the_formulas)
+        tolerance = 1e-8 if name == "kl_divergence" else 1e-11
+        assert getattr(fast, name) == pytest.approx(getattr(slow, name), rel=tolerance, abs=1e-300), name
+    assert (fast.max_abs_err, fast.max_rel_err) == (slow.max_abs_err, slow.max_rel_err)  # maxima are exact
+
+
+@needs_kernel
+@pytest.mark.parametrize("kernel", ["c"], indirect=True)
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_kernel_hands_overflowing_float64_sums_to_numpy(monkeypatch):
+    # Σx² of 1e200 overflows float64 in any order: the kernel refuses the chunk, numpy takes it
+    x, y = np.array([1e200, 1.0, 2.0]), np.array([1e200, 1.0, 3.0])
+    fast, slow = both_paths(x, y, monkeypatch)
+    assert fast.count == 3 and fast.max_abs_err == 1.0 == slow.max_abs_err
+    assert fast.mean_abs_err == pytest.approx(1 / 3)
+
+
+@needs_kernel
+@pytest.mark.parametrize("kernel", ["c"], indirect=True)
+def test_kernel_refuses_nonfinite_chunks_and_bad_operands():
+    sums = np.zeros(metrics._N_SUMS)
+    args = (0.0, FLOAT32_EPS, 0.0, FLOAT32_EPS, 0.0)
+    assert metrics._kernel.accumulate(np.array([1.0, np.nan], np.float32), np.ones(2, np.float32), sums, *args) == 1
+    assert metrics._kernel.accumulate(np.ones(2, np.float32), np.array([np.inf, 1.0]), sums, *args) == 1
+    assert not sums.any()  # a refused chunk adds nothing
+    assert metrics._kernel.accumulate(np.ones(2, np.float32), np.ones(2), sums, *args) == 0
+    assert sums[metrics._COUNT] == 2 and sums[metrics._XY] == 2.0
+    with pytest.raises(TypeError):
+        metrics._kernel.accumulate(np.ones(2, np.float16), np.ones(2), sums, *args)
+    with pytest.raises(ValueError):
+        metrics._kernel.accumulate(np.ones(2), np.ones(3), sums, *args)
+    with pytest.raises(ValueError):
+        metrics._kernel.accumulate(np.ones(2), np.ones(2), np.zeros(3), *args)

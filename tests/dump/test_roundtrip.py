@@ -112,6 +112,31 @@ def test_tensor_chunks_cover_the_tensor_in_order(synthetic, max_elements):
             assert np.array_equal(np.concatenate(chunks), expected.reshape(-1))
 
 
+@pytest.mark.parametrize("max_elements", [1, 5, 7, 40, 1000])
+def test_mapped_chunks_are_read_only_views_of_the_same_values(synthetic, max_elements):
+    path, arrays = synthetic
+    with open_dump(path) as dump:
+        # float32 is stored as it is and mapped; fp16 and bf16 are widened, so they come as copies
+        for slot, name, mapped in (("input_1", "w", True), ("input_0", "x", False)):
+            chunks = list(dump.tensor_chunks(0, 0, slot, max_elements, mapped=True))
+            assert all(c.size <= max_elements and c.flags.writeable != mapped for c in chunks)
+            assert np.array_equal(np.concatenate(chunks), arrays[0][name].reshape(-1))
+
+
+def test_mapping_past_the_end_of_the_file_is_an_input_error(synthetic, monkeypatch):
+    # a chunk past the end would fault (SIGBUS) when read: the size is checked before each mapping
+    import types
+
+    from precision_tool.dump import reader
+    from precision_tool.errors import InputError
+
+    path, _ = synthetic
+    with open_dump(path) as dump:
+        monkeypatch.setattr(reader.os, "fstat", lambda fd: types.SimpleNamespace(st_size=100))
+        with pytest.raises(InputError, match="cut short"):
+            list(dump.tensor_chunks(0, 0, "input_1", 1000, mapped=True))
+
+
 def test_summary(synthetic):
     path, _ = synthetic
     with open_dump(path) as dump:
