@@ -21,7 +21,7 @@ float64 ulp of each term: numpy's float64 log is scalar and cost a third of
 the pass. A block where x == y skips the errors and the series.
 
 That numpy path is the fallback. Where the optional C extension
-``precision_tool.compare._kernel`` is built (``pip install`` builds it when a C
+``precision_tool._native`` is built (``pip install`` builds it when a C
 compiler is there), one fused, vectorised loop computes the same float64 sums
 in a single pass at about 2 ns a pair instead of 8 (`KERNEL` says which is
 in use; ``PRECISION_TOOL_KERNEL=numpy`` forces the fallback). The two agree
@@ -39,11 +39,11 @@ import numpy as np
 _kernel = None
 if os.environ.get("PRECISION_TOOL_KERNEL", "c") != "numpy":
     try:
-        from precision_tool.compare import _kernel
+        from precision_tool import _native as _kernel
     except ImportError:  # built without a C compiler: the numpy path does the same work
         _kernel = None
 KERNEL = "c" if _kernel is not None else "numpy"  # which path PairAccumulator takes
-# slots of the C kernel's sums array (the enum in _kernel.c)
+# slots of the C kernel's sums array (the enum in _native.c)
 (_COUNT, _XY, _XX, _YY, _DD, _ABS, _MAX_ABS, _REL, _MAX_REL, _REL_COUNT, _KL_U, _KL_V, _KL_S, _N_SUMS) = range(14)
 
 FLOAT32_EPS = float(np.finfo(np.float32).eps)  # msaccucmp's KL floor and zero snap
@@ -237,9 +237,9 @@ class PairAccumulator:
         float64 values so large that Σx² overflows, and goes the numpy way.
         """
         x, y = _kernel_operand(x), _kernel_operand(y)
-        if _kernel.accumulate(x, y, self._sums, *self._kernel_args):
+        if _kernel.pair_sums(x, y, self._sums, *self._kernel_args):
             x, y = self._finite_pairs(x, y)
-            if _kernel.accumulate(x, y, self._sums, *self._kernel_args):
+            if _kernel.pair_sums(x, y, self._sums, *self._kernel_args):
                 self._numpy_update(x, y)
 
     def _fold_kernel_sums(self) -> None:

@@ -51,14 +51,31 @@ class LowLevel:
         """A new group ``name`` under ``parent``, members in creation order."""
         return self._h5g.create(parent, name.encode(), lcpl=self._lcpl, gcpl=self._gcpl)
 
+    def anonymous_group(self, file_id):
+        """A new group linked nowhere yet (members in creation order); `link` names it."""
+        return self._h5g.create(file_id, None, gcpl=self._gcpl)
+
+    def link(self, obj, parent, name: str) -> None:
+        """Link ``obj`` into ``parent`` as ``name``."""
+        from h5py import h5o
+
+        h5o.link(obj, parent, name.encode(), lcpl=self._lcpl)
+
     def attr(self, obj, name: str, value) -> None:
         """A new attribute: str as variable-length UTF-8, anything else as its numpy dtype."""
-        array = np.array(value, dtype=self._str) if isinstance(value, str) else np.asarray(value)
-        self._h5a.create(obj, name.encode(), self._type(array.dtype), self._space(array.shape)).write(array)
+        if isinstance(value, str):  # h5py converts str objects itself: no memory type
+            array = np.array(value, dtype=self._str)
+            self._h5a.create(obj, name.encode(), self._type(array.dtype), self._space(())).write(array)
+            return
+        array = np.asarray(value)
+        tid = self._type(array.dtype)
+        # memory type = file type, given: h5py would otherwise derive it again on every write (a third of the cost)
+        self._h5a.create(obj, name.encode(), tid, self._space(array.shape)).write(array, mtype=tid)
 
     def set_attr(self, obj, name: str, value) -> None:
         """Overwrite an existing scalar attribute in place (same type)."""
-        self._h5a.open(obj, name.encode()).write(np.asarray(value))
+        array = np.asarray(value)
+        self._h5a.open(obj, name.encode()).write(array, mtype=self._type(array.dtype))
 
     def dataset(self, parent, name: str, array: np.ndarray):
         """A contiguous, uncompressed dataset holding ``array``."""

@@ -22,6 +22,14 @@ both sums accumulate in float64. Arrays with an Inf or NaN, a variance that
 would cancel, more than 256 Ki values or none take `stats_tuple`; a
 constant array gets its value as mean and std 0 exactly.
 
+Where the optional C extension ``precision_tool._native`` is built, its
+``stats_rows`` computes a whole batch in one call: one pass over each array
+where it lies (no float64 copy, no batch buffer) and the row built in C, to
+spare numpy's per-call cost; `stats_tuple` uses it for arrays of more than
+40 values. Rows it cannot give (inf or nan, a variance lost to
+cancellation) are computed as before. ``PRECISION_TOOL_KERNEL=numpy``
+forces the numpy path.
+
 Internally statistics are plain tuples in `TensorStats` field order (the
 collector's hot path makes ~300 of them per step); `tensor_stats` returns
 the dataclass.
@@ -30,12 +38,20 @@ the dataclass.
 from __future__ import annotations
 
 import math
+import os
 import weakref
 
 import numpy as np
 
 from precision_tool.dump.records import TensorStats
 from precision_tool.engine.formats import FORMATS
+
+_native = None
+if os.environ.get("PRECISION_TOOL_KERNEL", "c") != "numpy":
+    try:
+        from precision_tool import _native
+    except ImportError:  # built without a C compiler: numpy computes the same sums
+        _native = None
 
 _F64 = np.float64
 _NAN = math.nan
@@ -67,6 +83,10 @@ def stats_tuple(array, dtype: str = "") -> StatsTuple:
     count = flat.size
     if count <= _SMALL:
         return _small_stats(flat.tolist(), dtype) if count else _EMPTY
+    if _native is not None and _native_ok(flat):
+        row = _native.stats_rows((flat,), _CANCELLATION)[0]
+        if row is not None:
+            return (*row[:8], _saturated(flat, row[1], row[2], dtype))
     if count <= _CAST_WHOLE and flat.dtype.itemsize < 8:
         # one float64 copy (cache-sized): exact squares, and both sums accumulate in float64
         wide = flat.astype(_F64)
@@ -92,11 +112,21 @@ def stats_tuple(array, dtype: str = "") -> StatsTuple:
     if variance < _CANCELLATION * mean * mean:
         centred = flat.astype(_F64) - mean
         variance = float(np.add.reduce(np.square(centred))) / count
+    return (count, low, high, mean, math.sqrt(max(variance, 0.0)), math.sqrt(squares), 0, 0,
+            _saturated(flat, low, high, dtype))
+
+
+def _saturated(flat: np.ndarray, low: float, high: float, dtype: str) -> int:
+    """How many of the (finite) values are at format ``dtype``'s largest finite value, in magnitude."""
     limit = _LIMITS.get(dtype)
-    saturated = 0
-    if limit is not None and (high >= limit or -low >= limit):
-        saturated = int(np.count_nonzero(np.abs(flat) >= limit))
-    return (count, low, high, mean, math.sqrt(max(variance, 0.0)), math.sqrt(squares), 0, 0, saturated)
+    if limit is None or not (high >= limit or -low >= limit):
+        return 0
+    return int(np.count_nonzero(np.abs(flat) >= limit))
+
+
+def _native_ok(flat: np.ndarray) -> bool:
+    """Whether ``_native.stats_rows`` takes ``flat``: native-order float32 or float64, contiguous, not empty."""
+    return flat.dtype.char in "fd" and flat.dtype.isnative and flat.flags.c_contiguous and flat.size > 0
 
 
 def _small_stats(values: list, dtype: str) -> StatsTuple:
@@ -217,7 +247,10 @@ class StatsBatch:
         return rows
 
     def _reduce(self) -> None:
-        """Compute the rows of the queued arrays from one buffer holding them all."""
+        """Compute the rows of the queued arrays, in one C call or from one buffer holding them all."""
+        if _native is not None:
+            self._reduce_native()
+            return
         flats, where = self._flats, self._where
         sizes = [flat.size for flat in flats]
         offsets = np.zeros(len(sizes), np.intp)
@@ -232,12 +265,31 @@ class StatsBatch:
             high = np.maximum.reduceat(values, offsets)
             square_sum = np.add.reduceat(np.square(values, out=values), offsets)
             rows, redo, extreme = _rows(sizes, total, low, high, square_sum)
-            for position, row in zip(where, rows):
-                self.rows[position] = row
-            for i in np.flatnonzero(redo).tolist():
-                self.rows[where[i]] = stats_tuple(flats[i])
-            for i in np.flatnonzero(extreme).tolist():
-                self._count_saturated(where[i], flats[i])
+            self._store(rows, redo, extreme)
+
+    def _reduce_native(self) -> None:
+        """`_reduce` by ``_native.stats_rows``: each array read once, where it is, its row built in C."""
+        flats, where = self._flats, self._where
+        native = [flat for flat in flats if _native_ok(flat)]
+        rows = iter(_native.stats_rows(native, _CANCELLATION))
+        rows = [next(rows) if _native_ok(flat) else None for flat in flats] if len(native) < len(flats) else rows
+        for position, flat, row in zip(where, flats, rows):
+            if row is None:  # inf or nan, a variance lost to cancellation, or another dtype
+                row = stats_tuple(flat)
+            self.rows[position] = row
+            if row[2] >= _SATURATION_FLOOR or -row[1] >= _SATURATION_FLOOR:
+                self._count_saturated(position, flat)
+        self._flats, self._where, self._used = [], [], 0
+
+    def _store(self, rows: list, redo, extreme) -> None:
+        """File the computed rows, redo those `_rows` could not give, count saturation; empty the queue."""
+        flats, where = self._flats, self._where
+        for position, row in zip(where, rows):
+            self.rows[position] = row
+        for i in np.flatnonzero(redo).tolist():
+            self.rows[where[i]] = stats_tuple(flats[i])
+        for i in np.flatnonzero(extreme).tolist():
+            self._count_saturated(where[i], flats[i])
         self._flats, self._where, self._used = [], [], 0
 
     def _count_saturated(self, position: int, flat: np.ndarray) -> None:

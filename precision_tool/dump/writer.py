@@ -14,8 +14,14 @@ Also: ``end_step(record, extra={...})`` adds step attributes,
 ``set_metadata(**values)`` replaces root attributes, and a ``with`` block
 closes with ``complete`` set to whether it raised.
 
-Crash safety: a step is committed by writing its attributes and index,
-then the root attribute ``steps_complete``, then flushing. A process killed
+Crash safety: a step is written into a group linked nowhere, and flushed;
+only then is it committed: linked into /steps as ``steps/NNNNNN``, counted
+in the root attribute ``steps_complete``, and flushed again. HDF5 writes
+the dirty metadata of one flush in no promised order, superblock last, so a
+kill in the middle of a flush can leave written structures pointing past
+the file's recorded end; keeping everything the step adds out of the
+shared /steps group until it is on disk confines that to the step being
+committed. A process killed
 at any point leaves a file whose first ``steps_complete`` steps read back;
 ``complete`` becomes true only in ``close(complete=True)``. The file uses
 h5py's default (oldest) format: 'latest' sets superblock write flags that
@@ -118,7 +124,7 @@ class DumpWriter:
     # -- steps --------------------------------------------------------------
 
     def begin_step(self, step: int) -> None:
-        """Open the group of ``step``; every step run gets one, recorded ops or not."""
+        """Open the group of ``step`` (linked at `end_step`); every step run gets one, recorded ops or not."""
         step = int(step)
         if self._step is not None:
             raise ValueError(f"step {self._step} is still open; end it before step {step}")
@@ -126,13 +132,13 @@ class DumpWriter:
             raise ValueError(f"step {step} was already written to {self.path}")
         self._step = step
         self._written.add(step)
-        self._step_group = self._h5.group(self._steps, layout.step_name(step))
+        self._step_group = self._h5.anonymous_group(self._root)  # linked into /steps by end_step
         self._ops_group = None
         self._op_rows, self._tensor_rows, self._long_shapes, self._with_data = [], [], {}, []
         self._stored = {}
 
     def end_step(self, step_record: StepRecord, extra: dict | None = None) -> None:
-        """Write the step's attributes and index, then commit: steps_complete += 1 and flush.
+        """Write the step's attributes and index and flush, then commit: link it, steps_complete += 1, flush.
 
         ``extra`` adds step attributes (scalars, or JSON-encoded).
         """
@@ -156,12 +162,14 @@ class DumpWriter:
                 values[key] = value if isinstance(value, _SCALARS) else layout.dumps(value)
         for key, value in values.items():
             h5.attr(group, key, value)
-        self._step = None
-        self._step_group = self._ops_group = None
-        self._stored = {}
+        self._file.flush()  # everything of the step is in the file, reachable from nothing committed yet
+        h5.link(group, self._steps, layout.step_name(self._step))
         self.steps_complete += 1
         h5.set_attr(self._root, "steps_complete", self.steps_complete)
         self._file.flush()
+        self._step = None
+        self._step_group = self._ops_group = None
+        self._stored = {}
 
     # -- ops ----------------------------------------------------------------
 

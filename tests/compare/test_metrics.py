@@ -357,14 +357,14 @@ def test_kernel_hands_overflowing_float64_sums_to_numpy(monkeypatch):
 def test_kernel_refuses_nonfinite_chunks_and_bad_operands():
     sums = np.zeros(metrics._N_SUMS)
     args = (0.0, FLOAT32_EPS, 0.0, FLOAT32_EPS, 0.0)
-    assert metrics._kernel.accumulate(np.array([1.0, np.nan], np.float32), np.ones(2, np.float32), sums, *args) == 1
-    assert metrics._kernel.accumulate(np.ones(2, np.float32), np.array([np.inf, 1.0]), sums, *args) == 1
+    assert metrics._kernel.pair_sums(np.array([1.0, np.nan], np.float32), np.ones(2, np.float32), sums, *args) == 1
+    assert metrics._kernel.pair_sums(np.ones(2, np.float32), np.array([np.inf, 1.0]), sums, *args) == 1
     assert not sums.any()  # a refused chunk adds nothing
-    assert metrics._kernel.accumulate(np.ones(2, np.float32), np.ones(2), sums, *args) == 0
+    assert metrics._kernel.pair_sums(np.ones(2, np.float32), np.ones(2), sums, *args) == 0
     assert sums[metrics._COUNT] == 2 and sums[metrics._XY] == 2.0
     with pytest.raises(TypeError):
-        metrics._kernel.accumulate(np.ones(2, np.float16), np.ones(2), sums, *args)
+        metrics._kernel.pair_sums(np.ones(2, np.float16), np.ones(2), sums, *args)
     with pytest.raises(ValueError):
-        metrics._kernel.accumulate(np.ones(2), np.ones(3), sums, *args)
+        metrics._kernel.pair_sums(np.ones(2), np.ones(3), sums, *args)
     with pytest.raises(ValueError):
-        metrics._kernel.accumulate(np.ones(2), np.ones(2), np.zeros(3), *args)
+        metrics._kernel.pair_sums(np.ones(2), np.ones(2), np.zeros(3), *args)

@@ -4,7 +4,16 @@ import weakref
 import numpy as np
 import pytest
 
+from precision_tool.dump import stats
 from precision_tool.dump.stats import StatsBatch, StatsCache, stats_tuple, tensor_stats
+
+
+@pytest.fixture(params=["c", "numpy"] if stats._native is not None else ["numpy"], autouse=True)
+def kernel(request, monkeypatch):
+    """Every test here runs with the C statistics (where they are built) and with numpy's."""
+    if request.param == "numpy":
+        monkeypatch.setattr(stats, "_native", None)
+    return request.param
 
 
 def test_exact_values():
@@ -158,3 +167,25 @@ def test_batch_counts_saturated_finite_values_per_format():
     assert batch.row(position, "float16")[8] == 2
     assert batch.row(position, "float32") is batch.rows[position]
     assert batch.row(position, "int64") is batch.rows[position]
+
+
+@pytest.mark.skipif(stats._native is None, reason="the C statistics are not in use (not built, or "
+                                                   "PRECISION_TOOL_KERNEL=numpy)")
+@pytest.mark.parametrize("kernel", ["c"], indirect=True)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_c_and_numpy_statistics_agree(dtype, monkeypatch):
+    rng = np.random.default_rng(3)
+    arrays = [(rng.standard_normal(n) * 5 + 2).astype(dtype) for n in (41, 1000, 70_000, 300_000)]
+    arrays.append(np.full(500, 7.25, dtype))  # constant: mean exact, std 0
+    arrays.append(np.linspace(1e4, 1e4 + 1e-3, 1000).astype(dtype))  # variance lost to cancellation: redone
+    arrays.append(np.array([1.0, np.inf] * 30, dtype))  # non-finite: redone
+    fast = StatsBatch().compute(arrays, ["float16"] * len(arrays))
+    monkeypatch.setattr(stats, "_native", None)
+    slow = StatsBatch().compute(arrays, ["float16"] * len(arrays))
+    for array, f, s in zip(arrays, fast, slow):
+        assert f[0] == s[0] and f[1:3] == s[1:3] and f[6:] == s[6:]  # counts and extremes exactly
+        finite = array[np.isfinite(array)].astype(np.float64)
+        exact = (finite.mean(), finite.std(), math.sqrt(math.fsum(finite * finite)))
+        assert f[3:6] == pytest.approx(exact, rel=1e-12, abs=1e-300)
+        # numpy squares arrays of more than 256 Ki values in their own precision (documented: below 1e-7)
+        assert s[3:6] == pytest.approx(exact, rel=1e-12 if array.size <= 1 << 18 else 1e-7, abs=1e-300)

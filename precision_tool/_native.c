@@ -1,4 +1,13 @@
-/* The fused pass of precision_tool.compare.metrics.PairAccumulator, in C.
+/* precision_tool._native: the two loops that numpy makes too many passes for.
+ *
+ * - pair_sums: the fused pass of precision_tool.compare.metrics.PairAccumulator;
+ * - stats_rows: the statistics of many arrays at once, for precision_tool.dump.stats
+ *   (the collector's statistics, every op of every step).
+ *
+ * The module is optional (setup.py): without a C compiler both callers take
+ * their numpy paths, which compute the same float64 sums more slowly.
+ *
+ * ---- pair_sums ----
  *
  * One call reads a chunk of a tensor pair once and adds to float64 sums
  * everything the metrics need: Σxy, Σx², Σy², Σ(x−y)², Σ|x−y|, max|x−y|,
@@ -153,11 +162,11 @@ static int accumulate_chunk(block_fn fn, const char *x, Py_ssize_t x_size, const
     return 0;
 }
 
-static PyObject *accumulate(PyObject *module, PyObject *args)
+static PyObject *pair_sums(PyObject *module, PyObject *args)
 {
     PyObject *x_obj, *y_obj, *sums_obj;
     params_t p;
-    if (!PyArg_ParseTuple(args, "OOOddddd:accumulate", &x_obj, &y_obj, &sums_obj,
+    if (!PyArg_ParseTuple(args, "OOOddddd:pair_sums", &x_obj, &y_obj, &sums_obj,
                           &p.x_lo, &p.x_floor, &p.y_lo, &p.y_floor, &p.rel_floor))
         return NULL;
     Py_buffer x, y, sums;
@@ -176,11 +185,11 @@ static PyObject *accumulate(PyObject *module, PyObject *args)
     const char xk = element_kind(&x), yk = element_kind(&y);
     const Py_ssize_t n = xk ? x.len / x.itemsize : 0;
     if (!xk || !yk || element_kind(&sums) != 'd') {
-        PyErr_SetString(PyExc_TypeError, "accumulate: x and y must be float32 or float64, sums float64");
+        PyErr_SetString(PyExc_TypeError, "pair_sums: x and y must be float32 or float64, sums float64");
     } else if (y.len / y.itemsize != n) {
-        PyErr_SetString(PyExc_ValueError, "accumulate: x and y differ in length");
+        PyErr_SetString(PyExc_ValueError, "pair_sums: x and y differ in length");
     } else if (sums.len / (Py_ssize_t)sizeof(double) < N_SUMS) {
-        PyErr_SetString(PyExc_ValueError, "accumulate: sums is too short");
+        PyErr_SetString(PyExc_ValueError, "pair_sums: sums is too short");
     } else {
         block_fn fn = (block_fn)(xk == 'f' ? (yk == 'f' ? (void *)block_ff : (void *)block_fd)
                                            : (yk == 'f' ? (void *)block_df : (void *)block_dd));
@@ -196,18 +205,114 @@ static PyObject *accumulate(PyObject *module, PyObject *args)
     return result;
 }
 
+/* ---- stats_rows ----
+ *
+ * The statistics of many arrays, for precision_tool.dump.stats: for each
+ * array, Σx, Σx², min and max in float64 in one pass, without copying it to
+ * float64 (float32 values and their squares are exact in float64), and from
+ * them the row (count, min, max, mean, std, L2 norm, 0, 0, 0) of
+ * stats.stats_tuple, built here to spare numpy's per-call cost on a few
+ * hundred small arrays a step. A constant array gets its value as mean and
+ * std 0 exactly. An array gets None instead, for the caller to compute its
+ * own way, when its sums are not finite (it holds NaN or inf, which the loop
+ * may not test for: see pair_sums) or when its variance is below
+ * `cancellation` times its mean squared, where Σx²/n − mean² has lost its
+ * digits.
+ */
+
+#define DEFINE_MOMENTS(NAME, T)                                                                     \
+    static void NAME(const T *restrict x, Py_ssize_t n, double *out)                               \
+    {                                                                                               \
+        double sum = 0, squares = 0, low = (double)x[0], high = (double)x[0];                      \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                        \
+            const double v = (double)x[i];                                                          \
+            sum += v; squares += v * v;                                                             \
+            low = v < low ? v : low; high = v > high ? v : high;                                    \
+        }                                                                                           \
+        out[0] = sum; out[1] = squares; out[2] = low; out[3] = high;                                \
+    }
+
+CLONES DEFINE_MOMENTS(moments_f, float)
+CLONES DEFINE_MOMENTS(moments_d, double)
+
+/* The stats row of one array from its moments; a new reference to None where the caller must redo it. */
+static PyObject *stats_row(Py_ssize_t n, const double *m, double cancellation)
+{
+    const double sum = m[0], squares = m[1], low = m[2], high = m[3];
+    if (!is_finite_bits(sum) || !is_finite_bits(squares))
+        return Py_NewRef(Py_None);
+    double mean = sum / (double)n, variance = squares / (double)n - mean * mean;
+    if (low == high) {
+        mean = low;
+        variance = 0.0;
+    } else if (variance < cancellation * mean * mean) {
+        return Py_NewRef(Py_None);
+    }
+    return Py_BuildValue("(nddddd iii)", n, low, high, mean, sqrt(variance > 0.0 ? variance : 0.0), sqrt(squares),
+                         0, 0, 0);
+}
+
+static PyObject *stats_rows(PyObject *module, PyObject *args)
+{
+    PyObject *arrays;
+    double cancellation;
+    if (!PyArg_ParseTuple(args, "Od:stats_rows", &arrays, &cancellation))
+        return NULL;
+    PyObject *seq = PySequence_Fast(arrays, "stats_rows: arrays must be a sequence");
+    if (!seq)
+        return NULL;
+    const Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject *rows = PyList_New(count);
+    for (Py_ssize_t k = 0; rows && k < count; k++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, k), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            Py_CLEAR(rows);
+            break;
+        }
+        const char kind = element_kind(&view);
+        const Py_ssize_t n = kind ? view.len / view.itemsize : 0;
+        if (!kind || n == 0) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_TypeError, "stats_rows: arrays must be non-empty float32 or float64");
+            Py_CLEAR(rows);
+            break;
+        }
+        double m[4];
+        if (n < 16384) {  /* a few microseconds: not worth releasing the GIL for */
+            (kind == 'f' ? moments_f((const float *)view.buf, n, m) : moments_d((const double *)view.buf, n, m));
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            (kind == 'f' ? moments_f((const float *)view.buf, n, m) : moments_d((const double *)view.buf, n, m));
+            Py_END_ALLOW_THREADS
+        }
+        PyBuffer_Release(&view);
+        PyObject *row = stats_row(n, m, cancellation);
+        if (!row) {
+            Py_CLEAR(rows);
+            break;
+        }
+        PyList_SET_ITEM(rows, k, row);
+    }
+    Py_DECREF(seq);
+    return rows;
+}
+
 static PyMethodDef methods[] = {
-    {"accumulate", accumulate, METH_VARARGS,
-     "accumulate(x, y, sums, x_lo, x_floor, y_lo, y_floor, rel_floor) -> 0, or 1 if a value is not finite\n\n"
+    {"pair_sums", pair_sums, METH_VARARGS,
+     "pair_sums(x, y, sums, x_lo, x_floor, y_lo, y_floor, rel_floor) -> 0, or 1 if a value is not finite\n\n"
      "Add one chunk of a tensor pair (float32/float64, C-contiguous, equal length) to the float64 sums."},
+    {"stats_rows", stats_rows, METH_VARARGS,
+     "stats_rows(arrays, cancellation) -> list\n\n"
+     "For each array (non-empty, C-contiguous float32/float64) the tuple (count, min, max, mean, std,\n"
+     "norm, 0, 0, 0), or None where a value is not finite or variance < cancellation * mean**2."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "_kernel", "The fused comparison pass (see precision_tool.compare.metrics).", -1, methods,
+    PyModuleDef_HEAD_INIT, "_native", "Loops numpy makes too many passes for (see _native.c).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__kernel(void)
+PyMODINIT_FUNC PyInit__native(void)
 {
     PyObject *module = PyModule_Create(&module_def);
     if (module && PyModule_AddIntConstant(module, "N_SUMS", N_SUMS) < 0) {
