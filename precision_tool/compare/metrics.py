@@ -31,17 +31,13 @@ to the rounding of float64 sums taken in a different order.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
-_kernel = None
-if os.environ.get("PRECISION_TOOL_KERNEL", "c") != "numpy":
-    try:
-        from precision_tool import _native as _kernel
-    except ImportError:  # built without a C compiler: the numpy path does the same work
-        _kernel = None
+from precision_tool import native
+
+_kernel = native.extension  # None: the numpy path does the same work
 KERNEL = "c" if _kernel is not None else "numpy"  # which path PairAccumulator takes
 # slots of the C kernel's sums array (the enum in _native.c)
 (_COUNT, _XY, _XX, _YY, _DD, _ABS, _MAX_ABS, _REL, _MAX_REL, _REL_COUNT, _KL_U, _KL_V, _KL_S, _N_SUMS) = range(14)

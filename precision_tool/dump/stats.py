@@ -38,20 +38,15 @@ the dataclass.
 from __future__ import annotations
 
 import math
-import os
 import weakref
 
 import numpy as np
 
+from precision_tool import native
 from precision_tool.dump.records import TensorStats
 from precision_tool.engine.formats import FORMATS
 
-_native = None
-if os.environ.get("PRECISION_TOOL_KERNEL", "c") != "numpy":
-    try:
-        from precision_tool import _native
-    except ImportError:  # built without a C compiler: numpy computes the same sums
-        _native = None
+_native = native.extension  # None: numpy computes the same sums
 
 _F64 = np.float64
 _NAN = math.nan
