@@ -265,9 +265,9 @@ class StatsBatch:
     def _reduce_native(self) -> None:
         """`_reduce` by ``_native.stats_rows``: each array read once, where it is, its row built in C."""
         flats, where = self._flats, self._where
-        native = [flat for flat in flats if _native_ok(flat)]
-        rows = iter(_native.stats_rows(native, _CANCELLATION))
-        rows = [next(rows) if _native_ok(flat) else None for flat in flats] if len(native) < len(flats) else rows
+        ok = [_native_ok(flat) for flat in flats]
+        computed = iter(_native.stats_rows([flat for flat, good in zip(flats, ok) if good], _CANCELLATION))
+        rows = [next(computed) if good else None for good in ok]
         for position, flat, row in zip(where, flats, rows):
             if row is None:  # inf or nan, a variance lost to cancellation, or another dtype
                 row = stats_tuple(flat)

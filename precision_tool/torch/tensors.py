@@ -14,7 +14,7 @@ import weakref
 import numpy as np
 import torch
 
-from precision_tool.dump import stats as _shared_stats
+from precision_tool import native
 from precision_tool.dump.records import TensorStats
 from precision_tool.dump.stats import stats_tuple
 from precision_tool.engine.formats import FORMATS, Format
@@ -141,7 +141,7 @@ def array_stats(array: np.ndarray, dtype: str) -> tuple:
     than 4 blocks take the shared helper.
     """
     flat = array.reshape(-1)
-    if _shared_stats._native is not None or flat.dtype != np.float32 or flat.size < 4 * _BLOCK:
+    if native.extension is not None or flat.dtype != np.float32 or flat.size < 4 * _BLOCK:
         return stats_tuple(flat, dtype)
     whole = flat.size - flat.size % _BLOCK
     blocks = flat[:whole].reshape(-1, _BLOCK)
