@@ -15,11 +15,14 @@ by an exception closes it as incomplete, with every finished step readable.
 One collector records one run.
 
 Statistics are computed in batches (`StatsBatch`): ``after_op`` queues the
-op and the arrays new to the step; once the queued arrays hold 256 Ki values
-they are copied side by side into one float64 buffer and their statistics
-computed in a few numpy calls. Queued ops are written at the step's end, or
-as soon as 128 Ki values wait while ops with tensor data are queued (dump
-mode: the data is not kept for long). The step's arrays are
+op, its tensors' (kind, slot, dtype, shape, row) and the arrays new to the
+step; once the queued arrays hold 256 Ki values their statistics are
+computed in one C call (or a few numpy calls). Queued ops are written at
+the step's end, or as soon as 128 Ki values wait while ops with tensor data
+are queued (dump mode: the data is not kept for long), in one
+`DumpWriter.add_ops` call that takes their statistics as one float64
+matrix, gathered from the batch's rows: no tuple per tensor is built on the
+way to the step's index table. The step's arrays are
 told apart by identity (a reshape or transpose by the array it views)
 through weak references, so an array is kept only until its batch is
 computed. That relies on what the engine guarantees: kernels and the
@@ -48,6 +51,7 @@ from precision_tool.errors import ConfigError
 
 _FLOATS = frozenset(FLOAT_DTYPES)
 _WRITE_AT = 1 << 17  # values waiting for statistics at which ops with data are written
+_NAN, _INF, _SATURATED = 6, 7, 8  # columns of a statistics row
 
 
 class Collector:
@@ -79,6 +83,8 @@ class Collector:
         self._stats = StatsBatch()  # rows of the step's distinct arrays
         self._seen: dict = {}  # identity of an array (see _slots) -> (weak reference, row in self._stats)
         self._queued: list[tuple] = []  # ops waiting for their statistics, in execution order
+        self._tensors: list[tuple] = []  # (kind, index, dtype, shape, row in self._stats) of their tensors
+        self._queued_data: list | None = None  # per queued op: None or its arrays; None while no op has any
         self._in_step = False
         self._step_overflows = 0
 
@@ -184,50 +190,63 @@ class Collector:
     def _queue(self, event: OpEvent, with_data: bool) -> None:
         """Queue the op, and its new arrays in the statistics batch."""
         arrays = [] if with_data else None
-        slots = _slots(event, self._stats, self._seen, arrays)
+        count = _slots(event, self._stats, self._seen, self._tensors, arrays)
+        if with_data and self._queued_data is None:
+            self._queued_data = [None] * len(self._queued)
+        if self._queued_data is not None:
+            self._queued_data.append(arrays)
         self._queued.append((event.exec_index, event.direction, event.name, event.type, event.compute_dtype,
-                             event.overflow, event.fusion, event.attrs, slots, arrays))
+                             event.overflow, event.fusion, event.attrs, count))
         if with_data and self._stats.queued >= _WRITE_AT:
             self._write_queued()  # keep no more than about a batch of data waiting
 
     def _write_queued(self) -> None:
-        """Compute the statistics still pending and write the queued ops."""
-        stats = self._stats
-        rows = stats.flush()
-        saturated = stats.saturated
-        for exec_index, direction, name, op_type, compute_dtype, overflow, fusion, attrs, slots, data \
-                in self._queued:
-            tensors = []
-            nonfinite_input = False
-            for kind, i, dtype, shape, k in slots:
-                s = rows[k] if k not in saturated else stats.row(k, dtype)
-                if not kind and (s[6] or s[7]):
-                    nonfinite_input = True
-                tensors.append((kind, i, dtype, shape, s))
-            self.writer.add_op(exec_index, direction, name, op_type, compute_dtype, overflow, nonfinite_input,
-                               fusion, attrs, tensors, data)
-            self.tensors_recorded += len(tensors)
+        """Compute the statistics still pending and write the queued ops, their statistics as one matrix."""
+        tensors = self._tensors
+        stats = self._stats.matrix()[np.fromiter((t[4] for t in tensors), np.intp, count=len(tensors))]
+        for position, counts in self._stats.saturated.items():  # rare: values at some format's max
+            for row, tensor in enumerate(tensors):
+                if tensor[4] == position:
+                    stats[row, _SATURATED] = counts.get(tensor[2], 0)
+        self.writer.add_ops(self._queued, tensors, stats, self._nonfinite_inputs(stats), self._queued_data)
+        self.tensors_recorded += len(tensors)
         self.ops_recorded += len(self._queued)
-        self._queued = []
+        self._queued, self._tensors, self._queued_data = [], [], None
+
+    def _nonfinite_inputs(self, stats: np.ndarray):
+        """Per queued op, whether an input holds NaN or Inf; None when no tensor does."""
+        nonfinite = (stats[:, _NAN] > 0) | (stats[:, _INF] > 0)
+        if not nonfinite.any():
+            return None
+        counts = [op[8] for op in self._queued]
+        op_of = np.repeat(np.arange(len(counts)), counts)
+        is_input = np.fromiter((t[0] == 0 for t in self._tensors), bool, count=len(self._tensors))
+        inherited = np.zeros(len(counts), bool)
+        inherited[op_of[nonfinite & is_input]] = True
+        return inherited
 
     def _forget(self) -> None:
         """Start a step: no queued ops, no rows, no arrays seen."""
-        self._queued = []
+        self._queued, self._tensors, self._queued_data = [], [], None
         self._stats.clear()
         self._seen = {}
 
 
-def _slots(event: OpEvent, stats: StatsBatch, seen: dict, arrays: list | None) -> list[tuple]:
-    """(kind, index, dtype, shape, row) of each tensor of ``event``; new arrays join ``stats``, all ``arrays``."""
-    slots = []
+def _slots(event: OpEvent, stats: StatsBatch, seen: dict, tensors: list, arrays: list | None) -> int:
+    """Append (kind, index, dtype, shape, row) of each tensor of ``event`` to ``tensors``; return how many.
+
+    New arrays join ``stats``; with ``arrays``, every tensor's array is appended to it.
+    """
+    before = len(tensors)
     kind = 0
     for values, dtypes in ((event.inputs, event.input_dtypes), (event.outputs, event.output_dtypes)):
-        for i, array in enumerate(values):
+        if len(dtypes) < len(values):
+            dtypes = [*dtypes, *[""] * (len(values) - len(dtypes))]
+        for i, (array, dtype) in enumerate(zip(values, dtypes)):
             if array is None:
                 continue
             if type(array) is not np.ndarray:
                 array = np.asarray(array)
-            dtype = dtypes[i] if i < len(dtypes) else ""
             if dtype not in _FLOATS:
                 dtype = array.dtype.name
             key, owner = (id(array), array) if array.base is None else _identity(array)
@@ -237,11 +256,11 @@ def _slots(event: OpEvent, stats: StatsBatch, seen: dict, arrays: list | None) -
             else:  # new to the step (an id reused after its array was freed has a dead reference)
                 k = stats.add(array)
                 seen[key] = (weakref.ref(owner), k)
-            slots.append((kind, i, dtype, array.shape, k))
+            tensors.append((kind, i, dtype, array.shape, k))
             if arrays is not None:
                 arrays.append(array)
         kind = 1
-    return slots
+    return len(tensors) - before
 
 
 def _identity(view: np.ndarray) -> tuple:

@@ -32,6 +32,8 @@ class LowLevel:
         self._gcpl.set_obj_track_times(False)
         self._dcpl = h5p.create(h5p.DATASET_CREATE)
         self._dcpl.set_obj_track_times(False)
+        self._h5p = h5p
+        self._table_dcpls: dict[tuple, object] = {}
 
     def _type(self, dtype: np.dtype):
         tid = self._types.get(dtype)
@@ -85,4 +87,26 @@ class LowLevel:
         if array.size:
             # memory type = file type: a plain copy, no per-element conversion (needs no vlen fields)
             dataset.write(self._h5s.ALL, self._h5s.ALL, array, mtype=tid)
+        return dataset
+
+    def table(self, parent, name: str, array: np.ndarray):
+        """A dataset holding the structured (compound) ``array``, stored as one chunk of its bytes.
+
+        Writing a compound dataset through HDF5's type conversion costs about
+        80 us even when the memory and file types are the same; a direct
+        chunk write copies the bytes as they are (about 25 us). Readers see
+        an ordinary dataset.
+        """
+        if not array.size:
+            return self.dataset(parent, name, array)
+        dcpl = self._table_dcpls.get(array.shape)
+        if dcpl is None:
+            dcpl = self._h5p.create(self._h5p.DATASET_CREATE)
+            dcpl.set_obj_track_times(False)
+            dcpl.set_chunk(array.shape)
+            if len(self._table_dcpls) < 1024:
+                self._table_dcpls[array.shape] = dcpl
+        dataset = self._h5d.create(parent, name.encode(), self._type(array.dtype), self._space(array.shape),
+                                   dcpl=dcpl, lcpl=self._lcpl)
+        dataset.write_direct_chunk((0,) * array.ndim, np.ascontiguousarray(array))
         return dataset

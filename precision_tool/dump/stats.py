@@ -37,6 +37,7 @@ the dataclass.
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 
@@ -51,6 +52,8 @@ _native = native.extension  # None: numpy computes the same sums
 _F64 = np.float64
 _NAN = math.nan
 _EMPTY = (0, _NAN, _NAN, _NAN, _NAN, 0.0, 0, 0, 0)
+_NO_ROWS = np.empty((0, 9), _F64)
+_NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # native byte order: what the C pass reads
 _BATCH = 1 << 18  # values per `StatsBatch` buffer (2 MiB of float64: stays in cache)
 _SMALL = 40  # up to this many values plain Python beats numpy's per-call cost
 _CAST_WHOLE = 1 << 18  # up to this many values one float64 copy is cheaper than casting reductions
@@ -188,19 +191,26 @@ class StatsBatch:
         self.rows: list = []  # a stats tuple per added array; None until computed
         self.saturated: dict[int, dict[str, int]] = {}  # position -> {format: count}, where some saturate
         self._buffer = np.empty(0, _F64)
+        self._matrix = _NO_ROWS  # the first rows as a float64 matrix (see `matrix`)
         self._flats: list[np.ndarray] = []
         self._where: list[int] = []
         self._used = 0
 
     def add(self, array) -> int:
         """Queue the statistics of ``array``; return the position of its row."""
-        flat = np.asarray(array).ravel(order="K")  # a transpose's values without a copy
-        size = flat.size
         position = len(self.rows)
-        if not size or size > _BATCH:  # nothing to batch, or enough values to amortise numpy's calls
-            self.rows.append(stats_tuple(flat) if size else _EMPTY)
-            self._count_saturated(position, flat)
-            return position
+        if _native is not None and type(array) is np.ndarray and array.dtype in _NATIVE_DTYPES \
+                and array.flags.c_contiguous and 0 < array.size <= _BATCH:
+            flat = array  # what the C pass reads as it is: no view to make, nothing to check again
+        else:
+            flat = np.asarray(array).ravel(order="K")  # a transpose's values without a copy
+            size = flat.size
+            if not size or size > _BATCH or (_native is not None and not _native_ok(flat)):
+                # nothing to batch, enough values to amortise numpy's calls, or none the C pass reads
+                self.rows.append(stats_tuple(flat) if size else _EMPTY)
+                self._count_saturated(position, flat)
+                return position
+        size = flat.size
         if self._used + size > _BATCH:
             self._reduce()
         self._flats.append(flat)
@@ -220,6 +230,19 @@ class StatsBatch:
             self._reduce()
         return self.rows
 
+    def matrix(self) -> np.ndarray:
+        """Every row so far as one float64 array, a row per position (saturated counts 0: see `row`).
+
+        Computes the rows still queued; rows already converted by an earlier call are not converted again.
+        """
+        rows = self.flush()
+        done = len(self._matrix)
+        if done < len(rows):
+            new = rows[done:]
+            block = np.fromiter(itertools.chain.from_iterable(new), _F64, count=len(new) * 9).reshape(-1, 9)
+            self._matrix = np.concatenate((self._matrix, block)) if done else block
+        return self._matrix
+
     def row(self, position: int, dtype: str) -> StatsTuple:
         """The computed row at ``position``, with the saturated count of format ``dtype``."""
         counts = self.saturated.get(position)
@@ -230,6 +253,7 @@ class StatsBatch:
         """Forget every row and queued array."""
         self.rows = []
         self.saturated = {}
+        self._matrix = _NO_ROWS
         self._flats, self._where, self._used = [], [], 0
 
     def compute(self, arrays, dtypes) -> list:
@@ -264,14 +288,11 @@ class StatsBatch:
 
     def _reduce_native(self) -> None:
         """`_reduce` by ``_native.stats_rows``: each array read once, where it is, its row built in C."""
-        flats, where = self._flats, self._where
-        ok = [_native_ok(flat) for flat in flats]
-        computed = iter(_native.stats_rows([flat for flat, good in zip(flats, ok) if good], _CANCELLATION))
-        rows = [next(computed) if good else None for good in ok]
-        for position, flat, row in zip(where, flats, rows):
-            if row is None:  # inf or nan, a variance lost to cancellation, or another dtype
+        flats, where, rows = self._flats, self._where, self.rows
+        for position, flat, row in zip(where, flats, _native.stats_rows(flats, _CANCELLATION)):
+            if row is None:  # inf or nan, or a variance lost to cancellation
                 row = stats_tuple(flat)
-            self.rows[position] = row
+            rows[position] = row
             if row[2] >= _SATURATION_FLOOR or -row[1] >= _SATURATION_FLOOR:
                 self._count_saturated(position, flat)
         self._flats, self._where, self._used = [], [], 0

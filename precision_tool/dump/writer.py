@@ -73,7 +73,9 @@ class DumpWriter:
         self._step_group = None
         self._ops_group = None
         self._op_rows: list[tuple] = []
-        self._tensor_rows: list[tuple] = []
+        self._tensor_rows: list[tuple] = []  # (kind, index, dtype, shape, ...) of each index row
+        self._stats_blocks: list[np.ndarray] = []  # float64 (rows, 9) blocks of the statistics, in row order
+        self._loose_from = 0  # rows from here on carry their statistics as a tuple in field 4
         self._long_shapes: dict[int, list[int]] = {}
         self._with_data: list[int] = []  # index rows whose tensor has a dataset
         self._stored: dict[int, tuple] = {}  # id(array) -> (weakref, dtype, group, slot) written this step
@@ -135,6 +137,7 @@ class DumpWriter:
         self._step_group = self._h5.anonymous_group(self._root)  # linked into /steps by end_step
         self._ops_group = None
         self._op_rows, self._tensor_rows, self._long_shapes, self._with_data = [], [], {}, []
+        self._stats_blocks, self._loose_from = [], 0
         self._stored = {}
 
     def end_step(self, step_record: StepRecord, extra: dict | None = None) -> None:
@@ -148,8 +151,8 @@ class DumpWriter:
             raise ValueError(f"end of step {step_record.step} while step {self._step} is open")
         group, h5 = self._step_group, self._h5
         if self._op_rows:  # a step that recorded nothing has no index tables
-            h5.dataset(group, layout.OP_INDEX, self._op_table())
-            h5.dataset(group, layout.INDEX, self._tensor_table())
+            h5.table(group, layout.OP_INDEX, self._op_table())
+            h5.table(group, layout.INDEX, self._tensor_table())
         values = {  # the step number is the group's name and ops_recorded the length of op_index
             "loss": float(step_record.loss), "loss_scale": float(step_record.loss_scale),
             "overflow": bool(step_record.overflow), "skipped": bool(step_record.skipped),
@@ -200,58 +203,124 @@ class DumpWriter:
     def add_op(self, exec_index: int, direction: str, name: str, op_type: str, compute_dtype: str,
                overflow: bool, inherited_nonfinite: bool, fusion, attrs: dict | None,
                tensors: list[TensorEntry], arrays: list | None = None) -> None:
-        """`write_op` without the records: the collector's per-op path.
+        """`write_op` without the records: one op, its statistics as tuples (the torch capture's path).
 
         ``fusion`` is None or (pass_name, original_names, original_types,
         output_origins, input_origins) (a FusionInfo works); ``arrays`` is
         None (statistics only) or one array or None per tensor entry.
         """
-        rows = self._tensor_rows
-        first = len(rows)
+        first = len(self._tensor_rows)
         group = None
         if arrays is not None:
-            group = self._op_group(exec_index, direction, name, op_type, compute_dtype, overflow, fusion)
-            for position, (kind, index, dtype, _, stats) in enumerate(tensors):
-                array = arrays[position]
-                if array is not None:
-                    self._write_tensor(group, layout.slot_name(kind, index), dtype, array, stats)
-                    self._with_data.append(first + position)
-        rows.extend(tensors)  # turned into the index table, column by column, at the step's end
+            group = self._write_arrays(exec_index, direction, name, op_type, compute_dtype, overflow, fusion,
+                                       first, tensors, [entry[4] for entry in tensors], arrays)
+        self._tensor_rows.extend(tensors)  # turned into the index table, column by column, at the step's end
+        self._op_rows.append(self._op_row(exec_index, direction, name, op_type, compute_dtype, overflow,
+                                          inherited_nonfinite, group is not None, first, len(tensors), fusion,
+                                          attrs))
+        self.ops_written += 1
+        self.tensors_written += len(tensors)
+
+    def add_ops(self, ops: list[tuple], tensors: list[tuple], stats: np.ndarray, inherited=None,
+                arrays: list | None = None) -> None:
+        """Many ops at once, their statistics as one matrix: the collector's path.
+
+        ``ops`` holds (exec_index, direction, name, op_type, compute_dtype,
+        overflow, fusion, attrs, n_tensors, ...) per op; ``tensors`` the
+        (kind, index, dtype, shape, ...) of every op's tensors in order, and
+        ``stats`` their statistics, a float64 array of one row per tensor in
+        `layout.STATS_FIELDS` order. ``inherited`` is None (no op saw a
+        non-finite input) or a bool per op; ``arrays`` None (statistics only)
+        or, per op, None or one array or None per tensor.
+        """
+        rows = self._tensor_rows
+        self._seal_loose_stats()
+        base = len(rows)  # index row of the first of ``tensors``
+        offset = 0  # the op's first tensor in ``tensors``
+        op_rows, op_row = self._op_rows, self._op_row
+        for position, (exec_index, direction, name, op_type, compute_dtype, overflow, fusion, attrs, count,
+                       *_) in enumerate(ops):
+            data = arrays[position] if arrays is not None else None
+            group = None
+            if data is not None:
+                group = self._write_arrays(exec_index, direction, name, op_type, compute_dtype, overflow, fusion,
+                                           base + offset, tensors[offset:offset + count],
+                                           stats[offset:offset + count], data)
+            op_rows.append(op_row(exec_index, direction, name, op_type, compute_dtype, overflow,
+                                  bool(inherited[position]) if inherited is not None else False,
+                                  group is not None, base + offset, count, fusion, attrs))
+            offset += count
+        rows.extend(tensors)
+        self._stats_blocks.append(stats)
+        self._loose_from = len(rows)
+        self.ops_written += len(ops)
+        self.tensors_written += len(tensors)
+
+    def _op_row(self, exec_index, direction, name, op_type, compute_dtype, overflow, inherited_nonfinite,
+                has_group, first, count, fusion, attrs) -> tuple:
+        """The op's row of the step's ``op_index`` table."""
         encoded = self._encoded
         name_bytes = encoded.get(name) or encoded.setdefault(name, name.encode())
         type_bytes = encoded.get(op_type) or encoded.setdefault(op_type, op_type.encode())
-        self._op_rows.append((exec_index, _DIRECTION_CODES[direction], overflow, inherited_nonfinite,
-                              group is not None, first, len(tensors), name_bytes, type_bytes, compute_dtype,
-                              self._fusion_text(name, fusion) if fusion is not None else b"",
-                              self._attrs_text(name, attrs) if attrs else b""))
-        self.ops_written += 1
-        self.tensors_written += len(tensors)
+        return (exec_index, _DIRECTION_CODES[direction], overflow, inherited_nonfinite, has_group, first, count,
+                name_bytes, type_bytes, compute_dtype,
+                self._fusion_text(name, fusion) if fusion is not None else b"",
+                self._attrs_text(name, attrs) if attrs else b"")
+
+    def _write_arrays(self, exec_index, direction, name, op_type, compute_dtype, overflow, fusion, first: int,
+                      tensors: list, stats, arrays: list):
+        """The op's group, and a dataset for each of its tensors that has an array; return the group.
+
+        ``tensors`` are (kind, index, dtype, ...) and ``stats`` their statistics (tuples or matrix rows).
+        """
+        group = self._op_group(exec_index, direction, name, op_type, compute_dtype, overflow, fusion)
+        for position, (tensor, array) in enumerate(zip(tensors, arrays)):
+            if array is not None:
+                kind, index, dtype = tensor[:3]
+                self._write_tensor(group, layout.slot_name(kind, index), dtype, array, stats[position])
+                self._with_data.append(first + position)
+        return group
+
+    def _seal_loose_stats(self) -> None:
+        """Turn the statistics tuples of the rows added by `add_op` since the last block into a block."""
+        rows = self._tensor_rows
+        if self._loose_from < len(rows):
+            loose = rows[self._loose_from:]
+            values = np.fromiter(itertools.chain.from_iterable(row[4] for row in loose), np.float64,
+                                 count=len(loose) * 9)
+            self._stats_blocks.append(values.reshape(-1, 9))
+            self._loose_from = len(rows)
 
     def _op_table(self) -> np.ndarray:
         """The step's ``op_index`` table, its text columns as wide as their longest value."""
         rows = self._op_rows
-        widths = tuple(max(len(row[column]) for row in rows) for column in (7, 8, 10, 11))
+        columns = list(zip(*rows))
+        widths = tuple(max(map(len, columns[column])) for column in (7, 8, 10, 11))
         return np.array(rows, dtype=layout.op_row_dtype(widths))
 
     def _tensor_table(self) -> np.ndarray:
         """The step's ``index`` table from the tensor entries, built column by column."""
         entries = self._tensor_rows
         table = np.zeros(len(entries), dtype=layout.tensor_row_dtype())
+        if not entries:
+            return table
         counts = [row[6] for row in self._op_rows]
         table["op"] = np.repeat(np.arange(len(counts)), counts)
-        kinds, slots, dtypes, shapes, stats = zip(*entries)
+        kinds, slots, dtypes, shapes = list(zip(*entries))[:4]
         table["kind"] = kinds
         table["slot"] = slots
-        table["dtype"] = dtypes
-        table["ndim"] = [len(shape) for shape in shapes]
-        ids: dict[tuple, int] = {}
-        positions = [ids.setdefault(shape, len(ids)) for shape in shapes]
-        table["shape"] = np.array([_pad(shape) for shape in ids], dtype=np.int64)[positions]
-        for shape, position in ids.items():
+        # a step has a few dozen distinct shapes and dtypes among hundreds of rows: convert each once
+        unique_dtypes, positions = _distinct(dtypes)
+        table["dtype"] = np.array(unique_dtypes, dtype=table.dtype["dtype"])[positions]
+        unique_shapes, positions = _distinct(shapes)
+        table["shape"] = np.array([_pad(shape) for shape in unique_shapes], dtype=np.int64)[positions]
+        table["ndim"] = np.array([len(shape) for shape in unique_shapes], dtype=np.uint8)[positions]
+        for which, shape in enumerate(unique_shapes):
             if len(shape) > layout.MAX_RANK:
-                self._long_shapes.update({row: list(shape) for row, p in enumerate(positions) if p == position})
-        values = np.fromiter(itertools.chain.from_iterable(stats), np.float64, count=len(stats) * 9)
-        values = values.reshape(-1, 9)
+                self._long_shapes.update({row: list(shape) for row in np.flatnonzero(positions == which).tolist()})
+        self._seal_loose_stats()
+        blocks = self._stats_blocks
+        values = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
         for column, field in enumerate(layout.STATS_FIELDS):
             table[field] = values[:, column]
         table["has_data"][self._with_data] = 1
@@ -337,6 +406,13 @@ class DumpWriter:
 
 
 _DIRECTION_CODES = layout.DIRECTION_CODES
+
+
+def _distinct(values: tuple) -> tuple[list, np.ndarray]:
+    """The distinct ``values`` in first-seen order, and the position of each value among them."""
+    unique = list(dict.fromkeys(values))
+    position = {value: i for i, value in enumerate(unique)}
+    return unique, np.fromiter(map(position.__getitem__, values), np.intp, count=len(values))
 
 
 def _pad(shape: tuple) -> tuple:
