@@ -26,10 +26,11 @@ import sys
 
 import torch
 
-from precision_tool.dump.layout import INPUT, OUTPUT
+from precision_tool.dump.layout import INPUT, OUTPUT, dumps
 from precision_tool.dump.records import StepRecord
+from precision_tool.engine.hooks import BACKWARD
 from precision_tool.errors import choice_error
-from precision_tool.torch.ops import flat_tensors
+from precision_tool.torch.ops import args_signature, flat_tensors
 from precision_tool.torch.session import SESSION, OpCall
 from precision_tool.torch.tensors import EMPTY_STATS, TensorStatsCache, array_stats, has_nonfinite, to_numpy
 
@@ -63,7 +64,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self.seed = seed
         self.record_views = record_views
         self.extra_metadata = dict(metadata or {})
-        self._attrs: dict[str, dict] = {}
+        self._attrs: dict[str, tuple] = {}  # op name -> (signature of its arguments, attrs)
         self.ops_recorded = 0
         self.steps_written = 0
         self._writer = None
@@ -162,14 +163,26 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self.ops_recorded += 1
 
     def _same_attrs(self, call: OpCall) -> dict:
-        """``call.attrs``, or the equal dict recorded under this name before: the writer encodes it once."""
+        """``call.attrs``, or the equal dict recorded under this name before: the writer encodes it once.
+
+        An op repeats its arguments every step, so an equal signature of them
+        (`args_signature`) finds the recorded dict without encoding them again.
+        """
+        signature = (call.info, call.forward_op, call.node.name() if call.direction == BACKWARD else None,
+                     args_signature(call.args, call.kwargs))
         previous = self._attrs.get(call.name)
-        if previous is not None and previous == call.attrs:
-            return previous
-        self._attrs[call.name] = call.attrs
+        if previous is not None:
+            known, attrs = previous
+            if signature[3] is not None and signature == known:
+                return attrs
+            if signature[3] is None and dumps(attrs) == dumps(call.attrs):  # as stored: 1 and True differ
+                return attrs
+        self._attrs[call.name] = (signature, call.attrs)
         return call.attrs
 
     def _output_stats(self, call: OpCall, inputs: list, tensor: torch.Tensor, dtype: str) -> tuple:
+        if call.info.mutated and any(tensor is t for t in flat_tensors(call.info.mutated_args(call.args, call.kwargs))):
+            return self._stats.written(tensor, dtype)  # an in-place or out= result
         if call.info.same_values and inputs and inputs[0][0] is not None and call.input_dtypes[0] == dtype \
                 and call.inputs[0].numel() == tensor.numel():
             stats = inputs[0][0]

@@ -230,6 +230,42 @@ def _encode(value, tensors: list):
     return {"repr": repr(value)}
 
 
+_PLAIN = frozenset({bool, int, float, str, type(None), torch.dtype, torch.layout, torch.memory_format, torch.device})
+_TENSOR = object()  # marks a tensor in a signature: no argument can equal it
+
+
+def args_signature(args: tuple, kwargs: dict) -> tuple | None:
+    """A cheap stand-in for ``encode_args(args, kwargs)[:2]``: equal signatures mean equal encodings.
+
+    Tensors become (marker, dtype) and lists tuples; values of the plain
+    types become (type, value), floats (float, hex), which compare as their
+    encodings do. None
+    when some argument is of another type: compare the encodings then.
+    """
+    try:
+        return (tuple([_signature(value) for value in args]),
+                tuple([(name, _signature(value)) for name, value in kwargs.items()]) if kwargs else ())
+    except _Unsigned:
+        return None
+
+
+class _Unsigned(Exception):
+    """An argument `args_signature` does not describe."""
+
+
+def _signature(value):
+    kind = type(value)
+    if kind is float:  # 0.0 == -0.0 and nan != nan, but their encodings differ and agree
+        return kind, value.hex()
+    if kind in _PLAIN:  # with its type: True == 1, but they encode differently
+        return kind, value
+    if isinstance(value, torch.Tensor):
+        return _TENSOR, value.dtype
+    if isinstance(value, (list, tuple)):
+        return tuple([_signature(v) for v in value])
+    raise _Unsigned
+
+
 def decode_args(encoded_args: list, encoded_kwargs: dict, tensors: list) -> tuple[tuple, dict]:
     """The inverse of `encode_args`, with ``tensors[i]`` in slot ``i``."""
     return (tuple(_decode(a, tensors) for a in encoded_args),

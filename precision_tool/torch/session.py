@@ -74,6 +74,17 @@ class _Interceptor(TorchDispatchMode):
         super().__init__()
         self._session = session
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """Leave ``__torch_dispatch__`` unwrapped by ``torch._disable_dynamo``.
+
+        By default torch wraps every mode's handler so that a compiled region
+        never traces into it; that wrapper costs a few microseconds on every
+        aten op. Capture is eager-only (docs/torch.md: compiled regions are not
+        seen), so there is nothing for the wrapper to protect here.
+        """
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self._session.dispatch(func, args, kwargs or {})
 
@@ -203,20 +214,21 @@ class Session:
         direction, name = self.namer.name(info.type, node, self.optimizer)
         call = OpCall(info, self.step, self.exec_index, name, direction, node, args, kwargs)
         self.exec_index += 1
-        watching = [r for r in self._watching if r.wants(call)] if self._watching else ()
+        watching = [r for r in self._watching if r.wants(call)] if self._watching else None
         simulator = self.simulator
-        before = (lambda: self._before_kernel(call, watching, simulator is not None)) if watching else None
         if simulator is not None:
+            before = (lambda: self._before_kernel(call, watching, True)) if watching else None
             result = simulator.run(call, before)
+            describe = logical_dtype
         else:
-            if before is not None:
-                before()
+            if watching:
+                self._before_kernel(call, watching, False)
             result = func(*args, **kwargs)
             call.outputs = result_tensors(info, args, kwargs, result)
+            describe = _torch_dtype
         if call.overflow:
             self.step_overflow = True
         if watching:
-            describe = logical_dtype if simulator is not None else _torch_dtype
             call.output_dtypes = [describe(t) for t in call.outputs]
             if not call.compute_dtype:
                 call.compute_dtype = _compute_dtype(call)

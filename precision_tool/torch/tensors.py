@@ -23,6 +23,7 @@ from precision_tool.torch.ops import dtype_name
 FORMAT_ATTR = "_precision_tool_format"  # the logical Format of a float32 tensor under simulation
 _LOW_DTYPES = (torch.float16, torch.bfloat16)
 _BLOCK = 1024  # values per float32 partial sum in `array_stats`
+_SCREEN_MAX = 1 << 14  # up to this many values `all_finite` screens with the C extension, faster there
 _CANCELLATION = 1e-6  # variance / mean^2 below which E[x^2] - mean^2 has lost its digits
 _LIMITS = {name: fmt.max for name, fmt in FORMATS.items()}  # |x| at the format's max counts as saturated
 EMPTY_STATS = tuple(getattr(TensorStats.empty(), name) for name in TensorStats.__dataclass_fields__)
@@ -60,15 +61,16 @@ def to_numpy(tensor: torch.Tensor, copy: bool = False) -> np.ndarray:
 
     Without ``copy`` the array may share memory with the tensor.
     """
-    t = tensor.detach()
-    if t.device.type != "cpu":
+    t = tensor.detach() if tensor.requires_grad else tensor  # (a detach costs more than the test)
+    if not t.is_cpu:
         t = t.cpu()
         copy = False
     if t.dtype in _LOW_DTYPES:
         return t.float().numpy()
-    if t.is_conj() or t.is_neg():
-        t = t.resolve_conj().resolve_neg()
-    array = t.numpy()
+    try:
+        array = t.numpy()
+    except RuntimeError:  # a conjugate or negative view: numpy wants the bits resolved first
+        array = t.resolve_conj().resolve_neg().numpy()
     return array.copy() if copy else array
 
 
@@ -109,11 +111,22 @@ def saturate_in_place(tensor: torch.Tensor, overflow_mode: str) -> bool:
 
 
 def all_finite(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` holds no inf or NaN: one float64 sum, which only they make non-finite."""
+    """Whether ``tensor`` holds no inf or NaN.
+
+    ``np.isfinite`` checks every value; on small arrays, where its fixed
+    cost dominates, the C extension's float64 sums screen them in one call
+    first: only inf and NaN make the sums of finite float32 values
+    non-finite (float64 values whose squares overflow are then checked one
+    by one).
+    """
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return True
-    total = float(np.add.reduce(to_numpy(tensor), axis=None, dtype=np.float64))
-    return total - total == 0.0
+    array = to_numpy(memory_order(tensor)).reshape(-1)
+    # stats_rows gives a row, or None: not finite (or a variance lost to cancellation, which says nothing here)
+    if native.extension is not None and array.size <= _SCREEN_MAX and array.dtype.char in "fd" \
+            and array.flags.c_contiguous and native.extension.stats_rows((array,), 0.0)[0] is not None:
+        return True
+    return bool(np.isfinite(array).all())
 
 
 def has_nonfinite(tensors) -> bool:
@@ -176,37 +189,103 @@ class TensorStatsCache:
     """Per-step memo of `stats_of` by the memory a tensor views, and its version.
 
     Most op inputs are earlier ops' outputs, often as other tensor objects
-    over the same memory (autograd's saved tensors). An entry counts only
-    while the tensor it was computed from is alive (a weak reference), so
-    freed memory reused by a new tensor is never mistaken for it; a tensor
-    changed in place has a new version and gets new statistics.
+    over the same memory (autograd's saved tensors, reshapes), and often
+    after the tensor object the statistics were computed from is gone (an
+    activation autograd saved for backward). An entry counts only while the
+    storage it was computed from is alive (a weak reference: torch keeps one
+    Python object per live storage), so freed memory reused by a new tensor
+    is never mistaken for it; a tensor changed in place has a new version
+    and gets new statistics. Contiguous values are keyed by where they start
+    and how many there are, whatever their shape: the same values in the
+    same order, whose statistics are the very numbers computing them again
+    would give. Other layouts are keyed by their shape and strides too.
+
+    Statistics known without computing them (`put`: a copy's are its
+    source's, summed in the source's order, which can differ in the last
+    bit) are kept apart, under the tensor's shape and strides and only while
+    that tensor object lives, so that which tensors reuse them, and so the
+    numbers recorded, do not depend on the sharing above.
+
+    Most inputs are moreover the very tensor objects an earlier op returned,
+    so a table by object answers them first, without the memory order or
+    the memory key. Its entries hold the object's data pointer, shape and
+    strides besides its version, since assigning to ``.data`` changes what a
+    tensor views without a new version.
     """
 
     def __init__(self) -> None:
-        self._entries: dict = {}
+        self._entries: dict = {}  # memory key -> (weak reference to the storage, version, stats)
+        self._copies: dict = {}  # `_view_key` -> (weak reference to the tensor, version, stats), from `put`
+        self._objects: dict = {}  # id(tensor) -> (weak reference, version, dtype, data pointer, shape, strides, stats)
 
     def get(self, tensor: torch.Tensor, dtype: str) -> tuple:
+        version = _version(tensor)
+        entry = self._objects.get(id(tensor))
+        if entry is not None and entry[0]() is tensor and entry[1] == version and entry[2] == dtype \
+                and entry[3] == tensor.data_ptr() and entry[4] == tensor.shape and entry[5] == tensor.stride():
+            return entry[6]
         if tensor.layout != torch.strided or tensor.numel() == 0:
             return stats_of(tensor, dtype)
         values = memory_order(tensor)  # a transpose hits the entry of the tensor it transposes
-        key = (values.data_ptr(), values.shape, values.stride(), values.dtype, values.device, dtype)
-        version = _version(tensor)
+        if self._copies:
+            entry = self._copies.get(_view_key(values, dtype))
+            if entry is not None and entry[1] == version and entry[0]() is not None:
+                return entry[2]
+        key = _memory_key(values, dtype)
         entry = self._entries.get(key)
         if entry is not None and entry[1] == version and entry[0]() is not None:
+            self._remember(tensor, version, dtype, entry[2])
             return entry[2]
-        stats = stats_of(values, dtype)
-        self._entries[key] = (weakref.ref(tensor), version, stats)
-        return stats
+        return self._compute(tensor, values, key, version, dtype)
+
+    def written(self, tensor: torch.Tensor, dtype: str) -> tuple:
+        """Statistics of a tensor that the op in flight has just written (``add_``, ``out=``), computed afresh.
+
+        The dispatcher counts the write (the tensor's version) only after the
+        op returns from the Python mode, so inside the mode the tensor still
+        shows the version it had as an input: its entries are replaced, under
+        the version it will have.
+        """
+        if tensor.layout != torch.strided or tensor.numel() == 0:
+            return stats_of(tensor, dtype)
+        values = memory_order(tensor)
+        return self._compute(tensor, values, _memory_key(values, dtype), _version(tensor) + 1, dtype)
 
     def put(self, tensor: torch.Tensor, dtype: str, stats: tuple) -> None:
         """Remember statistics known without computing them (a copy's are its source's)."""
         if tensor.layout == torch.strided and tensor.numel():
-            values = memory_order(tensor)
-            key = (values.data_ptr(), values.shape, values.stride(), values.dtype, values.device, dtype)
-            self._entries[key] = (weakref.ref(tensor), _version(tensor), stats)
+            self._copies[_view_key(memory_order(tensor), dtype)] = (weakref.ref(tensor), _version(tensor), stats)
 
     def clear(self) -> None:
         self._entries.clear()
+        self._copies.clear()
+        self._objects.clear()
+
+    def _compute(self, tensor: torch.Tensor, values: torch.Tensor, key: tuple, version: int, dtype: str) -> tuple:
+        stats = EMPTY_STATS if values.is_complex() else array_stats(to_numpy(values), dtype)
+        self._entries[key] = (_storage_ref(tensor), version, stats)
+        self._remember(tensor, version, dtype, stats)
+        return stats
+
+    def _remember(self, tensor: torch.Tensor, version: int, dtype: str, stats: tuple) -> None:
+        self._objects[id(tensor)] = (weakref.ref(tensor), version, dtype, tensor.data_ptr(), tensor.shape,
+                                     tensor.stride(), stats)
+
+
+def _storage_ref(tensor: torch.Tensor) -> weakref.ref:
+    """A weak reference to the memory ``tensor`` views: its storage's Python object lives as long as the storage."""
+    return weakref.ref(tensor.untyped_storage())
+
+
+def _memory_key(values: torch.Tensor, dtype: str) -> tuple:
+    """Where ``values`` (as `memory_order` gives them) lie: contiguous ones by their start and count alone."""
+    if values.is_contiguous():
+        return values.data_ptr(), values.numel(), values.dtype, values.device, dtype
+    return _view_key(values, dtype)
+
+
+def _view_key(values: torch.Tensor, dtype: str) -> tuple:
+    return values.data_ptr(), values.shape, values.stride(), values.dtype, values.device, dtype
 
 
 def _version(tensor: torch.Tensor) -> int:

@@ -66,6 +66,33 @@ def test_in_place_ops_record_their_input_before_the_update(tmp_path):
         np.testing.assert_array_equal(dump.tensor(0, update.exec_index, "output_0"), run[0].fc1.weight.detach().numpy())
 
 
+@pytest.mark.parametrize("mode", ["dump", "stats"])
+def test_an_in_place_op_records_the_statistics_of_its_result(tmp_path, mode):
+    run = make_mlp()
+    weight = run[0].fc1.weight.detach()
+    before = weight.clone()
+    with ptt.dump(tmp_path / "g.h5", mode=mode):
+        train(run)
+    with open_dump(tmp_path / "g.h5") as dump:
+        update = dump.op(0, "optimizer/SGD/aten.add__0", "optimizer")
+    stats = {t.slot: t.stats for t in update.tensors}
+    assert stats["input_0"].max == float(before.max()) and stats["input_0"].min == float(before.min())
+    assert stats["output_0"].max == float(weight.max()) and stats["output_0"].min == float(weight.min())
+    assert stats["output_0"] != stats["input_0"]
+
+
+def test_repeated_ops_share_one_arguments_record(tmp_path):
+    run = make_mlp()
+    with ptt.dump(tmp_path / "g.h5", mode="stats"):
+        train(run, steps=2)
+    with open_dump(tmp_path / "g.h5") as dump:
+        first, second = (dump.op(step, "MLP/fc1/aten.addmm_0") for step in (0, 1))
+        update = dump.op(1, "optimizer/SGD/aten.add__0", "optimizer")
+    assert first.attrs == second.attrs == {"overload": "default", "kwargs": {}, "args": [
+        {"tensor": 0, "dtype": "float32"}, {"tensor": 1, "dtype": "float32"}, {"tensor": 2, "dtype": "float32"}]}
+    assert update.attrs["kwargs"] == {"alpha": -0.1}
+
+
 def test_stats_mode_records_statistics_without_data(tmp_path):
     with ptt.dump(tmp_path / "s.h5", mode="stats"):
         train(make_mlp())

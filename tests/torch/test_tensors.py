@@ -9,8 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch not installed: pip install 'precision-tool[torch]'")
 
+from precision_tool.dump.layout import dumps  # noqa: E402
 from precision_tool.dump.stats import stats_tuple  # noqa: E402
 from precision_tool.engine.formats import FLOAT16  # noqa: E402
+from precision_tool.torch.ops import args_signature, encode_args  # noqa: E402
 from precision_tool.torch.tensors import (TensorStatsCache, all_finite, array_stats, memory_order,  # noqa: E402
                                           round_in_place, round_to, stats_of)
 
@@ -47,3 +49,57 @@ def test_rounding_into_float16_saturates_and_reports_overflow():
     y = x.clone()
     assert round_in_place(y, FLOAT16, "inf_nan") and math.isinf(y[0]) and math.isnan(y[2])
     assert not all_finite(x) and all_finite(torch.ones(3)) and all_finite(torch.arange(3))
+
+
+def test_statistics_are_shared_by_every_tensor_over_the_same_memory_while_it_lives():
+    cache = TensorStatsCache()
+    x = torch.randn(6, 8)
+    first = cache.get(x.view(48), "float32")  # the view object dies; its storage does not
+    assert cache.get(x.view(4, 12), "float32") is first  # another shape over the same values
+    assert cache.get(x, "float32") is first
+    assert cache.get(x[:3], "float32") is not first and cache.get(x[:3], "float32")[0] == 24
+    assert cache.get(x, "float64") is not first  # another logical dtype: its own entry
+
+
+def test_a_written_tensor_gets_new_statistics_under_its_next_version():
+    cache = TensorStatsCache()
+    x = torch.ones(10)
+    assert cache.get(x, "float32")[2] == 1.0
+    x.numpy()[:] *= 3  # as inside the dispatch mode: the values change, the version not yet
+    written = cache.written(x, "float32")
+    assert written[2] == 3.0
+    x.add_(0)  # the version the dispatcher gives it when the op returns
+    assert cache.get(x, "float32") is written
+
+
+def test_the_finite_check_is_exact_for_every_layout_and_magnitude():
+    big = torch.full((4, 4), 1e200, dtype=torch.float64)  # squares overflow: checked value by value
+    assert all_finite(big) and all_finite(big.t()) and all_finite(torch.full((3,), 3e38))
+    for bad in (math.inf, -math.inf, math.nan):
+        x = torch.zeros(64, 33)
+        x[5, 7] = bad
+        assert not all_finite(x) and not all_finite(x.t()) and not all_finite(x[:, 7]) and all_finite(x[:, 8])
+        assert not all_finite(x.half()) and not all_finite(x.double())
+    assert all_finite(torch.empty(0)) and all_finite(torch.zeros(3, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((torch.ones(2), 1, 2.5, None, True), {}),
+    ((torch.ones(2), [torch.ones(2, dtype=torch.float64), torch.ones(1)], "mean"), {"dim": [0, 1]}),
+    ((torch.ones(2),), {"dtype": torch.float16, "device": torch.device("cpu"), "alpha": -0.0}),
+])
+def test_equal_argument_signatures_mean_equal_encodings(args, kwargs):
+    same = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    assert args_signature(args, kwargs) == args_signature(same, dict(kwargs))
+    assert encode_args(args, kwargs)[:2] == encode_args(same, dict(kwargs))[:2]
+    other = (args[0].double(), *args[1:])
+    assert args_signature(other, kwargs) != args_signature(args, kwargs)
+    assert args_signature(args[:1], {"x": args[1:]}) != args_signature((args[0], args[1:]), {})
+    assert args_signature(args, {**kwargs, "generator": torch.Generator()}) is None
+
+
+@pytest.mark.parametrize("one, other", [(1, True), (0.0, -0.0), (1, 1.0)])
+def test_arguments_that_compare_equal_but_encode_differently_have_different_signatures(one, other):
+    x = torch.ones(2)
+    assert dumps(encode_args((x, one), {})[:2]) != dumps(encode_args((x, other), {})[:2])  # as the dump stores them
+    assert args_signature((x, one), {}) != args_signature((x, other), {})
