@@ -235,32 +235,50 @@ class Collector:
 def _slots(event: OpEvent, stats: StatsBatch, seen: dict, tensors: list, arrays: list | None) -> int:
     """Append (kind, index, dtype, shape, row) of each tensor of ``event`` to ``tensors``; return how many.
 
-    New arrays join ``stats``; with ``arrays``, every tensor's array is appended to it.
+    New arrays join ``stats``; with ``arrays``, every tensor's array is appended to it. Statistics
+    only, the C pass of `StatsBatch.take` does this for the plain float arrays (most of them) and
+    computes their statistics at once, while the values are in cache; `_slot` does the rest.
     """
     before = len(tensors)
-    kind = 0
-    for values, dtypes in ((event.inputs, event.input_dtypes), (event.outputs, event.output_dtypes)):
-        if len(dtypes) < len(values):
-            dtypes = [*dtypes, *[""] * (len(values) - len(dtypes))]
-        for i, (array, dtype) in enumerate(zip(values, dtypes)):
-            if array is None:
-                continue
-            if type(array) is not np.ndarray:
-                array = np.asarray(array)
-            if dtype not in _FLOATS:
-                dtype = array.dtype.name
-            key, owner = (id(array), array) if array.base is None else _identity(array)
-            entry = seen.get(key)
-            if entry is not None and entry[0]() is owner:
-                k = entry[1]
-            else:  # new to the step (an id reused after its array was freed has a dead reference)
-                k = stats.add(array)
-                seen[key] = (weakref.ref(owner), k)
-            tensors.append((kind, i, dtype, array.shape, k))
-            if arrays is not None:
-                arrays.append(array)
-        kind = 1
+    if arrays is None and stats.native_pass:
+        later: list = []
+        for kind, values, dtypes in ((0, event.inputs, event.input_dtypes), (1, event.outputs, event.output_dtypes)):
+            values = values if type(values) is list else list(values)
+            dtypes = dtypes if type(dtypes) is list else list(dtypes)
+            i, count = 0, len(values)
+            while i < count:
+                i = stats.take(kind, values, dtypes, i, _FLOATS, seen, tensors, later)
+                if i < count:  # a view, an integer array, ...: the Python path
+                    _slot(kind, i, values[i], dtypes, stats, seen, tensors, None)
+                    i += 1
+        if later:
+            stats.settle(later)
+        return len(tensors) - before
+    for kind, values, dtypes in ((0, event.inputs, event.input_dtypes), (1, event.outputs, event.output_dtypes)):
+        for i, array in enumerate(values):
+            if array is not None:
+                _slot(kind, i, array, dtypes, stats, seen, tensors, arrays)
     return len(tensors) - before
+
+
+def _slot(kind: int, i: int, array, dtypes, stats: StatsBatch, seen: dict, tensors: list,
+          arrays: list | None) -> None:
+    """`_slots` for one array."""
+    if type(array) is not np.ndarray:
+        array = np.asarray(array)
+    dtype = dtypes[i] if i < len(dtypes) else ""
+    if dtype not in _FLOATS:
+        dtype = array.dtype.name
+    key, owner = (id(array), array) if array.base is None else _identity(array)
+    entry = seen.get(key)
+    if entry is not None and entry[0]() is owner:
+        k = entry[1]
+    else:  # new to the step (an id reused after its array was freed has a dead reference)
+        k = stats.add(array)
+        seen[key] = (weakref.ref(owner), k)
+    tensors.append((kind, i, dtype, array.shape, k))
+    if arrays is not None:
+        arrays.append(array)
 
 
 def _identity(view: np.ndarray) -> tuple:

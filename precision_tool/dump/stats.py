@@ -219,6 +219,33 @@ class StatsBatch:
         self.rows.append(None)
         return position
 
+    def take(self, kind: int, arrays: list, dtypes: list, start: int, floats, seen: dict, tensors: list,
+             later: list) -> int:
+        """The collector's per-tensor pass over ``arrays`` from ``start``, in C (``_native.slots``).
+
+        Appends (kind, index, dtype, shape, row) to ``tensors`` for each array
+        it takes, computing the rows of arrays new to the step at once; returns
+        the position of the first array it leaves to the caller (len(arrays)
+        when none). Rows listed in ``later`` are finished by `settle`, which
+        must run before those arrays may change. Only where the extension is
+        built (`native_pass`).
+        """
+        return _native.slots(kind, arrays, dtypes, start, floats, np.ndarray, seen, tensors, self.rows, later,
+                             _CANCELLATION, _SATURATION_FLOOR)
+
+    def settle(self, later: list) -> None:
+        """Finish the rows `take` left: statistics with NaN, Inf or cancellation, and saturated counts."""
+        for position, array in later:
+            flat = array.reshape(-1)
+            if self.rows[position] is None:
+                self.rows[position] = stats_tuple(flat)
+            self._count_saturated(position, flat)
+
+    @property
+    def native_pass(self) -> bool:
+        """Whether `take` is there (the C extension is built and in use)."""
+        return _native is not None
+
     @property
     def queued(self) -> int:
         """How many values wait for their rows."""

@@ -76,6 +76,8 @@ class DumpWriter:
         self._tensor_rows: list[tuple] = []  # (kind, index, dtype, shape, ...) of each index row
         self._stats_blocks: list[np.ndarray] = []  # float64 (rows, 9) blocks of the statistics, in row order
         self._loose_from = 0  # rows from here on carry their statistics as a tuple in field 4
+        self._previous_op_table: tuple | None = None  # (op rows, op_index table) of the last step written
+        self._previous_index: tuple | None = None  # (tensor rows, op counts, described index table, long shapes)
         self._long_shapes: dict[int, list[int]] = {}
         self._with_data: list[int] = []  # index rows whose tensor has a dataset
         self._stored: dict[int, tuple] = {}  # id(array) -> (weakref, dtype, group, slot) written this step
@@ -292,19 +294,52 @@ class DumpWriter:
             self._loose_from = len(rows)
 
     def _op_table(self) -> np.ndarray:
-        """The step's ``op_index`` table, its text columns as wide as their longest value."""
+        """The step's ``op_index`` table, its text columns as wide as their longest value.
+
+        A training loop repeats its ops every step: when the rows equal the
+        previous step's, so does the table, and it is not built again.
+        """
         rows = self._op_rows
+        previous = self._previous_op_table
+        if previous is not None and previous[0] == rows:
+            return previous[1]
         columns = list(zip(*rows))
         widths = tuple(max(map(len, columns[column])) for column in (7, 8, 10, 11))
-        return np.array(rows, dtype=layout.op_row_dtype(widths))
+        table = np.array(rows, dtype=layout.op_row_dtype(widths))
+        self._previous_op_table = (rows, table)
+        return table
 
     def _tensor_table(self) -> np.ndarray:
-        """The step's ``index`` table from the tensor entries, built column by column."""
+        """The step's ``index`` table: what describes the tensors, then their statistics.
+
+        The description (op, kind, slot, dtype, shape) is built column by
+        column, or copied from the previous step's when the same ops saw the
+        same tensors (every step of a training loop, as a rule).
+        """
         entries = self._tensor_rows
+        counts = [row[6] for row in self._op_rows]
+        previous = self._previous_index
+        if previous is not None and previous[1] == counts and previous[0] == entries:
+            table = previous[2].copy()
+            self._long_shapes.update(previous[3])
+        else:
+            table = self._describe_tensors(entries, counts)
+            self._previous_index = (entries, counts, table.copy(), dict(self._long_shapes))
+        if not entries:
+            return table
+        self._seal_loose_stats()
+        blocks = self._stats_blocks
+        values = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+        for column, field in enumerate(layout.STATS_FIELDS):
+            table[field] = values[:, column]
+        table["has_data"][self._with_data] = 1
+        return table
+
+    def _describe_tensors(self, entries: list, counts: list) -> np.ndarray:
+        """An ``index`` table with the columns that describe each tensor filled, statistics zero."""
         table = np.zeros(len(entries), dtype=layout.tensor_row_dtype())
         if not entries:
             return table
-        counts = [row[6] for row in self._op_rows]
         table["op"] = np.repeat(np.arange(len(counts)), counts)
         kinds, slots, dtypes, shapes = list(zip(*entries))[:4]
         table["kind"] = kinds
@@ -318,12 +353,6 @@ class DumpWriter:
         for which, shape in enumerate(unique_shapes):
             if len(shape) > layout.MAX_RANK:
                 self._long_shapes.update({row: list(shape) for row in np.flatnonzero(positions == which).tolist()})
-        self._seal_loose_stats()
-        blocks = self._stats_blocks
-        values = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
-        for column, field in enumerate(layout.STATS_FIELDS):
-            table[field] = values[:, column]
-        table["has_data"][self._with_data] = 1
         return table
 
     def _attrs_text(self, name: str, attrs) -> bytes:
