@@ -300,24 +300,27 @@ static PyObject *stats_rows(PyObject *module, PyObject *args)
 
 /* ---- slots ----
  *
- * The collector's pass over the inputs or the outputs of one op
- * (precision_tool.collect.collector._slots), from position `start`. For each
- * array that the pass can take, (kind, i, dtype, shape, row) is appended to
- * `tensors`, where `row` is the position in `rows` of the statistics of the
- * array: found in `seen` (id -> (weak reference, row)) while the reference
- * still points at the array, else computed here, while the values are still
- * in cache, appended to `rows` and filed in `seen`. A row that the caller
+ * The collector's bookkeeping of one op's tensors in stats mode
+ * (precision_tool.collect.collector._slots): for the inputs (kind 0) and
+ * then the outputs (kind 1), (kind, i, dtype, shape, row) is appended to
+ * `tensors` for each array, where `row` is the position in `rows` of the
+ * statistics of the memory the array shows. A row is found in `seen`
+ * (id(owner) -> (weak reference to owner, row)) while the reference still
+ * points at the owner; else it is computed here, while the values are
+ * still in cache, appended to `rows` and filed in `seen`. A row the caller
  * must finish (None: NaN, inf or cancellation; or a min or max at or beyond
- * `floor`, where some format's values saturate) is also listed in `later` as
- * (row, array).
+ * `floor`, where some format's values saturate) is listed in `later` as
+ * (row, owner).
  *
- * The pass takes an array when it is exactly `ndarray`, owns its memory
- * (`base` is None), has a dtype name in `floats` and, when new to the step,
- * holds float32 or float64 values, C-contiguous and not empty; it stops at
- * the first entry that is not None and that it does not take, and returns
- * that entry's position (len(arrays) when done): the caller records that one
- * its own way and calls again from the next. The pass does in C what
- * _slots does in Python, about ten times faster per tensor.
+ * The owner of an array is the array itself when it owns its memory (`base`
+ * is None), or its base when the array is a reshape, transpose or permute of
+ * all of it (same start, same bytes, same element format): statistics do not
+ * depend on the order of the values. An array the pass does not take (not
+ * exactly `ndarray`, a dtype name not in `floats`, another kind of view, or
+ * new to the step and not float32/float64, C-contiguous and non-empty) gets
+ * None in `tensors` and (position in tensors, kind, i) in `leftover`, for
+ * the caller to fill in its own way. This is precision_tool.collect.
+ * collector._slot in C, about ten times faster per tensor.
  */
 
 static PyObject *str_base, *str_shape;
@@ -341,24 +344,91 @@ static PyObject *weak_target(PyObject *ref)  /* new reference, or NULL (no excep
 #endif
 }
 
-/* The row of `array` already in `seen`, or -1. */
-static Py_ssize_t seen_row(PyObject *seen, PyObject *key, PyObject *array)
+/* Whether a strided buffer's elements fill its len bytes from its start, in some order of the axes. */
+static int covers_contiguously(const Py_buffer *view)
+{
+    if (view->ndim > 64 || (view->ndim > 0 && (!view->shape || !view->strides)))
+        return 0;
+    int order[64], n = 0;
+    for (int d = 0; d < view->ndim; d++) {
+        if (view->shape[d] == 1)
+            continue;
+        int k = n++;  /* insertion sort, largest stride first */
+        while (k > 0 && view->strides[order[k - 1]] < view->strides[d]) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = d;
+    }
+    Py_ssize_t expected = view->itemsize;
+    for (int k = n - 1; k >= 0; k--) {
+        if (view->strides[order[k]] != expected)
+            return 0;
+        expected *= view->shape[order[k]];
+    }
+    return expected == view->len;
+}
+
+/* The owner of `array` (a new reference): 1, 0 when the pass does not take it, -1 on error. */
+static int owner_of(PyObject *array, PyObject *ndarray, PyObject **owner)
+{
+    PyObject *base = PyObject_GetAttr(array, str_base);
+    if (!base)
+        return -1;
+    if (base == Py_None) {
+        Py_DECREF(base);
+        *owner = Py_NewRef(array);
+        return 1;
+    }
+    int taken = 0;
+    PyObject *base_base = (PyObject *)Py_TYPE(base) == ndarray ? PyObject_GetAttr(base, str_base) : NULL;
+    if (base_base == Py_None) {
+        Py_buffer view, whole;
+        if (PyObject_GetBuffer(array, &view, PyBUF_STRIDES | PyBUF_FORMAT) == 0) {
+            if (PyObject_GetBuffer(base, &whole, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+                taken = view.buf == whole.buf && view.len == whole.len && view.itemsize == whole.itemsize
+                        && view.format && whole.format && strcmp(view.format, whole.format) == 0
+                        && covers_contiguously(&view);
+                PyBuffer_Release(&whole);
+            }
+            PyBuffer_Release(&view);
+        }
+        PyErr_Clear();  /* a buffer refused: not taken */
+    } else if (!base_base && PyErr_Occurred()) {
+        Py_DECREF(base);
+        return -1;
+    }
+    Py_XDECREF(base_base);
+    if (!taken) {
+        Py_DECREF(base);
+        return 0;
+    }
+    *owner = base;
+    return 1;
+}
+
+/* The row of `owner` already in `seen`, or -1 (-2 on error). */
+static Py_ssize_t seen_row(PyObject *seen, PyObject *key, PyObject *owner)
 {
     PyObject *entry = PyDict_GetItemWithError(seen, key);  /* borrowed */
-    if (entry == NULL || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2)
+    if (entry == NULL)
+        return PyErr_Occurred() ? -2 : -1;
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2)
         return -1;
     PyObject *target = weak_target(PyTuple_GET_ITEM(entry, 0));
     Py_XDECREF(target);
-    if (target != array)
+    if (target != owner)
         return -1;
-    return PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
+    Py_ssize_t row = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
+    return row < 0 && PyErr_Occurred() ? -2 : row;
 }
 
-/* Compute the statistics of a new array into `rows`; its row, -1 if not taken, -2 on error. */
-static Py_ssize_t new_row(PyObject *array, PyObject *rows, PyObject *later, double cancellation, double floor)
+/* Compute the statistics of `owner` into `rows` and file them in `seen`; the row, -1 if not taken, -2 on error. */
+static Py_ssize_t new_row(PyObject *owner, PyObject *key, PyObject *seen, PyObject *rows, PyObject *later,
+                          double cancellation, double floor)
 {
     Py_buffer view;
-    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    if (PyObject_GetBuffer(owner, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
         return -1;
     }
@@ -383,85 +453,94 @@ static Py_ssize_t new_row(PyObject *array, PyObject *rows, PyObject *later, doub
     const Py_ssize_t position = PyList_GET_SIZE(rows);
     int failed = PyList_Append(rows, row) < 0;
     if (!failed && (row == Py_None || m[3] >= floor || -m[2] >= floor)) {
-        PyObject *pair = Py_BuildValue("(nO)", position, array);
+        PyObject *pair = Py_BuildValue("(nO)", position, owner);
         failed = !pair || PyList_Append(later, pair) < 0;
         Py_XDECREF(pair);
     }
     Py_DECREF(row);
+    PyObject *ref = failed ? NULL : PyWeakref_NewRef(owner, NULL);
+    PyObject *entry = ref ? Py_BuildValue("(Nn)", ref, position) : NULL;
+    failed = !entry || PyDict_SetItem(seen, key, entry) < 0;
+    Py_XDECREF(entry);
     return failed ? -2 : position;
+}
+
+typedef struct {
+    PyObject *floats, *ndarray, *seen, *tensors, *rows, *later, *leftover;
+    double cancellation, floor;
+} slots_t;
+
+/* One array: 1 when recorded, 0 when left to the caller, -1 on error. */
+static int take(const slots_t *c, PyObject *kind, Py_ssize_t i, PyObject *array, PyObject *dtypes)
+{
+    if ((PyObject *)Py_TYPE(array) != c->ndarray || i >= PyList_GET_SIZE(dtypes))
+        return 0;
+    PyObject *dtype = PyList_GET_ITEM(dtypes, i);
+    const int known = PySet_Contains(c->floats, dtype);
+    if (known <= 0)
+        return known;
+    PyObject *owner = NULL;
+    const int found = owner_of(array, c->ndarray, &owner);
+    if (found <= 0)
+        return found;
+    PyObject *key = PyLong_FromVoidPtr(owner);  /* id(owner) */
+    Py_ssize_t row = key ? seen_row(c->seen, key, owner) : -2;
+    if (row == -1)
+        row = new_row(owner, key, c->seen, c->rows, c->later, c->cancellation, c->floor);
+    Py_XDECREF(key);
+    Py_DECREF(owner);
+    if (row < 0)
+        return row == -1 ? 0 : -1;
+    PyObject *shape = PyObject_GetAttr(array, str_shape);
+    PyObject *tensor = shape ? Py_BuildValue("(OnONn)", kind, i, dtype, shape, row) : NULL;
+    const int failed = !tensor || PyList_Append(c->tensors, tensor) < 0;
+    Py_XDECREF(tensor);
+    return failed ? -1 : 1;
 }
 
 static PyObject *slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 12) {
-        PyErr_SetString(PyExc_TypeError, "slots: kind, arrays, dtypes, start, floats, ndarray, seen, tensors, "
-                                         "rows, later, cancellation, floor");
+    if (nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "slots: inputs, input_dtypes, outputs, output_dtypes, floats, ndarray, "
+                                         "seen, tensors, rows, later, leftover, cancellation, floor");
         return NULL;
     }
-    PyObject *kind = args[0], *arrays = args[1], *dtypes = args[2], *floats = args[4], *ndarray = args[5];
-    PyObject *seen = args[6], *tensors = args[7], *rows = args[8], *later = args[9];
-    const Py_ssize_t start = PyLong_AsSsize_t(args[3]);
-    const double cancellation = PyFloat_AsDouble(args[10]), floor = PyFloat_AsDouble(args[11]);
+    slots_t c = {args[4], args[5], args[6], args[7], args[8], args[9], args[10],
+                 PyFloat_AsDouble(args[11]), PyFloat_AsDouble(args[12])};
     if (PyErr_Occurred())
         return NULL;
-    if (!PyList_Check(arrays) || !PyList_Check(dtypes) || !PyAnySet_Check(floats) || !PyType_Check(ndarray)
-            || !PyDict_Check(seen) || !PyList_Check(tensors) || !PyList_Check(rows) || !PyList_Check(later)) {
+    if (!PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2]) || !PyList_Check(args[3])
+            || !PyAnySet_Check(c.floats) || !PyType_Check(c.ndarray) || !PyDict_Check(c.seen)
+            || !PyList_Check(c.tensors) || !PyList_Check(c.rows) || !PyList_Check(c.later)
+            || !PyList_Check(c.leftover)) {
         PyErr_SetString(PyExc_TypeError, "slots: wrong argument types");
         return NULL;
     }
-    const Py_ssize_t count = PyList_GET_SIZE(arrays);
-    for (Py_ssize_t i = start < 0 ? 0 : start; i < count; i++) {
-        PyObject *array = PyList_GET_ITEM(arrays, i);
-        if (array == Py_None)
-            continue;
-        if ((PyObject *)Py_TYPE(array) != ndarray || i >= PyList_GET_SIZE(dtypes))
-            return PyLong_FromSsize_t(i);
-        PyObject *dtype = PyList_GET_ITEM(dtypes, i);
-        int known = PySet_Contains(floats, dtype);
-        if (known < 0)
+    for (long k = 0; k < 2; k++) {
+        PyObject *arrays = args[2 * k], *dtypes = args[2 * k + 1];
+        PyObject *kind = PyLong_FromLong(k);
+        if (!kind)
             return NULL;
-        PyObject *base = known ? PyObject_GetAttr(array, str_base) : NULL;
-        if (!base) {
-            if (known)
-                return NULL;
-            return PyLong_FromSsize_t(i);
-        }
-        Py_DECREF(base);
-        if (base != Py_None)
-            return PyLong_FromSsize_t(i);
-        PyObject *key = PyLong_FromVoidPtr(array);  /* id(array) */
-        if (!key)
-            return NULL;
-        Py_ssize_t row = seen_row(seen, key, array);
-        if (row < 0 && PyErr_Occurred()) {
-            Py_DECREF(key);
-            return NULL;
-        }
-        if (row < 0) {
-            row = new_row(array, rows, later, cancellation, floor);
-            if (row == -1) {  /* not float32/float64, not contiguous, or empty: the caller's */
-                Py_DECREF(key);
-                return PyLong_FromSsize_t(i);
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(arrays); i++) {
+            PyObject *array = PyList_GET_ITEM(arrays, i);
+            if (array == Py_None)
+                continue;
+            Py_INCREF(array);  /* the lists are the caller's: keep the item while Python code may run */
+            int taken = take(&c, kind, i, array, dtypes);
+            Py_DECREF(array);
+            if (taken == 0) {
+                PyObject *at = Py_BuildValue("(nOn)", PyList_GET_SIZE(c.tensors), kind, i);
+                taken = at && PyList_Append(c.leftover, at) == 0 && PyList_Append(c.tensors, Py_None) == 0 ? 1 : -1;
+                Py_XDECREF(at);
             }
-            PyObject *ref = row >= 0 ? PyWeakref_NewRef(array, NULL) : NULL;
-            PyObject *entry = ref ? Py_BuildValue("(Nn)", ref, row) : NULL;
-            if (!entry || PyDict_SetItem(seen, key, entry) < 0) {
-                Py_XDECREF(entry);
-                Py_DECREF(key);
+            if (taken < 0) {
+                Py_DECREF(kind);
                 return NULL;
             }
-            Py_DECREF(entry);
         }
-        Py_DECREF(key);
-        PyObject *shape = PyObject_GetAttr(array, str_shape);
-        PyObject *tensor = shape ? Py_BuildValue("(OnONn)", kind, i, dtype, shape, row) : NULL;
-        if (!tensor || PyList_Append(tensors, tensor) < 0) {
-            Py_XDECREF(tensor);
-            return NULL;
-        }
-        Py_DECREF(tensor);
+        Py_DECREF(kind);
     }
-    return PyLong_FromSsize_t(count);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
@@ -473,8 +552,9 @@ static PyMethodDef methods[] = {
      "For each array (non-empty, C-contiguous float32/float64) the tuple (count, min, max, mean, std,\n"
      "norm, 0, 0, 0), or None where a value is not finite or variance < cancellation * mean**2."},
     {"slots", (PyCFunction)(void (*)(void))slots, METH_FASTCALL,
-     "slots(kind, arrays, dtypes, start, floats, ndarray, seen, tensors, rows, later, cancellation, floor) -> int\n\n"
-     "The collector's pass over one op's arrays from `start` (see _native.c); the position it stopped at."},
+     "slots(inputs, input_dtypes, outputs, output_dtypes, floats, ndarray, seen, tensors, rows, later, leftover,\n"
+     "      cancellation, floor) -> None\n\n"
+     "The collector's bookkeeping of one op's tensors in stats mode (see _native.c)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -236,34 +236,30 @@ def _slots(event: OpEvent, stats: StatsBatch, seen: dict, tensors: list, arrays:
     """Append (kind, index, dtype, shape, row) of each tensor of ``event`` to ``tensors``; return how many.
 
     New arrays join ``stats``; with ``arrays``, every tensor's array is appended to it. Statistics
-    only, the C pass of `StatsBatch.take` does this for the plain float arrays (most of them) and
-    computes their statistics at once, while the values are in cache; `_slot` does the rest.
+    only, the C pass of `StatsBatch.take` does this for the float arrays and the views of all of
+    one (nearly all of them) and computes their statistics at once, while the values are in cache;
+    `_slot` does the rest, in place.
     """
     before = len(tensors)
     if arrays is None and stats.native_pass:
         later: list = []
-        for kind, values, dtypes in ((0, event.inputs, event.input_dtypes), (1, event.outputs, event.output_dtypes)):
-            values = values if type(values) is list else list(values)
-            dtypes = dtypes if type(dtypes) is list else list(dtypes)
-            i, count = 0, len(values)
-            while i < count:
-                i = stats.take(kind, values, dtypes, i, _FLOATS, seen, tensors, later)
-                if i < count:  # a view, an integer array, ...: the Python path
-                    _slot(kind, i, values[i], dtypes, stats, seen, tensors, None)
-                    i += 1
+        leftover: list = []
+        stats.take(event, _FLOATS, seen, tensors, later, leftover)
+        for position, kind, i in leftover:  # an integer array, a strided slice, ...: the Python path
+            values, dtypes = (event.inputs, event.input_dtypes) if kind == 0 else (event.outputs, event.output_dtypes)
+            tensors[position] = _slot(kind, i, values[i], dtypes, stats, seen, None)
         if later:
             stats.settle(later)
         return len(tensors) - before
     for kind, values, dtypes in ((0, event.inputs, event.input_dtypes), (1, event.outputs, event.output_dtypes)):
         for i, array in enumerate(values):
             if array is not None:
-                _slot(kind, i, array, dtypes, stats, seen, tensors, arrays)
+                tensors.append(_slot(kind, i, array, dtypes, stats, seen, arrays))
     return len(tensors) - before
 
 
-def _slot(kind: int, i: int, array, dtypes, stats: StatsBatch, seen: dict, tensors: list,
-          arrays: list | None) -> None:
-    """`_slots` for one array."""
+def _slot(kind: int, i: int, array, dtypes, stats: StatsBatch, seen: dict, arrays: list | None) -> tuple:
+    """`_slots` for one array: its (kind, index, dtype, shape, row); with ``arrays``, the array joins it."""
     if type(array) is not np.ndarray:
         array = np.asarray(array)
     dtype = dtypes[i] if i < len(dtypes) else ""
@@ -276,9 +272,9 @@ def _slot(kind: int, i: int, array, dtypes, stats: StatsBatch, seen: dict, tenso
     else:  # new to the step (an id reused after its array was freed has a dead reference)
         k = stats.add(array)
         seen[key] = (weakref.ref(owner), k)
-    tensors.append((kind, i, dtype, array.shape, k))
     if arrays is not None:
         arrays.append(array)
+    return kind, i, dtype, array.shape, k
 
 
 def _identity(view: np.ndarray) -> tuple:

@@ -88,13 +88,15 @@ def stats_tuple(array, dtype: str = "") -> StatsTuple:
     if count <= _CAST_WHOLE and flat.dtype.itemsize < 8:
         # one float64 copy (cache-sized): exact squares, and both sums accumulate in float64
         wide = flat.astype(_F64)
-        total = float(np.add.reduce(wide))
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: the sum says so, quietly
+            total = float(np.add.reduce(wide))
         if total - total != 0.0:  # inf or nan: some value is not finite
             return _nonfinite_stats(flat, dtype)
         np.square(wide, out=wide)
         squares = float(np.add.reduce(wide))
     else:
-        total = float(np.add.reduce(flat, dtype=_F64))
+        with np.errstate(invalid="ignore", over="ignore"):
+            total = float(np.add.reduce(flat, dtype=_F64))
         if total - total != 0.0:
             return _nonfinite_stats(flat, dtype)
         squares = None
@@ -219,19 +221,19 @@ class StatsBatch:
         self.rows.append(None)
         return position
 
-    def take(self, kind: int, arrays: list, dtypes: list, start: int, floats, seen: dict, tensors: list,
-             later: list) -> int:
-        """The collector's per-tensor pass over ``arrays`` from ``start``, in C (``_native.slots``).
+    def take(self, event, floats, seen: dict, tensors: list, later: list, leftover: list) -> None:
+        """The collector's per-tensor bookkeeping of one op in stats mode, in C (``_native.slots``).
 
         Appends (kind, index, dtype, shape, row) to ``tensors`` for each array
-        it takes, computing the rows of arrays new to the step at once; returns
-        the position of the first array it leaves to the caller (len(arrays)
-        when none). Rows listed in ``later`` are finished by `settle`, which
-        must run before those arrays may change. Only where the extension is
-        built (`native_pass`).
+        of ``event``, computing the rows of the memory new to the step at once;
+        an array it leaves to the caller gets None there, and (position, kind,
+        index) in ``leftover``. Rows listed in ``later`` are finished by
+        `settle`, which must run before those arrays may change. Only where
+        the extension is built (`native_pass`).
         """
-        return _native.slots(kind, arrays, dtypes, start, floats, np.ndarray, seen, tensors, self.rows, later,
-                             _CANCELLATION, _SATURATION_FLOOR)
+        _native.slots(_as_list(event.inputs), _as_list(event.input_dtypes), _as_list(event.outputs),
+                      _as_list(event.output_dtypes), floats, np.ndarray, seen, tensors, self.rows, later, leftover,
+                      _CANCELLATION, _SATURATION_FLOOR)
 
     def settle(self, later: list) -> None:
         """Finish the rows `take` left: statistics with NaN, Inf or cancellation, and saturated counts."""
@@ -345,6 +347,10 @@ class StatsBatch:
         finite = magnitude != math.inf
         self.saturated[position] = {name: int(np.count_nonzero((magnitude >= limit) & finite))
                                     for name, limit in _LIMITS.items() if peak >= limit}
+
+
+def _as_list(values) -> list:
+    return values if type(values) is list else list(values)
 
 
 def _rows(sizes: list, total, low, high, square_sum) -> tuple:

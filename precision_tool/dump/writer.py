@@ -77,6 +77,7 @@ class DumpWriter:
         self._stats_blocks: list[np.ndarray] = []  # float64 (rows, 9) blocks of the statistics, in row order
         self._loose_from = 0  # rows from here on carry their statistics as a tuple in field 4
         self._previous_op_table: tuple | None = None  # (op rows, op_index table) of the last step written
+        self._previous_ops: tuple | None = None  # (first index row, ops, their op rows) of a statistics-only add_ops
         self._previous_index: tuple | None = None  # (tensor rows, op counts, described index table, long shapes)
         self._long_shapes: dict[int, list[int]] = {}
         self._with_data: list[int] = []  # index rows whose tensor has a dataset
@@ -238,6 +239,24 @@ class DumpWriter:
         rows = self._tensor_rows
         self._seal_loose_stats()
         base = len(rows)  # index row of the first of ``tensors``
+        op_rows = self._op_rows
+        previous = self._previous_ops
+        if arrays is None and inherited is None and previous is not None and previous[0] == base \
+                and previous[1] == ops:  # the previous step's ops again: so are their rows
+            op_rows.extend(previous[2])
+        else:
+            added = len(op_rows)
+            self._op_rows_of(ops, tensors, stats, inherited, arrays, base)
+            if arrays is None and inherited is None:
+                self._previous_ops = (base, ops, op_rows[added:])
+        rows.extend(tensors)
+        self._stats_blocks.append(stats)
+        self._loose_from = len(rows)
+        self.ops_written += len(ops)
+        self.tensors_written += len(tensors)
+
+    def _op_rows_of(self, ops: list, tensors: list, stats, inherited, arrays, base: int) -> None:
+        """`add_ops`'s op rows (and the datasets of the ops with arrays)."""
         offset = 0  # the op's first tensor in ``tensors``
         op_rows, op_row = self._op_rows, self._op_row
         for position, (exec_index, direction, name, op_type, compute_dtype, overflow, fusion, attrs, count,
@@ -252,11 +271,6 @@ class DumpWriter:
                                   bool(inherited[position]) if inherited is not None else False,
                                   group is not None, base + offset, count, fusion, attrs))
             offset += count
-        rows.extend(tensors)
-        self._stats_blocks.append(stats)
-        self._loose_from = len(rows)
-        self.ops_written += len(ops)
-        self.tensors_written += len(tensors)
 
     def _op_row(self, exec_index, direction, name, op_type, compute_dtype, overflow, inherited_nonfinite,
                 has_group, first, count, fusion, attrs) -> tuple:
