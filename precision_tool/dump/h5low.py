@@ -74,6 +74,12 @@ class LowLevel:
         # memory type = file type, given: h5py would otherwise derive it again on every write (a third of the cost)
         self._h5a.create(obj, name.encode(), tid, self._space(array.shape)).write(array, mtype=tid)
 
+    def replace_attr(self, obj, name: str, value) -> None:
+        """`attr`, deleting an attribute of that name first (its type may differ)."""
+        if self._h5a.exists(obj, name.encode()):
+            self._h5a.delete(obj, name.encode())
+        self.attr(obj, name, value)
+
     def set_attr(self, obj, name: str, value) -> None:
         """Overwrite an existing scalar attribute in place (same type)."""
         array = np.asarray(value)

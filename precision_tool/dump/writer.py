@@ -116,15 +116,14 @@ class DumpWriter:
 
     def set_metadata(self, **values) -> None:
         """Replace root attributes after the start (e.g. ``accelerate_switch_step`` at run end)."""
-        attrs = self._file.attrs
         for key, value in values.items():
             if isinstance(value, _SCALARS):
                 self._json_keys.discard(key)
             else:
                 value = layout.dumps(value)
                 self._json_keys.add(key)
-            attrs[key] = value
-        attrs[layout.JSON_KEYS_ATTR] = layout.dumps(sorted(self._json_keys))
+            self._h5.replace_attr(self._root, key, value)
+        self._h5.replace_attr(self._root, layout.JSON_KEYS_ATTR, layout.dumps(sorted(self._json_keys)))
 
     # -- steps --------------------------------------------------------------
 
@@ -334,11 +333,11 @@ class DumpWriter:
         counts = [row[6] for row in self._op_rows]
         previous = self._previous_index
         if previous is not None and previous[1] == counts and previous[0] == entries:
-            table = previous[2].copy()
+            table = _copy(previous[2])
             self._long_shapes.update(previous[3])
         else:
             table = self._describe_tensors(entries, counts)
-            self._previous_index = (entries, counts, table.copy(), dict(self._long_shapes))
+            self._previous_index = (entries, counts, _copy(table), dict(self._long_shapes))
         if not entries:
             return table
         self._seal_loose_stats()
@@ -433,7 +432,8 @@ class DumpWriter:
         self.closed = True
         try:
             self._h5.set_attr(self._root, "complete", bool(complete))
-            self._file.attrs["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            self._h5.replace_attr(self._root, "finished",
+                                  _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         finally:
             self._file.close()
 
@@ -449,6 +449,11 @@ class DumpWriter:
 
 
 _DIRECTION_CODES = layout.DIRECTION_CODES
+
+
+def _copy(table: np.ndarray) -> np.ndarray:
+    """A copy of a structured array, byte for byte (numpy copies packed records field by field, 6x slower)."""
+    return table.view(np.uint8).copy().view(table.dtype)
 
 
 def _distinct(values: tuple) -> tuple[list, np.ndarray]:
