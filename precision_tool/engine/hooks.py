@@ -16,7 +16,7 @@ OPTIMIZER = "optimizer"
 DIRECTIONS = (FORWARD, BACKWARD, OPTIMIZER)
 
 
-@dataclass
+@dataclass(slots=True)  # one per op of every step while a hook listens: slots make it cheaper
 class OpEvent:
     """One op execution, as a hook sees it.
 
