@@ -77,6 +77,8 @@ class Collector:
         self.tensors_recorded = 0
         self.steps_run = 0
         self._every_op = M.records_every_op(self.modes)
+        # overflow mode alone: the executor builds events only for the ops that raise the float status
+        self.only_overflowing_ops = not self._every_op
         self._data = M.records_data(self.modes)
         self._overflow = M.OVERFLOW in self.modes
         self._decisions: dict[tuple[str, str, str], bool] = {}

@@ -101,14 +101,15 @@ class Executor:
                 array = cached
             inputs.append(array)
         event = self._before(compiled, FORWARD, inputs,
-                             [compute.name if f else "int64" for f in compiled.input_formats]) if self.hooks else None
+                             [compute.name if f else "int64" for f in compiled.input_formats]) \
+            if self.hooks.every_op else None
         result = compiled.op.forward(ctx, *inputs, **node.attrs)
         outputs = result if isinstance(result, tuple) else (result,)
         for value, array in zip(node.outputs, outputs):
             values[value.uid] = array
         self._tape.append((compiled, ctx))
         self._after(event, ctx, list(outputs), [compiled.precision.output.name] * len(outputs),
-                    compiled, FORWARD)
+                    compiled, FORWARD, inputs)
 
     def backward(self, seeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Back-propagate from named outputs (``{"loss": loss_scale}``); return parameter gradients."""
@@ -145,7 +146,7 @@ class Executor:
             grad, overflow = convert(grad, output, compute, self.overflow_mode)
             ctx.overflowed |= overflow
             dys.append(grad)
-        event = self._before(compiled, BACKWARD, dys, [compute.name] * len(dys)) if self.hooks else None
+        event = self._before(compiled, BACKWARD, dys, [compute.name] * len(dys)) if self.hooks.every_op else None
         input_grads = compiled.op.backward(ctx, *dys, **node.attrs)
         out_dtypes = []
         for value, fmt, grad in zip(node.inputs, compiled.input_formats, input_grads):
@@ -159,7 +160,7 @@ class Executor:
                 grad, overflow = fmt.round(previous + grad, self.overflow_mode)
                 ctx.overflowed |= overflow
             grads[value.uid] = grad
-        self._after(event, ctx, list(input_grads), out_dtypes, compiled, BACKWARD)
+        self._after(event, ctx, list(input_grads), out_dtypes, compiled, BACKWARD, dys)
 
     def run_external(self, name: str, op_type: str, direction: str, kernel, inputs: list[np.ndarray],
                      dtype: str = "float32") -> list[np.ndarray]:
@@ -169,7 +170,7 @@ class Executor:
         finite raises the float status.
         """
         event = None
-        if self.hooks:
+        if self.hooks.every_op:
             event = OpEvent(self.step, name, op_type, self.exec_index, direction, list(inputs),
                             [dtype] * len(inputs), dtype)
             self.hooks.before_op(event)
@@ -179,6 +180,9 @@ class Executor:
         overflow = not all(np.isfinite(o).all() for o in outputs)
         if overflow:
             self.status.raise_(OpRef(self.step, name, op_type, direction, self.exec_index - 1))
+            if event is None and self.hooks:  # the hooks that see only overflowing ops see this one
+                event = OpEvent(self.step, name, op_type, self.exec_index - 1, direction, list(inputs),
+                                [dtype] * len(inputs), dtype)
         if event is not None:
             event.outputs = list(outputs)
             event.output_dtypes = [dtype] * len(outputs)
@@ -196,12 +200,18 @@ class Executor:
         return event
 
     def _after(self, event: OpEvent | None, ctx: KernelContext, outputs: list, output_dtypes: list[str],
-               compiled: CompiledNode, direction: str) -> None:
+               compiled: CompiledNode, direction: str, inputs: list) -> None:
         index = self.exec_index
         self.exec_index += 1
         if ctx.overflowed:
             node = compiled.node
             self.status.raise_(OpRef(self.step, node.name, node.type, direction, index))
+            if event is None and self.hooks:  # the hooks that see only overflowing ops see this one
+                compute = compiled.precision.compute.name
+                dtypes = [compute if f else "int64" for f in compiled.input_formats] if direction == FORWARD \
+                    else [compute] * len(inputs)
+                event = OpEvent(self.step, node.name, node.type, index, direction, inputs, dtypes, compute,
+                                node.fusion, node.attrs)
         if event is None:
             return
         event.outputs = outputs

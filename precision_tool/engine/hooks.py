@@ -63,7 +63,12 @@ class StepResult:
 
 
 class Hook(Protocol):
-    """Anything with some of these methods can be registered; all are optional."""
+    """Anything with some of these methods can be registered; all are optional.
+
+    A hook that sets ``only_overflowing_ops = True`` (and has no ``before_op``)
+    is shown only the ops that raise the float status; while all hooks that
+    look at ops are such, the other ops build no event at all.
+    """
 
     def on_run_begin(self, metadata: dict) -> None: ...
     def on_step_begin(self, step: int) -> None: ...
@@ -81,6 +86,7 @@ class HookList:
 
     def __init__(self, hooks=()):
         self._hooks: list = []
+        self.every_op = False  # whether some hook sees every op (else only overflowing ones are built)
         self._calls: dict[str, list] = {name: [] for name in _METHODS}
         for hook in hooks:
             self.add(hook)
@@ -96,6 +102,11 @@ class HookList:
     def _rebuild(self) -> None:
         for name in _METHODS:
             self._calls[name] = [getattr(h, name) for h in self._hooks if hasattr(h, name)]
+        # A hook whose ``only_overflowing_ops`` is true sees only the ops that raise the float status:
+        # while every hook that sees ops is such, the executor builds events for those ops alone.
+        self.every_op = any(hasattr(h, "before_op") or (hasattr(h, "after_op")
+                                                          and not getattr(h, "only_overflowing_ops", False))
+                            for h in self._hooks)
 
     def __bool__(self) -> bool:
         return bool(self._hooks)

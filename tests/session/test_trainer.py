@@ -201,6 +201,49 @@ def test_hooks_see_forward_backward_and_optimizer_ops_each_step():
         assert {e[5] for e in optimizer} == {"ApplyMomentum"}
 
 
+class OverflowWatcher:
+    """Sees only the ops that raise the float status (the collector in overflow mode)."""
+
+    only_overflowing_ops = True
+
+    def __init__(self):
+        self.events = []
+
+    def after_op(self, event):
+        self.events.append((event.step, event.exec_index, event.direction, event.name, event.overflow,
+                            [None if a is None else a.copy() for a in event.inputs], list(event.input_dtypes),
+                            [None if a is None else a.copy() for a in event.outputs], event.status))
+
+
+@pytest.mark.parametrize("overflow_mode", ["saturation", "inf_nan"])
+def test_a_hook_of_overflowing_ops_alone_sees_them_as_a_hook_of_every_op_does(overflow_mode):
+    def run(hook):
+        Session(SessionConfig(model="mlp", steps=2, device=npu(precision_mode="force_fp16", overflow_mode=overflow_mode),
+                              loss_scale="fixed:2**32", optimizer="momentum"), hooks=[hook]).run()
+        return hook.events
+
+    class EveryOp(OverflowWatcher):
+        only_overflowing_ops = False
+
+        def after_op(self, event):
+            if event.overflow:
+                super().after_op(event)
+
+    alone, among_all = run(OverflowWatcher()), run(EveryOp())
+    assert alone and {e[2] for e in alone} >= {"backward"}
+    assert len(alone) == len(among_all)
+    for mine, theirs in zip(alone, among_all):
+        assert mine[:5] == theirs[:5] and mine[6] == theirs[6] and mine[8] == theirs[8]
+        for a, b in ((mine[5], theirs[5]), (mine[7], theirs[7])):
+            assert all((x is None and y is None) or np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b))
+
+
+def test_events_are_built_for_every_op_only_when_a_hook_wants_them():
+    assert not HookList([OverflowWatcher()]).every_op
+    assert HookList([OverflowWatcher(), Recorder()]).every_op
+    assert not HookList().every_op
+
+
 def test_run_calls_run_and_step_hooks_in_order():
     recorder = Recorder()
     summary = Session(SessionConfig(steps=2), hooks=HookList([recorder])).run()
