@@ -196,7 +196,8 @@ class Executor:
         node = compiled.node
         event = OpEvent(self.step, node.name, node.type, self.exec_index, direction, inputs,
                         input_dtypes, compiled.precision.compute.name, node.fusion, node.attrs)
-        self.hooks.before_op(event)
+        if self.hooks.sees_before_op:
+            self.hooks.before_op(event)
         return event
 
     def _after(self, event: OpEvent | None, ctx: KernelContext, outputs: list, output_dtypes: list[str],

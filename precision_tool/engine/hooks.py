@@ -87,6 +87,8 @@ class HookList:
     def __init__(self, hooks=()):
         self._hooks: list = []
         self.every_op = False  # whether some hook sees every op (else only overflowing ones are built)
+        self._before_op: list = []
+        self._after_op: list = []
         self._calls: dict[str, list] = {name: [] for name in _METHODS}
         for hook in hooks:
             self.add(hook)
@@ -102,11 +104,17 @@ class HookList:
     def _rebuild(self) -> None:
         for name in _METHODS:
             self._calls[name] = [getattr(h, name) for h in self._hooks if hasattr(h, name)]
+        self._before_op, self._after_op = self._calls["before_op"], self._calls["after_op"]  # every op: no lookup
         # A hook whose ``only_overflowing_ops`` is true sees only the ops that raise the float status:
         # while every hook that sees ops is such, the executor builds events for those ops alone.
         self.every_op = any(hasattr(h, "before_op") or (hasattr(h, "after_op")
                                                           and not getattr(h, "only_overflowing_ops", False))
                             for h in self._hooks)
+
+    @property
+    def sees_before_op(self) -> bool:
+        """Whether some hook has ``before_op``."""
+        return bool(self._before_op)
 
     def __bool__(self) -> bool:
         return bool(self._hooks)
@@ -123,11 +131,11 @@ class HookList:
             call(step)
 
     def before_op(self, event: OpEvent) -> None:
-        for call in self._calls["before_op"]:
+        for call in self._before_op:
             call(event)
 
     def after_op(self, event: OpEvent) -> None:
-        for call in self._calls["after_op"]:
+        for call in self._after_op:
             call(event)
 
     def on_step_end(self, result: StepResult) -> None:
