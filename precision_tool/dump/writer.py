@@ -78,6 +78,7 @@ class DumpWriter:
         self._loose_from = 0  # rows from here on carry their statistics as a tuple in field 4
         self._previous_op_table: tuple | None = None  # (op rows, op_index table) of the last step written
         self._previous_ops: tuple | None = None  # (first index row, ops, their op rows) of a statistics-only add_ops
+        self._previous_op_group: tuple | None = None  # (op_index table, the committed step group holding it)
         self._previous_index: tuple | None = None  # (tensor rows, op counts, described index table, long shapes)
         self._long_shapes: dict[int, list[int]] = {}
         self._with_data: list[int] = []  # index rows whose tensor has a dataset
@@ -152,8 +153,15 @@ class DumpWriter:
         if step_record.step != self._step:
             raise ValueError(f"end of step {step_record.step} while step {self._step} is open")
         group, h5 = self._step_group, self._h5
+        written = None
         if self._op_rows:  # a step that recorded nothing has no index tables
-            h5.table(group, layout.OP_INDEX, self._op_table())
+            op_table = self._op_table()
+            previous = self._previous_op_group
+            if previous is not None and previous[0] is op_table:  # the same ops as a committed step before:
+                group.links.create_hard(layout.OP_INDEX.encode(), previous[1], layout.OP_INDEX.encode())  # 5 us
+            else:
+                h5.table(group, layout.OP_INDEX, op_table)
+                written = (op_table, group)
             h5.table(group, layout.INDEX, self._tensor_table())
         values = {  # the step number is the group's name and ops_recorded the length of op_index
             "loss": float(step_record.loss), "loss_scale": float(step_record.loss_scale),
@@ -172,6 +180,8 @@ class DumpWriter:
         self.steps_complete += 1
         h5.set_attr(self._root, "steps_complete", self.steps_complete)
         self._file.flush()
+        if written is not None:  # later steps with these ops link to this step's op_index
+            self._previous_op_group = written
         self._step = None
         self._step_group = self._ops_group = None
         self._stored = {}

@@ -168,3 +168,22 @@ def test_an_array_is_stored_once_per_step(tmp_path):
         assert ops["000000__fc|MatMulBiasAdd/input_0"] != produced
     with open_dump(path) as dump:
         assert np.array_equal(dump.tensor(0, 1, "input_0"), dump.tensor(0, 0, "output_0"))
+
+
+def test_steps_that_repeat_the_same_ops_share_one_op_index(tmp_path):
+    import h5py
+
+    from precision_tool.session import Session, SessionConfig
+
+    path = tmp_path / "s.h5"
+    with collect_to(path, mode="stats") as collector:
+        Session(SessionConfig(model="mlp", steps=3), hooks=[collector]).run()
+    with h5py.File(path, "r") as f:
+        tables = [f[f"steps/{s:06d}/op_index"] for s in range(3)]
+        addresses = {h5py.h5o.get_info(t.id).addr for t in tables}
+        assert len(addresses) == 1  # one dataset, hard-linked from each step
+        assert all(np.array_equal(t[()], tables[0][()]) for t in tables)
+        indexes = [f[f"steps/{s:06d}/index"] for s in range(3)]
+        assert len({h5py.h5o.get_info(t.id).addr for t in indexes}) == 3  # statistics differ every step
+    with open_dump(path) as dump:
+        assert [len(dump.ops(step=s)) for s in range(3)] == [collector.ops_recorded // 3] * 3
