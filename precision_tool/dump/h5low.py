@@ -21,6 +21,7 @@ class LowLevel:
         self._h5a, self._h5d, self._h5g, self._h5s, self._h5t = h5a, h5d, h5g, h5s, h5t
         self._scalar = h5s.create(h5s.SCALAR)
         self._types: dict = {}
+        self._types_by_id: dict = {}
         self._spaces: dict = {}
         self._str = h5py.string_dtype("utf-8")
         self._lcpl = h5p.create(h5p.LINK_CREATE)
@@ -36,9 +37,15 @@ class LowLevel:
         self._table_dcpls: dict[tuple, object] = {}
 
     def _type(self, dtype: np.dtype):
+        # by identity first: hashing a compound dtype walks its fields (a few us, twice a step)
+        known = self._types_by_id.get(id(dtype))
+        if known is not None and known[0] is dtype:
+            return known[1]
         tid = self._types.get(dtype)
         if tid is None:
             tid = self._types[dtype] = self._h5t.py_create(dtype, logical=True)
+        if len(self._types_by_id) < 256:
+            self._types_by_id[id(dtype)] = (dtype, tid)  # holds the dtype: its id stays its own
         return tid
 
     def _space(self, shape: tuple):

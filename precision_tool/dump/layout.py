@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -53,6 +54,7 @@ def vstr_dtype() -> np.dtype:
     return _VSTR
 
 
+@functools.lru_cache(maxsize=None)
 def tensor_row_dtype() -> np.dtype:
     """One row of ``/steps/<s>/index``: a tensor slot of a recorded op."""
     return np.dtype([
@@ -67,6 +69,7 @@ def tensor_row_dtype() -> np.dtype:
     ])
 
 
+@functools.lru_cache(maxsize=64)
 def op_row_dtype(widths: tuple[int, int, int, int] | None = None) -> np.dtype:
     """One row of ``/steps/<s>/op_index``: a recorded op execution.
 
