@@ -135,6 +135,17 @@ def time_session(model: str, device, steps: int, path: Path | None, mode: str | 
     return clock
 
 
+def settle() -> None:
+    """Let the kernel write back the write benchmark's gigabyte of dirty pages before timing steps.
+
+    Background writeback competes for the two CPUs and the memory bus; left
+    running, it slowed the overhead runs after it by up to 10 %.
+    """
+    if hasattr(os, "sync"):
+        os.sync()
+    time.sleep(1.0)
+
+
 def best(clocks: list[Clock]) -> tuple[float, float]:
     """(best CPU seconds, best wall seconds)."""
     return min(c.cpu for c in clocks), min(c.wall for c in clocks)
@@ -189,6 +200,7 @@ def main(argv=None) -> int:
         ok = True
         for device in ("npu", "golden"):
             ok &= bench_write(workdir, args.model, device, args.steps, args.repeats) >= 0.5
+        settle()
         for device in ("npu", "golden"):
             ok &= bench_overhead(workdir, args.model, device, args.steps, args.repeats, "stats", 1.5) <= 1.5
             ok &= bench_overhead(workdir, args.model, device, args.steps, args.repeats, "overflow", 1.2) <= 1.2

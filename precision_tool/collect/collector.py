@@ -35,6 +35,7 @@ never reads an array twice in a step.
 
 from __future__ import annotations
 
+import operator
 import sys
 import weakref
 
@@ -52,6 +53,7 @@ from precision_tool.errors import ConfigError
 _FLOATS = frozenset(FLOAT_DTYPES)
 _WRITE_AT = 1 << 17  # values waiting for statistics at which ops with data are written
 _NAN, _INF, _SATURATED = 6, 7, 8  # columns of a statistics row
+_ROW = operator.itemgetter(4)  # of a (kind, index, dtype, shape, row) tensor entry
 
 
 class Collector:
@@ -87,6 +89,8 @@ class Collector:
         self._queued: list[tuple] = []  # ops waiting for their statistics, in execution order
         self._tensors: list[tuple] = []  # (kind, index, dtype, shape, row in self._stats) of their tensors
         self._queued_data: list | None = None  # per queued op: None or its arrays; None while no op has any
+        self._later: list = []  # scratch lists of StatsBatch.take, kept empty between ops
+        self._leftover: list = []
         self._in_step = False
         self._step_overflows = 0
 
@@ -192,7 +196,19 @@ class Collector:
     def _queue(self, event: OpEvent, with_data: bool) -> None:
         """Queue the op, and its new arrays in the statistics batch."""
         arrays = [] if with_data else None
-        count = _slots(event, self._stats, self._seen, self._tensors, arrays)
+        stats = self._stats
+        if arrays is None and stats.native_pass:  # `_slots` inlined: the path of every op in stats mode
+            tensors, later, leftover = self._tensors, self._later, self._leftover
+            before = len(tensors)
+            stats.take(event, _FLOATS, self._seen, tensors, later, leftover)
+            if leftover:
+                _fill(event, leftover, stats, self._seen, tensors)
+            if later:
+                stats.settle(later)
+                later.clear()
+            count = len(tensors) - before
+        else:
+            count = _slots(event, stats, self._seen, self._tensors, arrays)
         if with_data and self._queued_data is None:
             self._queued_data = [None] * len(self._queued)
         if self._queued_data is not None:
@@ -205,7 +221,7 @@ class Collector:
     def _write_queued(self) -> None:
         """Compute the statistics still pending and write the queued ops, their statistics as one matrix."""
         tensors = self._tensors
-        stats = self._stats.matrix()[np.fromiter((t[4] for t in tensors), np.intp, count=len(tensors))]
+        stats = self._stats.matrix()[np.fromiter(map(_ROW, tensors), np.intp, count=len(tensors))]
         for position, counts in self._stats.saturated.items():  # rare: values at some format's max
             for row, tensor in enumerate(tensors):
                 if tensor[4] == position:
@@ -237,27 +253,24 @@ class Collector:
 def _slots(event: OpEvent, stats: StatsBatch, seen: dict, tensors: list, arrays: list | None) -> int:
     """Append (kind, index, dtype, shape, row) of each tensor of ``event`` to ``tensors``; return how many.
 
-    New arrays join ``stats``; with ``arrays``, every tensor's array is appended to it. Statistics
-    only, the C pass of `StatsBatch.take` does this for the float arrays and the views of all of
-    one (nearly all of them) and computes their statistics at once, while the values are in cache;
-    `_slot` does the rest, in place.
+    New arrays join ``stats``; with ``arrays``, every tensor's array is appended to it. This is
+    the Python path (ops with data, or no C extension); in stats mode `Collector._queue` has the
+    C pass of `StatsBatch.take` do the same, statistics included, and `_fill` what it leaves.
     """
     before = len(tensors)
-    if arrays is None and stats.native_pass:
-        later: list = []
-        leftover: list = []
-        stats.take(event, _FLOATS, seen, tensors, later, leftover)
-        for position, kind, i in leftover:  # an integer array, a strided slice, ...: the Python path
-            values, dtypes = (event.inputs, event.input_dtypes) if kind == 0 else (event.outputs, event.output_dtypes)
-            tensors[position] = _slot(kind, i, values[i], dtypes, stats, seen, None)
-        if later:
-            stats.settle(later)
-        return len(tensors) - before
     for kind, values, dtypes in ((0, event.inputs, event.input_dtypes), (1, event.outputs, event.output_dtypes)):
         for i, array in enumerate(values):
             if array is not None:
                 tensors.append(_slot(kind, i, array, dtypes, stats, seen, arrays))
     return len(tensors) - before
+
+
+def _fill(event: OpEvent, leftover: list, stats: StatsBatch, seen: dict, tensors: list) -> None:
+    """Fill the places `StatsBatch.take` left in ``tensors`` (an integer array, a strided slice, ...); empty ``leftover``."""
+    for position, kind, i in leftover:
+        values, dtypes = (event.inputs, event.input_dtypes) if kind == 0 else (event.outputs, event.output_dtypes)
+        tensors[position] = _slot(kind, i, values[i], dtypes, stats, seen, None)
+    leftover.clear()
 
 
 def _slot(kind: int, i: int, array, dtypes, stats: StatsBatch, seen: dict, arrays: list | None) -> tuple:
