@@ -66,6 +66,10 @@ def configurations(folder: Path) -> dict:
 
 
 class _PassThrough(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:  # as precision_tool.torch's mode: no dynamo wrapper per op
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))
 
