@@ -483,16 +483,18 @@ static int take(const slots_t *c, PyObject *kind, Py_ssize_t i, PyObject *array,
     const int found = owner_of(array, c->ndarray, &owner);
     if (found <= 0)
         return found;
+    Py_INCREF(dtype);  /* borrowed from the caller's list, which a finalizer run by the allocator could change */
     PyObject *key = PyLong_FromVoidPtr(owner);  /* id(owner) */
     Py_ssize_t row = key ? seen_row(c->seen, key, owner) : -2;
     if (row == -1)
         row = new_row(owner, key, c->seen, c->rows, c->later, c->cancellation, c->floor);
     Py_XDECREF(key);
     Py_DECREF(owner);
+    PyObject *shape = row >= 0 ? PyObject_GetAttr(array, str_shape) : NULL;
+    PyObject *tensor = shape ? Py_BuildValue("(OnONn)", kind, i, dtype, shape, row) : NULL;
+    Py_DECREF(dtype);
     if (row < 0)
         return row == -1 ? 0 : -1;
-    PyObject *shape = PyObject_GetAttr(array, str_shape);
-    PyObject *tensor = shape ? Py_BuildValue("(OnONn)", kind, i, dtype, shape, row) : NULL;
     const int failed = !tensor || PyList_Append(c->tensors, tensor) < 0;
     Py_XDECREF(tensor);
     return failed ? -1 : 1;

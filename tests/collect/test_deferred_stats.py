@@ -97,3 +97,41 @@ def test_the_c_bookkeeping_writes_the_index_the_python_one_writes(tmp_path, monk
     tensors = [t for *_, ts in c_pass for t in ts]
     assert any(s.nan or s.inf or s.saturated for *_, s in tensors)  # the rows the C pass leaves to Python
     assert any(inherited for _, _, inherited, _ in c_pass) == (overflow_mode == "inf_nan")
+
+
+def test_the_c_bookkeeping_handles_every_kind_of_array_as_python_does(monkeypatch):
+    from precision_tool import native
+    from precision_tool.collect import collector as C
+    from precision_tool.dump.stats import StatsBatch
+    from precision_tool.engine.hooks import OpEvent
+
+    if native.extension is None:
+        pytest.skip("the C extension is not in use (not built, or PRECISION_TOOL_KERNEL=numpy)")
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((6, 8)).astype(np.float32)
+    wide = rng.standard_normal((4, 5))
+    nan = np.array([1.0, np.nan, np.inf, 2.0], np.float32)
+    big = np.full(64, 65504.0, np.float32)  # at float16's largest value: saturated counts
+    inputs = [base, None, base.reshape(48), base.T, base[:, 2:5], np.asfortranarray(wide), wide.astype(">f8"),
+              np.arange(5), np.empty((0, 3), np.float32), [1.0, 2.0], nan, big, base.reshape(2, 24).T]
+    outputs = [base.transpose(1, 0).reshape(8, 6)[::-1], big, base.T.copy()]
+    dtypes = ["float32", "", "float32", "float32", "float32", "float64", "float64", "int64", "float32", "float32",
+              "float16", "float16"]  # one short: the last input gets its array's dtype name
+
+    def run(c_pass: bool):
+        monkeypatch.setattr(StatsBatch, "native_pass", property(lambda self: c_pass))
+        stats, seen, tensors = StatsBatch(), {}, []
+        collector = C.Collector.__new__(C.Collector)  # the parts _queue uses
+        collector._stats, collector._seen, collector._tensors = stats, seen, tensors
+        collector._later, collector._leftover, collector._queued, collector._queued_data = [], [], [], None
+        event = OpEvent(0, "op", "Op", 0, "forward", list(inputs), list(dtypes), "float32",
+                        outputs=list(outputs), output_dtypes=["float32", "float16", "float32"])
+        collector._queue(event, False)
+        rows = stats.matrix()
+        return [(kind, i, dtype, shape, repr(rows[k].tolist()), stats.row(k, dtype)[8])
+                for kind, i, dtype, shape, k in tensors]
+
+    assert run(True) == run(False)
+    c_rows = run(True)
+    assert len(c_rows) == 15  # every array but the None
+    assert c_rows[10][5] == c_rows[13][5] == 64  # `big`, as an input and as an output: saturated in float16
