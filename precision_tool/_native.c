@@ -236,6 +236,18 @@ static PyObject *pair_sums(PyObject *module, PyObject *args)
 CLONES DEFINE_MOMENTS(moments_f, float)
 CLONES DEFINE_MOMENTS(moments_d, double)
 
+/* The moments of `n` values of element kind 'f' or 'd' at `buf`; large arrays let other threads run meanwhile. */
+static void moments(char kind, const void *buf, Py_ssize_t n, double *m)
+{
+    if (n < 16384) {  /* a few microseconds: not worth releasing the GIL for */
+        (kind == 'f' ? moments_f((const float *)buf, n, m) : moments_d((const double *)buf, n, m));
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        (kind == 'f' ? moments_f((const float *)buf, n, m) : moments_d((const double *)buf, n, m));
+        Py_END_ALLOW_THREADS
+    }
+}
+
 /* The stats row of one array from its moments; a new reference to None where the caller must redo it. */
 static PyObject *stats_row(Py_ssize_t n, const double *m, double cancellation)
 {
@@ -279,13 +291,7 @@ static PyObject *stats_rows(PyObject *module, PyObject *args)
             break;
         }
         double m[4];
-        if (n < 16384) {  /* a few microseconds: not worth releasing the GIL for */
-            (kind == 'f' ? moments_f((const float *)view.buf, n, m) : moments_d((const double *)view.buf, n, m));
-        } else {
-            Py_BEGIN_ALLOW_THREADS
-            (kind == 'f' ? moments_f((const float *)view.buf, n, m) : moments_d((const double *)view.buf, n, m));
-            Py_END_ALLOW_THREADS
-        }
+        moments(kind, view.buf, n, m);
         PyBuffer_Release(&view);
         PyObject *row = stats_row(n, m, cancellation);
         if (!row) {
@@ -439,13 +445,7 @@ static Py_ssize_t new_row(PyObject *owner, PyObject *key, PyObject *seen, PyObje
         return -1;
     }
     double m[4];
-    if (n < 16384) {
-        (kind == 'f' ? moments_f((const float *)view.buf, n, m) : moments_d((const double *)view.buf, n, m));
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        (kind == 'f' ? moments_f((const float *)view.buf, n, m) : moments_d((const double *)view.buf, n, m));
-        Py_END_ALLOW_THREADS
-    }
+    moments(kind, view.buf, n, m);
     PyBuffer_Release(&view);
     PyObject *row = stats_row(n, m, cancellation);
     if (!row)
