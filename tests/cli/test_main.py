@@ -48,3 +48,14 @@ def test_a_commands_exit_code_is_returned(monkeypatch):
     monkeypatch.setitem(cli_main.COMMANDS, "exits-one", ("tests.cli.test_main:_unused", "test"))
     monkeypatch.setattr(cli_main.LazyGroup, "get_command", lambda self, ctx, name: exits_one)
     assert cli_main.main(["exits-one"]) == 1
+
+
+def test_the_console_script_keeps_freed_memory_for_the_next_step(monkeypatch):
+    import platform
+
+    from precision_tool.cli import main as cli_main
+
+    if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
+        assert cli_main.keep_freed_memory()  # both mallopt settings accepted
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert not cli_main.keep_freed_memory()  # elsewhere: nothing to tune, nothing raised
