@@ -266,7 +266,7 @@ def _slots(event: OpEvent, stats: StatsBatch, seen: dict, tensors: list, arrays:
 
 
 def _fill(event: OpEvent, leftover: list, stats: StatsBatch, seen: dict, tensors: list) -> None:
-    """Fill the places `StatsBatch.take` left in ``tensors`` (an integer array, a strided slice, ...); empty ``leftover``."""
+    """Fill the places `StatsBatch.take` left in ``tensors`` (integer arrays, strided slices); empty ``leftover``."""
     for position, kind, i in leftover:
         values, dtypes = (event.inputs, event.input_dtypes) if kind == 0 else (event.outputs, event.output_dtypes)
         tensors[position] = _slot(kind, i, values[i], dtypes, stats, seen, None)

@@ -299,7 +299,7 @@ class StatsBatch:
         if _native is not None:
             self._reduce_native()
             return
-        flats, where = self._flats, self._where
+        flats = self._flats
         sizes = [flat.size for flat in flats]
         offsets = np.zeros(len(sizes), np.intp)
         np.cumsum(sizes[:-1], out=offsets[1:])

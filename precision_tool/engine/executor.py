@@ -12,7 +12,7 @@ import zlib
 import numpy as np
 
 from precision_tool.engine.formats import Format
-from precision_tool.engine.graph import CONST, INPUT, PARAM
+from precision_tool.engine.graph import CONST
 from precision_tool.engine.hooks import BACKWARD, FORWARD, HookList, OpEvent
 from precision_tool.engine.ops import KernelContext
 from precision_tool.engine.program import CompiledNode, Program

@@ -218,8 +218,9 @@ class OverflowWatcher:
 @pytest.mark.parametrize("overflow_mode", ["saturation", "inf_nan"])
 def test_a_hook_of_overflowing_ops_alone_sees_them_as_a_hook_of_every_op_does(overflow_mode):
     def run(hook):
-        Session(SessionConfig(model="mlp", steps=2, device=npu(precision_mode="force_fp16", overflow_mode=overflow_mode),
-                              loss_scale="fixed:2**32", optimizer="momentum"), hooks=[hook]).run()
+        device = npu(precision_mode="force_fp16", overflow_mode=overflow_mode)
+        Session(SessionConfig(model="mlp", steps=2, device=device, loss_scale="fixed:2**32", optimizer="momentum"),
+                hooks=[hook]).run()
         return hook.events
 
     class EveryOp(OverflowWatcher):
