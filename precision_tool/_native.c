@@ -261,8 +261,29 @@ static PyObject *stats_row(Py_ssize_t n, const double *m, double cancellation)
     } else if (variance < cancellation * mean * mean) {
         return Py_NewRef(Py_None);
     }
-    return Py_BuildValue("(nddddd iii)", n, low, high, mean, sqrt(variance > 0.0 ? variance : 0.0), sqrt(squares),
-                         0, 0, 0);
+    /* built item by item: Py_BuildValue parses its format on every call, a few hundred a step */
+    const double values[5] = {low, high, mean, sqrt(variance > 0.0 ? variance : 0.0), sqrt(squares)};
+    PyObject *row = PyTuple_New(9);
+    if (!row)
+        return NULL;
+    PyObject *item = PyLong_FromSsize_t(n);
+    if (!item)
+        goto fail;
+    PyTuple_SET_ITEM(row, 0, item);
+    for (int k = 0; k < 5; k++) {
+        if (!(item = PyFloat_FromDouble(values[k])))
+            goto fail;
+        PyTuple_SET_ITEM(row, 1 + k, item);
+    }
+    for (int k = 6; k < 9; k++) {
+        if (!(item = PyLong_FromLong(0)))
+            goto fail;
+        PyTuple_SET_ITEM(row, k, item);
+    }
+    return row;
+fail:
+    Py_DECREF(row);  /* items not set yet are NULL, which tuple deallocation skips */
+    return NULL;
 }
 
 static PyObject *stats_rows(PyObject *module, PyObject *args)
@@ -459,8 +480,11 @@ static Py_ssize_t new_row(PyObject *owner, PyObject *key, PyObject *seen, PyObje
     }
     Py_DECREF(row);
     PyObject *ref = failed ? NULL : PyWeakref_NewRef(owner, NULL);
-    PyObject *entry = ref ? Py_BuildValue("(Nn)", ref, position) : NULL;
+    PyObject *at = ref ? PyLong_FromSsize_t(position) : NULL;
+    PyObject *entry = at ? PyTuple_Pack(2, ref, at) : NULL;
     failed = !entry || PyDict_SetItem(seen, key, entry) < 0;
+    Py_XDECREF(ref);
+    Py_XDECREF(at);
     Py_XDECREF(entry);
     return failed ? -2 : position;
 }
@@ -491,7 +515,12 @@ static int take(const slots_t *c, PyObject *kind, Py_ssize_t i, PyObject *array,
     Py_XDECREF(key);
     Py_DECREF(owner);
     PyObject *shape = row >= 0 ? PyObject_GetAttr(array, str_shape) : NULL;
-    PyObject *tensor = shape ? Py_BuildValue("(OnONn)", kind, i, dtype, shape, row) : NULL;
+    PyObject *index = shape ? PyLong_FromSsize_t(i) : NULL;
+    PyObject *at = index ? PyLong_FromSsize_t(row) : NULL;
+    PyObject *tensor = at ? PyTuple_Pack(5, kind, index, dtype, shape, at) : NULL;
+    Py_XDECREF(shape);
+    Py_XDECREF(index);
+    Py_XDECREF(at);
     Py_DECREF(dtype);
     if (row < 0)
         return row == -1 ? 0 : -1;

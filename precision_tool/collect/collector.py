@@ -84,6 +84,8 @@ class Collector:
         self._data = M.records_data(self.modes)
         self._overflow = M.OVERFLOW in self.modes
         self._decisions: dict[tuple[str, str, str], bool] = {}
+        self._every_op_selected = not self.selection.ops and self.selection.op_types is None \
+            and self.selection.backward  # no op filter: no decision to look up
         self._stats = StatsBatch()  # rows of the step's distinct arrays
         self._seen: dict = {}  # identity of an array (see _slots) -> (weak reference, row in self._stats)
         self._queued: list[tuple] = []  # ops waiting for their statistics, in execution order
@@ -122,12 +124,14 @@ class Collector:
                 return
         if not (self._in_step and self._every_op):
             return
-        key = (event.name, event.direction, event.type)
-        wanted = self._decisions.get(key)
-        if wanted is None:
-            wanted = self._decisions[key] = self.selection.wants_op(event)
-        if wanted:
-            self._queue(event, self._data)
+        if not self._every_op_selected:
+            key = (event.name, event.direction, event.type)
+            wanted = self._decisions.get(key)
+            if wanted is None:
+                wanted = self._decisions[key] = self.selection.wants_op(event)
+            if not wanted:
+                return
+        self._queue(event, self._data)
 
     def on_step_end(self, result: StepResult) -> None:
         writer = self._writer()
