@@ -1,0 +1,385 @@
+"""Real models, clean targets and planted faults: the diagnosis suite's cases.
+
+Every case trains a tiny-config, random-init model twice for two optimizer
+steps under `precision_tool.torch.dump`: a golden float32 run, then a target
+run that is either clean (bf16 autocast, simulated mixed precision, simulated
+force_fp16) or carries one planted fault. `run_case` writes both dumps and
+returns the diagnosis; `judge` says whether the verdict is right. The
+verdict logic never sees which model or fault it looks at: the case only
+decides what the right answer is.
+
+Used by ``tests/realmodels`` and ``bench/bench_diagnosis.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+import precision_tool.torch as ptt
+
+STEPS = 2
+CLEAN_TARGETS = ("bf16", "mix", "fp16")
+
+
+# ---- models ------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    """A model, its optimizer, one batch and the loss of a forward pass."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    batch: dict
+    loss: Callable[[nn.Module, dict], torch.Tensor]
+
+
+def _quiet_transformers():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def _hf_loss(model, batch):
+    return model(**batch).loss
+
+
+def gpt2(attn: str, offset: float = 0.0, qk_scale: float = 1.0) -> Run:
+    tf = _quiet_transformers()
+    config = tf.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=16, resid_pdrop=0.0,
+                           embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0, attn_implementation=attn)
+    model = tf.GPT2LMHeadModel(config)
+    with torch.no_grad():
+        model.transformer.wpe.weight.add_(offset)
+        for block in model.transformer.h:  # c_attn packs q, k, v along its output columns
+            block.attn.c_attn.weight[:, :64].mul_(qk_scale)
+    ids = torch.randint(0, 64, (4, 16))
+    return Run(model, torch.optim.AdamW(model.parameters(), lr=1e-3), {"input_ids": ids, "labels": ids}, _hf_loss)
+
+
+def bert(attn: str, offset: float = 0.0, qk_scale: float = 1.0) -> Run:
+    tf = _quiet_transformers()
+    config = tf.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=64, max_position_embeddings=32, num_labels=4, hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0, attn_implementation=attn)
+    model = tf.BertForSequenceClassification(config)
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight.add_(offset)
+        for layer in model.bert.encoder.layer:
+            layer.attention.self.query.weight.mul_(qk_scale)
+            layer.attention.self.key.weight.mul_(qk_scale)
+    ids = torch.randint(1, 64, (4, 16))
+    mask = torch.ones(4, 16, dtype=torch.long)
+    mask[1, 12:] = 0  # padding: exercises the additive attention mask
+    mask[3, 9:] = 0
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([0, 1, 2, 3])}
+    return Run(model, torch.optim.AdamW(model.parameters(), lr=1e-3), batch, _hf_loss)
+
+
+def vit(attn: str = "sdpa", offset: float = 0.0, qk_scale: float = 1.0) -> Run:
+    tf = _quiet_transformers()
+    config = tf.ViTConfig(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                          intermediate_size=64, num_labels=4, hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0, attn_implementation=attn)
+    model = tf.ViTForImageClassification(config)
+    with torch.no_grad():
+        model.vit.embeddings.patch_embeddings.projection.bias.add_(offset)
+        for layer in model.vit.layers:
+            layer.attention.q_proj.weight.mul_(qk_scale)
+            layer.attention.k_proj.weight.mul_(qk_scale)
+    batch = {"pixel_values": torch.randn(4, 3, 16, 16), "labels": torch.tensor([0, 1, 2, 3])}
+    return Run(model, torch.optim.AdamW(model.parameters(), lr=1e-3), batch, _hf_loss)
+
+
+def resnet(**_) -> Run:
+    tf = _quiet_transformers()
+    config = tf.ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                             layer_type="basic", num_labels=4)
+    model = tf.ResNetForImageClassification(config)
+    batch = {"pixel_values": torch.randn(4, 3, 32, 32), "labels": torch.tensor([0, 1, 2, 3])}
+    return Run(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), batch, _hf_loss)
+
+
+class LSTMLanguageModel(nn.Module):
+    """Embedding -> two-layer LSTM -> Linear over the vocabulary."""
+
+    def __init__(self, vocab: int = 64, width: int = 32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.rnn = nn.LSTM(width, width, num_layers=2, batch_first=True)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, ids):
+        return self.head(self.rnn(self.embed(ids))[0])
+
+
+def lstm(**_) -> Run:
+    model = LSTMLanguageModel()
+    ids = torch.randint(0, 64, (4, 12))
+
+    def loss(model, batch):
+        logits = model(batch["ids"][:, :-1])
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["ids"][:, 1:].reshape(-1))
+
+    return Run(model, torch.optim.Adam(model.parameters(), lr=1e-3), {"ids": ids}, loss)
+
+
+# name -> (builder, keyword arguments, module paths by role)
+MODELS: dict[str, tuple[Callable, dict, dict]] = {
+    "gpt2-sdpa": (gpt2, {"attn": "sdpa"}, {"act": "transformer.h.1.mlp.act", "ln": "transformer.h.0.ln_1",
+                                           "attn": "transformer.h.1.attn"}),
+    "gpt2-eager": (gpt2, {"attn": "eager"}, {"act": "transformer.h.1.mlp.act", "ln": "transformer.h.0.ln_1",
+                                             "attn": "transformer.h.1.attn"}),
+    "bert-sdpa": (bert, {"attn": "sdpa"}, {"act": "bert.encoder.layer.1.intermediate.intermediate_act_fn",
+                                           "ln": "bert.embeddings.LayerNorm",
+                                           "attn": "bert.encoder.layer.1.attention.self"}),
+    "bert-eager": (bert, {"attn": "eager"}, {"act": "bert.encoder.layer.1.intermediate.intermediate_act_fn",
+                                             "ln": "bert.embeddings.LayerNorm",
+                                             "attn": "bert.encoder.layer.1.attention.self"}),
+    "vit": (vit, {"attn": "sdpa"}, {"act": "vit.layers.1.mlp.activation_fn", "ln": "vit.layers.0.layernorm_before",
+                                    "attn": "vit.layers.1.attention"}),
+    "vit-eager": (vit, {"attn": "eager"}, {"act": "vit.layers.1.mlp.activation_fn",
+                                           "ln": "vit.layers.0.layernorm_before", "attn": "vit.layers.1.attention"}),
+    "resnet": (resnet, {}, {"act": "resnet.encoder.stages.1.layers.0.layer.0.activation"}),
+    "lstm": (lstm, {}, {"act": "head"}),
+    "lstm-nodnn": (lstm, {}, {"act": "head"}),
+}
+
+
+def module(model: nn.Module, path: str) -> nn.Module:
+    return model.get_submodule(path)
+
+
+def dumped_path(model: nn.Module, path: str) -> str:
+    """The module path as dumps name it: the outermost class, then attribute names with '/'."""
+    return "/".join([type(model).__name__, *path.split(".")])
+
+
+# ---- faults ------------------------------------------------------------------------------------
+
+def _patch_forward(mod: nn.Module, forward: Callable) -> None:
+    mod.forward = forward  # an instance attribute: __call__ and the module hooks still run
+
+
+def scale_output(run: Run, path: str, factor: float = 1.02) -> None:
+    """The module computes its output 2 % too large: a pure scale error."""
+    mod = module(run.model, path)
+    original = mod.forward
+    _patch_forward(mod, lambda *args, **kwargs: original(*args, **kwargs) * factor)
+
+
+def handwritten_activation(run: Run, path: str) -> None:
+    """A hand-written sigmoid approximation replaces the activation kernel: x * sigmoid(1.702 x)."""
+    _patch_forward(module(run.model, path), lambda x: x * torch.sigmoid(1.702 * x))
+
+
+def onepass_layernorm(run: Run, path: str) -> None:
+    """A hand-written LayerNorm taking the variance in one pass, E[x^2] - E[x]^2."""
+    ln = module(run.model, path)
+
+    def forward(x):
+        mean = x.mean(-1, keepdim=True)
+        var = (x * x).mean(-1, keepdim=True) - mean * mean
+        return (x - mean) * torch.rsqrt(var + ln.eps) * ln.weight + ln.bias
+
+    _patch_forward(ln, forward)
+
+
+def naive_softmax(run: Run, path: str) -> None:
+    """Inside the attention module, softmax without subtracting the max: exp(x) / sum(exp(x))."""
+    attn = module(run.model, path)
+    original = attn.forward
+
+    def softmax(x, dim=-1, dtype=None, **_):
+        e = torch.exp(x if dtype is None else x.to(dtype))
+        return e / e.sum(dim, keepdim=True)
+
+    def forward(*args, **kwargs):
+        saved = nn.functional.softmax
+        nn.functional.softmax = softmax
+        try:
+            return original(*args, **kwargs)
+        finally:
+            nn.functional.softmax = saved
+
+    _patch_forward(attn, forward)
+
+
+class _WrongGeluGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return nn.functional.gelu(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return torch.ops.aten.gelu_backward(grad, x) * 1.05
+
+
+def backward_only(run: Run, path: str) -> None:
+    """The activation's forward is right; its gradient is 5 % too large."""
+    _patch_forward(module(run.model, path), _WrongGeluGrad.apply)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One golden/target pair and the verdict it must get."""
+
+    model: str
+    target: str  # bf16 | mix | fp16 | fp32 (the precision of the target run)
+    fault: str = ""  # "" for a clean run
+    role: str = ""  # the module the fault is planted in (MODELS' roles)
+    expect_class: str = "none"
+    expect_direction: str = ""  # "" any
+    model_kwargs: tuple = ()  # extra builder arguments, both runs
+    loss_scale: float = 1.0  # target only: loss * scale in backward, gradients unscaled before the update
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}-{self.fault or 'clean'}-{self.target}"
+
+    @property
+    def clean(self) -> bool:
+        return not self.fault
+
+
+FAULTS: dict[str, Callable] = {
+    "scale": scale_output, "handwritten": handwritten_activation, "onepass_ln": onepass_layernorm,
+    "naive_softmax": naive_softmax, "backward_only": backward_only, "attn_overflow": None, "loss_scale": None,
+}
+
+
+def clean_cases() -> list[Case]:
+    return [Case(model, target) for model in MODELS if model != "vit-eager" for target in CLEAN_TARGETS]
+
+
+def fault_cases() -> list[Case]:
+    cases = []
+    for model in ("gpt2-sdpa", "bert-eager", "vit", "resnet", "lstm"):
+        cases.append(Case(model, "fp32", "scale", "act", "kernel_bug"))
+    for model in ("gpt2-eager", "bert-sdpa", "vit", "resnet"):
+        cases.append(Case(model, "fp32", "handwritten", "act", "kernel_bug"))
+    for model in ("gpt2-sdpa", "bert-eager", "vit"):
+        cases.append(Case(model, "fp16", "onepass_ln", "ln", "precision_loss", model_kwargs=(("offset", 16.0),)))
+    for model in ("gpt2-eager", "bert-eager", "vit-eager"):
+        cases.append(Case(model, "fp16", "attn_overflow", "attn", "overflow", model_kwargs=(("qk_scale", 40.0),)))
+        cases.append(Case(model, "mix", "naive_softmax", "attn", "overflow", model_kwargs=(("qk_scale", 4.0),)))
+    for model in ("gpt2-sdpa", "resnet"):
+        cases.append(Case(model, "mix", "loss_scale", "", "overflow", "backward", loss_scale=2.0 ** 24))
+    for model in ("gpt2-sdpa", "bert-sdpa", "vit"):
+        cases.append(Case(model, "fp32", "backward_only", "act", "kernel_bug", "backward"))
+    return cases
+
+
+# ---- running a case ----------------------------------------------------------------------------
+
+def build(case: Case, seed: int = 0) -> Run:
+    builder, kwargs, _ = MODELS[case.model]
+    torch.manual_seed(seed)
+    return builder(**kwargs, **dict(case.model_kwargs))
+
+
+def train(run: Run, steps: int = STEPS, loss_scale: float = 1.0) -> list[float]:
+    losses = []
+    for _ in range(steps):
+        with _autocast_region():
+            loss = run.loss(run.model, run.batch)
+        run.optimizer.zero_grad()
+        (loss * loss_scale if loss_scale != 1.0 else loss).backward()
+        if loss_scale != 1.0:
+            with torch.no_grad():
+                for p in run.model.parameters():
+                    if p.grad is not None:
+                        p.grad.div_(loss_scale)
+        run.optimizer.step()
+        ptt.step(loss, loss_scale)
+        losses.append(float(loss))
+    return losses
+
+
+_AUTOCAST: list = []
+
+
+@contextlib.contextmanager
+def _autocast_region():
+    """The forward pass (only) under the target's autocast, as torch recommends."""
+    with (torch.autocast("cpu", dtype=torch.bfloat16) if _AUTOCAST else contextlib.nullcontext()):
+        yield
+
+
+def _target_context(target: str):
+    if target == "mix":
+        return ptt.simulate_npu("allow_mix_precision")
+    if target == "fp16":
+        return ptt.simulate_npu("force_fp16")
+    return contextlib.nullcontext()
+
+
+def _dnn(case: Case):
+    return torch.backends.mkldnn.flags(enabled=False) if case.model.endswith("nodnn") else contextlib.nullcontext()
+
+
+def collect(case: Case, workdir: Path, mode: str = "dump") -> tuple[Path, Path]:
+    """Write golden.h5 and target.h5 of ``case`` into ``workdir``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    golden, target = workdir / "golden.h5", workdir / "target.h5"
+    with _dnn(case):
+        run = build(case)
+        with ptt.dump(golden, mode=mode, model=case.model, seed=0):
+            train(run)
+        run = build(case)
+        if case.fault and FAULTS[case.fault] is not None:
+            FAULTS[case.fault](run, MODELS[case.model][2][case.role])
+        _AUTOCAST[:] = [True] if case.target == "bf16" else []
+        try:
+            with _target_context(case.target), ptt.dump(target, mode=mode, model=case.model, seed=0):
+                train(run, loss_scale=case.loss_scale)
+        finally:
+            _AUTOCAST.clear()
+    return golden, target
+
+
+def run_case(case: Case, workdir: Path):
+    """Collect ``case`` and diagnose it; returns the `Diagnosis`."""
+    from precision_tool.analysis import diagnose
+    from precision_tool.dump.reader import open_dump
+
+    golden, target = collect(case, workdir)
+    with open_dump(golden) as g, open_dump(target) as t:
+        return diagnose(g, t)
+
+
+def judge(case: Case, diagnosis) -> tuple[bool, str]:
+    """(right, why): a clean case wants class none; a fault its class, direction and module."""
+    verdict = diagnosis.verdict
+    said = f"{verdict.cls} at {verdict.op} ({verdict.direction})"
+    if case.clean:
+        return verdict.cls == "none", said
+    if verdict.cls != case.expect_class:
+        return False, said
+    if case.expect_direction and verdict.direction != case.expect_direction:
+        return False, said
+    if case.role:
+        _, _, roles = MODELS[case.model]
+        wanted = roles[case.role].split(".")
+        where = (getattr(verdict, "module", None) or verdict.op or "").split("/")
+        if not _contains(where, wanted):
+            return False, said
+    return True, said
+
+
+def _contains(path: list[str], wanted: list[str]) -> bool:
+    n = len(wanted)
+    return any(path[i:i + n] == wanted for i in range(len(path) - n + 1))
+
+
+def isclose_losses(a: list[float], b: list[float]) -> bool:
+    return all(math.isclose(x, y, rel_tol=1e-6) for x, y in zip(a, b))
