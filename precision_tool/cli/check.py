@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from precision_tool.cli.compare import DUMP, OUT_FILE, run_compare, selection_options
+from precision_tool.cli.compare import DUMP, OUT_FILE, check_outputs, run_compare, selection_options
 from precision_tool.defaults import CHECK_MIN_COSINE
 from precision_tool.errors import InputError
 
@@ -38,6 +38,8 @@ def check(golden, target, min_cosine, max_abs_err, baseline_file, junit, fmt, st
     from precision_tool.compare.baseline import load_baseline
     from precision_tool.compare.check import CheckCriteria, check_report
 
+    inputs = (golden, target, baseline_file)
+    check_outputs(inputs, junit=junit)
     baseline = load_baseline(baseline_file) if baseline_file is not None else None  # fail fast, before reading
     criteria = CheckCriteria(
         min_cosine=CHECK_MIN_COSINE if min_cosine is None else min_cosine, max_abs_err=max_abs_err,
@@ -47,10 +49,10 @@ def check(golden, target, min_cosine, max_abs_err, baseline_file, junit, fmt, st
         raise InputError(target, f"no tensor matches the golden dump {golden}: nothing to check")
     result = check_report(report, criteria)
     if junit is not None:
+        from precision_tool.outputs import write_text
         from precision_tool.render.junit import to_junit_xml
 
-        with open(junit, "w", encoding="utf-8") as stream:
-            stream.write(to_junit_xml(result))
+        write_text(junit, to_junit_xml(result), inputs)
     if fmt == "json":
         from precision_tool.render.check_view import check_json
 
@@ -73,10 +75,14 @@ def check(golden, target, min_cosine, max_abs_err, baseline_file, junit, fmt, st
 def baseline(golden, target, output, steps, op_glob, jobs):
     """Save the per-tensor metrics of TARGET against GOLDEN for `check --baseline`."""
     from precision_tool.compare.baseline import baseline_from_report, save_baseline
+    from precision_tool.outputs import replacing
 
+    inputs = (golden, target)
+    check_outputs(inputs, output=output)
     report = run_compare(golden, target, steps, op_glob, jobs)
     if not report.ops:
         raise InputError(target, f"no tensor matches the golden dump {golden}: nothing to save")
     saved = baseline_from_report(report)
-    save_baseline(saved, output)
+    with replacing(output, inputs) as temporary:  # save_baseline writes the file in place
+        save_baseline(saved, temporary)
     click.echo(f"baseline of {len(saved.entries)} tensors in {len(report.ops)} ops written to {output}")

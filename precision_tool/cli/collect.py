@@ -82,14 +82,18 @@ def _check_fusion_switch(value):
 @click.option("--op-types", default=None, callback=_checked(parse_op_types), metavar="T,...",
               help="Record only ops of these types (a fused op matches through its original types).")
 @click.option("--no-backward", is_flag=True, help="Do not record backward ops.")
+@click.option("--force", is_flag=True,
+              help="Replace an existing dump at OUTPUT (once the new one is closed; never one being written).")
 def collect(model, output, device, mode, steps, seed, precision_mode, precision_mode_v2, overflow_mode,
-            loss_scale, accelerate_train_mode, fusion_switch, dump_steps, ops, op_types, no_backward):
+            loss_scale, accelerate_train_mode, fusion_switch, dump_steps, ops, op_types, no_backward, force):
     """Train MODEL on a device and record its ops to an HDF5 dump.
 
     MODEL is a built-in name (mlp, mlp_regression, cnn, transformer, sensor) or
     FILE.py:FACTORY. The dump can be inspected with `precision-tool inspect`
     and compared with `precision-tool compare`. Interrupted with Ctrl-C, the
     dump keeps every finished step and says it is incomplete (exit 130).
+    While it runs the dump is OUTPUT.partial (locked); it becomes OUTPUT when
+    closed. An existing OUTPUT is kept unless --force is given.
     """
     from precision_tool.collect.run import CollectRequest, plan_collect, run_collect
 
@@ -98,7 +102,7 @@ def collect(model, output, device, mode, steps, seed, precision_mode, precision_
         precision_mode=precision_mode, precision_mode_v2=precision_mode_v2, overflow_mode=overflow_mode,
         loss_scale=loss_scale, accelerate_train_mode=accelerate_train_mode, fusion_switch=fusion_switch,
         dump_steps=dump_steps, ops=tuple(ops), op_types=op_types, backward=not no_backward,
-        command=_command_line(click.get_current_context()),
+        command=_command_line(click.get_current_context()), overwrite=force,
     )
     plan = plan_collect(request)  # every value checked before the model is built
     hooks = [StepProgress(plan.config.steps)] if _is_tty() else []

@@ -92,13 +92,24 @@ def run_compare(golden, target, steps, op_glob, jobs):
         return compare_dumps(golden, target, options, progress)
 
 
-def write_text(text: str, output: str | None) -> None:
-    """Print ``text``, or write it to ``output`` and say so."""
+def write_text(text: str, output: str | None, inputs=()) -> None:
+    """Print ``text``, or write it to ``output`` (never over one of ``inputs``) and say so."""
     if output is None:
         click.echo(text, nl=False)
     else:
-        Path(output).write_text(text)
+        from precision_tool.outputs import write_text as write_file
+
+        write_file(output, text, inputs)
         click.echo(f"wrote {output}", err=True)
+
+
+def check_outputs(inputs, **outputs) -> None:
+    """Refuse, before any work, outputs that are inputs or that two options share (``option=path``)."""
+    from precision_tool.outputs import refuse_inputs, refuse_repeats
+
+    refuse_repeats({f"--{name.replace('_', '-')}": path for name, path in outputs.items()})
+    for path in outputs.values():
+        refuse_inputs(path, inputs)
 
 
 @click.command("compare", context_settings={"help_option_names": ["-h", "--help"]})
@@ -123,36 +134,39 @@ def compare(golden, target, cosine, limit, show_all, fmt, output, plot, steps, o
 
     threshold = COSINE_THRESHOLD if cosine is None else cosine
     limit = LIST_LIMIT if limit is None else limit
+    inputs = (golden, target)
+    check_outputs(inputs, output=output, plot=plot)
     report = run_compare(golden, target, steps, op_glob, jobs)
     ops = list(report.ops) if show_all else select_flagged(report, threshold, limit)
     if plot is not None:
         from precision_tool.render.plot import write_plot
 
-        write_plot(report, plot, threshold)
+        write_plot(report, plot, threshold, inputs)
         click.echo(f"wrote {plot}", err=True)
     if fmt == "json":
         from precision_tool.render.compare_export import to_json
 
         write_text(to_json(report, ops, threshold, None if show_all else limit, "all" if show_all else "flagged"),
-                   output)
+                   output, inputs)
     elif fmt == "csv":
         from precision_tool.render.compare_export import to_csv
 
-        write_text(to_csv(report, ops, threshold), output)
+        write_text(to_csv(report, ops, threshold), output, inputs)
     else:
-        print_table(report, ops, threshold, limit, show_all, output)
+        print_table(report, ops, threshold, limit, show_all, output, inputs)
 
 
-def print_table(report, ops, threshold, limit, show_all, output) -> None:
+def print_table(report, ops, threshold, limit, show_all, output, inputs=()) -> None:
     from rich.console import Console
 
+    from precision_tool.outputs import replacing
     from precision_tool.render.compare_view import compare_view, summary_line
 
     view = compare_view(report, ops, threshold, limit, show_all)
     if output is None:
         Console(highlight=False).print(view)
         return
-    with open(output, "w") as stream:
+    with replacing(output, inputs) as temporary, open(temporary, "w", encoding="utf-8") as stream:
         Console(file=stream, highlight=False, no_color=True, width=160).print(view)
     Console(highlight=False).print(summary_line(report, threshold))
     click.echo(f"wrote {output}", err=True)

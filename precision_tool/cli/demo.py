@@ -15,7 +15,8 @@ from precision_tool.collect.demo import DEMO_MODEL, DEMO_STEPS
               help="Directory for the four dumps (created if needed). Default: a new temporary directory, kept.")
 @click.option("--steps", type=click.IntRange(1, 200), default=DEMO_STEPS, show_default=True,
               help="Training steps per run.")
-def demo(workdir, steps):
+@click.option("--force", is_flag=True, help="Replace the demo's dumps already in --workdir.")
+def demo(workdir, steps, force):
     """Run the whole flow on the embedded sample and diagnose its fault.
 
     \b
@@ -23,13 +24,15 @@ def demo(workdir, steps):
     from primitive ops) four times: on the golden CPU device, on the
     simulated NPU (force_fp16, saturation, fusion on), in overflow mode and
     with fusion off. Then it compares the NPU run with golden and prints the
-    diagnosis. The dumps stay in --workdir for `precision-tool shell`.
+    diagnosis. The dumps stay in --workdir for `precision-tool shell`; dumps
+    of those names already there are kept (nothing runs) unless --force.
     """
     from rich.console import Console
     from rich.text import Text
 
     from precision_tool.analysis import diagnose
-    from precision_tool.collect.demo import collect_demo
+    from precision_tool.collect.demo import collect_demo, demo_paths
+    from precision_tool.dump.partial import check_target
     from precision_tool.compare.comparator import compare_dumps
     from precision_tool.compare.report import select_flagged
     from precision_tool.defaults import COSINE_THRESHOLD, LIST_LIMIT
@@ -38,6 +41,9 @@ def demo(workdir, steps):
     from precision_tool.render.shell_views import diagnosis as diagnosis_view
 
     console = Console(highlight=False)
+    if workdir and Path(workdir).is_dir():
+        for path in demo_paths(workdir):  # before anything is printed or run
+            check_target(path, force)
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="precision-tool-demo-"))
     console.print(Text(f"precision-tool demo: model {DEMO_MODEL}, {steps} steps, dumps in {workdir}", style="bold"))
 
@@ -46,7 +52,7 @@ def demo(workdir, steps):
         overflow = f" [{len(run.overflow_steps)} overflow]" if run.overflow_steps else ""
         console.print(f"  {run.path.name:<14}{run.description:<31}{losses}{overflow}")
 
-    runs = {run.role: run.path for run in collect_demo(workdir, steps, on_run=show)}
+    runs = {run.role: run.path for run in collect_demo(workdir, steps, on_run=show, overwrite=force)}
     with open_dump(runs["golden"]) as golden, open_dump(runs["target"]) as target, \
             open_dump(runs["overflow"]) as overflow, open_dump(runs["fusion-off"]) as fusion_off:
         report = compare_dumps(golden, target)

@@ -67,8 +67,9 @@ class Collector:
     """
 
     def __init__(self, path, mode="dump", *, steps=None, ops=None, op_types=None, backward: bool = True,
-                 command: str | None = None):
+                 command: str | None = None, overwrite: bool = True):
         self.path = str(path)
+        self.overwrite = overwrite  # False: refuse to replace an existing dump (a dump being written never is)
         self.modes = M.parse_modes(mode)
         self.selection = Selection.build(steps, ops, op_types, backward)
         self.command = command if command is not None else " ".join(sys.argv)
@@ -107,7 +108,7 @@ class Collector:
             raise ConfigError("a Collector records one run; make a new one for the next run")
         root = self.root_metadata(metadata)
         self.role = root["role"]
-        self.writer = DumpWriter(self.path, root)
+        self.writer = DumpWriter(self.path, root, overwrite=self.overwrite)
 
     def on_step_begin(self, step: int) -> None:
         writer = self._writer()
@@ -307,6 +308,7 @@ def _identity(view: np.ndarray) -> tuple:
 
 
 def collect_to(path, mode="dump", *, steps=None, ops=None, op_types=None, backward: bool = True,
-               command: str | None = None) -> Collector:
+               command: str | None = None, overwrite: bool = True) -> Collector:
     """A `Collector` for ``path``; use it as a hook, best inside a ``with`` block."""
-    return Collector(path, mode, steps=steps, ops=ops, op_types=op_types, backward=backward, command=command)
+    return Collector(path, mode, steps=steps, ops=ops, op_types=op_types, backward=backward, command=command,
+                     overwrite=overwrite)

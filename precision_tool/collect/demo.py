@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from precision_tool.collect.collector import collect_to
+from precision_tool.dump.partial import check_target
 from precision_tool.engine.device import FusionSwitch, golden, npu
 
 DEMO_MODEL = "sensor"
@@ -44,17 +45,28 @@ def _plan(workdir: Path):
 FILE_NAMES = {"golden": "golden.h5", "target": "npu.h5", "overflow": "overflow.h5", "fusion-off": "fusion_off.h5"}
 
 
-def collect_demo(workdir, steps: int = DEMO_STEPS, seed: int = 0, on_run=None) -> list[DemoRun]:
-    """Run the four collections into ``workdir``; ``on_run(DemoRun)`` is called after each."""
+def demo_paths(workdir) -> list[Path]:
+    """The four dumps the demo writes in ``workdir``."""
+    return [Path(workdir) / name for name in FILE_NAMES.values()]
+
+
+def collect_demo(workdir, steps: int = DEMO_STEPS, seed: int = 0, on_run=None,
+                 overwrite: bool = True) -> list[DemoRun]:
+    """Run the four collections into ``workdir``; ``on_run(DemoRun)`` is called after each.
+
+    With ``overwrite=False`` nothing is run when one of the four dumps exists (InputError).
+    """
     from precision_tool.session import Session, SessionConfig
 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    for path in demo_paths(workdir):  # all four checked before the first run writes anything
+        check_target(path, overwrite)
     runs = []
     for role, description, device, mode in _plan(workdir):
         path = workdir / FILE_NAMES[role]
         config = SessionConfig(model=DEMO_MODEL, steps=steps, seed=seed, device=device)
-        with collect_to(path, mode=mode) as collector:
+        with collect_to(path, mode=mode, overwrite=overwrite) as collector:
             summary = Session(config, hooks=[collector]).run()
         run = DemoRun(role, description, path, tuple(summary.losses), tuple(summary.overflow_steps))
         runs.append(run)

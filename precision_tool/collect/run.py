@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from precision_tool.collect import modes as M
 from precision_tool.collect.collector import Collector
 from precision_tool.collect.selection import Selection
-from precision_tool.errors import ConfigError, InputError
+from precision_tool.dump.partial import check_target, partial_path
+from precision_tool.errors import ConfigError
+from precision_tool.outputs import refuse_inputs
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class CollectRequest:
     op_types: str | None = None
     backward: bool = True
     command: str = ""
+    overwrite: bool = False  # replace an existing dump at ``output`` (collect --force)
 
 
 @dataclass
@@ -68,16 +70,21 @@ def plan_collect(request: CollectRequest) -> CollectPlan:
 
     modes = M.parse_modes(request.mode)
     selection = Selection.build(request.dump_steps, request.ops, request.op_types, request.backward)
-    output = Path(request.output)
-    if output.is_dir():
-        raise InputError(output, "is a directory; give the dump file's name")
-    if not output.parent.exists():
-        raise InputError(output, f"cannot create the dump: no directory {output.parent}")
+    inputs = [request.fusion_switch, _model_file(request.model)]
+    for written in (request.output, partial_path(request.output)):
+        refuse_inputs(written, inputs)
+    check_target(request.output, request.overwrite)
     kwargs = {k: v for k, v in (("steps", request.steps), ("seed", request.seed)) if v is not None}
     config = SessionConfig(model=request.model, device=build_device(request, modes),
                            loss_scale=request.loss_scale, accelerate_train_mode=request.accelerate_train_mode,
                            **kwargs)
     return CollectPlan(request, config, modes, selection)
+
+
+def _model_file(model: str) -> str | None:
+    """The Python file of a ``FILE.py:FACTORY`` model, None for a built-in name."""
+    file = model.rpartition(":")[0]
+    return file if file.endswith(".py") else None
 
 
 def build_device(request: CollectRequest, modes: tuple[str, ...]):
@@ -115,7 +122,7 @@ def run_collect(request: CollectRequest | CollectPlan, hooks=()) -> CollectResul
     req = plan.request
     collector = Collector(req.output, plan.modes, steps=plan.selection.steps, ops=plan.selection.ops,
                           op_types=plan.selection.op_types, backward=plan.selection.backward,
-                          command=req.command)
+                          command=req.command, overwrite=req.overwrite)
     session = Session(plan.config, hooks=[collector, *hooks])
     try:
         summary = session.run()

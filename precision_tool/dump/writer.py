@@ -44,9 +44,11 @@ import numpy as np
 from precision_tool import __version__
 from precision_tool.dump import layout
 from precision_tool.dump.h5low import LowLevel
+from precision_tool.dump.partial import PartialFile
 from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, StepRecord
 from precision_tool.dump.storage import to_storage
 from precision_tool.errors import InputError
+from precision_tool.outputs import problem
 
 _SCALARS = (str, bool, int, float, np.generic)
 
@@ -57,13 +59,16 @@ TensorEntry = tuple
 class DumpWriter:
     """Writes one run to one HDF5 file; see the module docstring for the protocol."""
 
-    def __init__(self, path, metadata: dict | None = None):
+    def __init__(self, path, metadata: dict | None = None, *, overwrite: bool = True):
         import h5py
 
         self.path = str(path)
+        self._target = PartialFile(self.path, overwrite)  # refuses a dump being written, and (unless
+        self._io = self._target.file  # ``overwrite``) an existing one
         try:
-            self._file = h5py.File(self.path, "w")
+            self._file = h5py.File(self._io, "w")
         except (OSError, ValueError) as exc:
+            self._target.abandon()
             raise InputError(path, f"cannot create the dump: {_reason(exc)}") from None
         self._h5 = LowLevel()
         self._root = self._file.id
@@ -91,8 +96,14 @@ class DumpWriter:
         self.ops_written = 0
         self.tensors_written = 0
         self.closed = False
+        self._failure_raised = False
         self._write_metadata(dict(metadata or {}))
         self._file.flush()
+        if self._io.failure is not None:  # not one step readable: leave nothing behind
+            self.closed = True
+            self._file.close()
+            self._target.abandon()
+            self._raise_failure("cannot create the dump")
 
     # -- run metadata -------------------------------------------------------
 
@@ -176,15 +187,20 @@ class DumpWriter:
         for key, value in values.items():
             h5.attr(group, key, value)
         self._file.flush()  # everything of the step is in the file, reachable from nothing committed yet
+        self._check_io()
         h5.link(group, self._steps, layout.step_name(self._step))
         self.steps_complete += 1
         h5.set_attr(self._root, "steps_complete", self.steps_complete)
         self._file.flush()
+        if self._io.failure is not None:  # the commit did not reach the disk
+            self.steps_complete -= 1
+            self._check_io()
         if written is not None:  # later steps with these ops link to this step's op_index
             self._previous_op_group = written
         self._step = None
         self._step_group = self._ops_group = None
         self._stored = {}
+        self._check_io()
 
     # -- ops ----------------------------------------------------------------
 
@@ -441,15 +457,34 @@ class DumpWriter:
             return
         self.closed = True
         try:
-            self._h5.set_attr(self._root, "complete", bool(complete))
+            self._h5.set_attr(self._root, "complete", bool(complete and self._io.failure is None))
             self._h5.replace_attr(self._root, "finished",
                                   _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         finally:
-            self._file.close()
+            self._file.close()  # after a failed write every write is dropped: the file stays as it was
+            self._target.finish()  # renamed onto its name, complete or not
+        self._check_io()
+
+    def _check_io(self) -> None:
+        """Raise what went wrong inside HDF5's writes: a KeyboardInterrupt, or the first failed write."""
+        if self._io.interrupted:
+            self._io.interrupted = False
+            raise KeyboardInterrupt
+        if self._io.failure is not None and not self._failure_raised:
+            self._failure_raised = True
+            where = f"stopped at step {self._step}" if self._step is not None else "stopped"
+            self._raise_failure(f"{where}; the {self.steps_complete} steps committed before stay readable, "
+                                "the dump is marked incomplete")
+
+    def _raise_failure(self, consequence: str) -> None:
+        raise InputError(self.path, f"{problem(self._io.failure)}: {consequence}")
 
     @property
     def size_bytes(self) -> int:
-        return os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        for path in (self.path, self._target.partial):
+            if os.path.exists(path):
+                return os.path.getsize(path)
+        return 0
 
     def __enter__(self) -> "DumpWriter":
         return self

@@ -16,6 +16,7 @@ from xml.sax.saxutils import escape
 
 from precision_tool.compare.report import CompareReport
 from precision_tool.errors import ConfigError
+from precision_tool.outputs import replacing, write_text
 
 WIDTH, HEIGHT = 960, 480
 LEFT, RIGHT, TOP, GAP, BOTTOM = 80, 20, 40, 50, 40
@@ -33,14 +34,14 @@ def _first_flagged(report: CompareReport, threshold: float) -> int | None:
     return next((i for i, op in enumerate(report.ops) if op.flagged(threshold)), None)
 
 
-def write_plot(report: CompareReport, path, cosine_threshold: float) -> Path:
-    """Write the chart to ``path``; the suffix (.svg or .png) picks the format."""
+def write_plot(report: CompareReport, path, cosine_threshold: float, inputs=()) -> Path:
+    """Write the chart to ``path`` (never over one of ``inputs``); the suffix (.svg or .png) picks the format."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".svg":
-        path.write_text(to_svg(report, cosine_threshold))
+        write_text(path, to_svg(report, cosine_threshold), inputs)
     elif suffix == ".png":
-        _write_png(report, path, cosine_threshold)
+        _write_png(report, path, cosine_threshold, inputs)
     else:
         raise ConfigError(f"--plot {path}: use a .svg or .png file name")
     return path
@@ -129,7 +130,7 @@ def to_svg(report: CompareReport, cosine_threshold: float) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _write_png(report: CompareReport, path: Path, cosine_threshold: float) -> None:
+def _write_png(report: CompareReport, path: Path, cosine_threshold: float, inputs) -> None:
     try:
         import matplotlib
 
@@ -153,5 +154,8 @@ def _write_png(report: CompareReport, path: Path, cosine_threshold: float) -> No
             axis.axvline(first, color="#d62728", linewidth=1)
         top.set_title(f"first flagged: {report.ops[first].name}", fontsize=9, color="#d62728")
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    try:
+        with replacing(path, inputs) as temporary:
+            figure.savefig(temporary, dpi=100, format="png")  # the temporary's name has no .png
+    finally:
+        plt.close(figure)

@@ -1,0 +1,218 @@
+"""The file a dump is written to: ``NAME.partial`` beside it, locked, renamed onto NAME when closed.
+
+While a run is recorded its dump is ``NAME.partial``, held with an
+exclusive ``flock`` for the writer's life: a second writer of NAME finds
+the lock and stops with one line, and HDF5 readers (which take a shared
+lock) are refused rather than shown a file in mid-write. Closing renames it
+onto NAME, complete or not (an interrupted run is marked incomplete inside),
+so NAME holds the previous dump, untouched, until the new one is finished.
+A killed writer leaves ``NAME.partial``, readable up to its last committed
+step; the next writer refuses to overwrite it without ``overwrite=True``.
+
+HDF5 writes through `GuardedFile` (h5py's file-object driver): the first
+failed write (a full disk, an I/O error) is recorded and every later write
+dropped, so HDF5 never half-writes its metadata on top of committed steps:
+the file stays as a kill at that moment would leave it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from pathlib import Path
+
+from precision_tool.errors import InputError
+from precision_tool.outputs import problem
+
+PARTIAL_SUFFIX = ".partial"
+
+
+def partial_path(path) -> str:
+    """Where the dump of ``path`` is written until it is closed."""
+    return f"{path}{PARTIAL_SUFFIX}"
+
+
+class GuardedFile:
+    """A file object for h5py that never raises: it records the first failure and drops later writes."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._position = 0
+        self.failure: OSError | None = None
+        self.interrupted = False  # a KeyboardInterrupt arrived inside an HDF5 call; raised after it returns
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence == 0:
+            self._position = offset
+        elif whence == 1:
+            self._position += offset
+        else:
+            self._position = os.fstat(self._fd).st_size + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def write(self, data) -> int:
+        size = len(memoryview(data).cast("B"))
+        try:
+            self._write_at(data, self._position)
+        except KeyboardInterrupt:  # pwrite at an offset is idempotent: write it all again, raise later
+            self.interrupted = True
+            self._write_at(data, self._position)
+        self._position += size
+        return size
+
+    def _write_at(self, data, offset: int) -> None:
+        if self.failure is not None:
+            return
+        view = memoryview(data).cast("B")
+        try:
+            while view:
+                written = os.pwrite(self._fd, view, offset)
+                view, offset = view[written:], offset + written
+        except OSError as exc:
+            self.failure = exc
+
+    def readinto(self, buffer) -> int:
+        try:
+            data = os.pread(self._fd, len(memoryview(buffer).cast("B")), self._position)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            data = os.pread(self._fd, len(memoryview(buffer).cast("B")), self._position)
+        except OSError as exc:
+            self.failure = self.failure or exc
+            data = b""
+        memoryview(buffer).cast("B")[:len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        buffer = bytearray(size if size >= 0 else 0)
+        return bytes(buffer[:self.readinto(buffer)])
+
+    def truncate(self, size: int | None = None) -> int:
+        size = self._position if size is None else size
+        if self.failure is None:
+            try:
+                os.ftruncate(self._fd, size)
+            except KeyboardInterrupt:
+                self.interrupted = True
+                os.ftruncate(self._fd, size)
+            except OSError as exc:
+                self.failure = exc
+        return size
+
+    def flush(self) -> None:
+        """Nothing to do: every write went straight to the file (no buffer of ours)."""
+
+
+class PartialFile:
+    """``NAME.partial``, created and locked for one writer; `finish` renames it onto NAME."""
+
+    def __init__(self, path, overwrite: bool):
+        self.path = str(path)
+        self.partial = partial_path(self.path)
+        _check_target(self.path, overwrite)
+        self._fd = _claim(self.path, self.partial)
+        try:
+            left = os.fstat(self._fd).st_size
+            if left and not overwrite:
+                raise InputError(self.partial, LEFT_BEHIND)
+            _check_target(self.path, overwrite)  # a writer that held the lock may have finished meanwhile
+            os.ftruncate(self._fd, 0)
+        except InputError:
+            if not os.fstat(self._fd).st_size:
+                _remove(self.partial)
+            self._release()
+            raise
+        except OSError as exc:
+            self._release()
+            raise InputError(self.partial, f"cannot create the dump: {problem(exc)}") from None
+        self.file = GuardedFile(self._fd)
+
+    def finish(self) -> None:
+        """Rename the written file onto its name and release the lock."""
+        try:
+            os.replace(self.partial, self.path)
+        except OSError as exc:
+            raise InputError(self.path, f"cannot move the finished dump {self.partial} into place: "
+                                        f"{problem(exc)}") from None
+        finally:
+            self._release()
+
+    def abandon(self) -> None:
+        """Remove the file (nothing of it is readable) and release the lock."""
+        _remove(self.partial)
+        self._release()
+
+    def _release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases its flock
+            self._fd = None
+
+
+def check_target(path, overwrite: bool) -> None:
+    """InputError unless a dump can be written to ``path`` now (before any work is done)."""
+    path = str(path)
+    _check_target(path, overwrite)
+    partial = partial_path(path)
+    try:
+        fd = os.open(partial, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        left = os.fstat(fd).st_size
+    except OSError:
+        raise InputError(path, f"is being written by another process ({partial} is locked); "
+                               "wait for it to finish, or write elsewhere") from None
+    finally:
+        os.close(fd)
+    if left and not overwrite:
+        raise InputError(partial, LEFT_BEHIND)
+
+
+LEFT_BEHIND = ("a dump left by a run that did not finish (inspect can read it); "
+               "move it away, or overwrite it with --force")
+
+
+def _check_target(path: str, overwrite: bool) -> None:
+    if os.path.isdir(path):
+        raise InputError(path, "is a directory; give the dump file's name")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise InputError(path, f"cannot create the dump: no directory {Path(path).parent}")
+    if not overwrite and os.path.lexists(path):
+        raise InputError(path, "already exists; choose another file name, or overwrite it with --force")
+
+
+def _claim(path: str, partial: str) -> int:
+    """An open descriptor of ``partial``, created if needed, exclusively flock'ed by this process."""
+    for _ in range(5):
+        try:
+            fd = os.open(partial, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except OSError as exc:
+            raise InputError(path, f"cannot create the dump: {problem(exc)}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EACCES, errno.EAGAIN):
+                raise InputError(path, f"is being written by another process ({partial} is locked); "
+                                       "wait for it to finish, or write elsewhere") from None
+            raise InputError(path, f"cannot lock {partial}: {problem(exc)}") from None
+        try:  # the lock holds only if ``partial`` still names the file locked: a finishing writer renames it
+            if os.path.samestat(os.fstat(fd), os.stat(partial)):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    raise InputError(path, f"cannot lock {partial}: other writers keep replacing it")
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
