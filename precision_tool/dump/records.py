@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 SCHEMA_VERSION = 1
+MODULE_TYPE_PREFIX = "module."  # the type of a module-boundary record: module.<class name>
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,11 @@ class OpRecord:
     @property
     def fused(self) -> bool:
         return bool(self.pass_name)
+
+    @property
+    def is_module(self) -> bool:
+        """A module boundary (its forward's inputs and outputs), not an op: the torch capture records these."""
+        return self.type.startswith(MODULE_TYPE_PREFIX)
 
     @property
     def inputs(self) -> tuple[TensorRecord, ...]:

@@ -32,9 +32,11 @@ from precision_tool.engine.hooks import BACKWARD
 from precision_tool.errors import choice_error
 from precision_tool.torch.ops import args_signature, flat_tensors
 from precision_tool.torch.session import SESSION, OpCall
-from precision_tool.torch.tensors import EMPTY_STATS, TensorStatsCache, array_stats, has_nonfinite, to_numpy
+from precision_tool.torch.tensors import (EMPTY_STATS, TensorStatsCache, array_stats, has_nonfinite, logical_dtype,
+                                         to_numpy)
 
 MODES = ("dump", "stats", "overflow")
+_MODULE_ATTRS: dict = {}
 _NAN, _INF = 6, 7  # positions of the NaN and Inf counts in a statistics tuple
 ROLES = ("golden", "target", "overflow")
 
@@ -43,6 +45,9 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
     """Context manager writing every op executed inside it to the HDF5 dump at ``path``.
 
     ``steps`` None records every step, else only the step numbers listed.
+    ``modules`` (default on, off in overflow mode) also records each
+    ``nn.Module`` forward call: its float inputs and outputs, as a record
+    named by the module path with type ``module.<class>``, after its ops.
     ``role`` defaults to ``overflow`` in overflow mode, ``target`` when a
     `simulate_npu` is active when the first step begins or ``torch.autocast``
     when the dump is entered, else ``golden``. ``model`` names the run in the metadata
@@ -51,7 +56,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
 
     def __init__(self, path, mode: str = "dump", steps=None, *, role: str | None = None,
                  model: str | None = None, seed: int | None = None, record_views: bool = False,
-                 metadata: dict | None = None):
+                 modules: bool = True, metadata: dict | None = None):
         if mode not in MODES:
             raise choice_error("dump mode", mode, MODES)
         if role is not None and role not in ROLES:
@@ -63,6 +68,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self.model = model
         self.seed = seed
         self.record_views = record_views
+        self.modules = modules and mode != "overflow"
         self.extra_metadata = dict(metadata or {})
         self._attrs: dict[str, tuple] = {}  # op name -> (signature of its arguments, attrs)
         self.ops_recorded = 0
@@ -162,6 +168,21 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self._step_ops += 1
         self.ops_recorded += 1
 
+    def module(self, exec_index: int, name: str, module_type: str, inputs: list, outputs: list) -> None:
+        """A module's forward returned: record its float inputs and outputs as one module-boundary record."""
+        with_data = self.mode != "stats"
+        entries, arrays = [], [] if with_data else None
+        for kind, tensors in ((INPUT, inputs), (OUTPUT, outputs)):
+            for index, tensor in enumerate(tensors):
+                dtype = logical_dtype(tensor)
+                entries.append((kind, index, dtype, tuple(tensor.shape), self._stats.get(tensor, dtype)))
+                if with_data:
+                    arrays.append(to_numpy(tensor))
+        self._writer.add_op(exec_index, "forward", name, module_type, entries[-1][2], False, False, None,
+                            _MODULE_ATTRS, entries, arrays)
+        self._step_ops += 1
+        self.ops_recorded += 1
+
     def _same_attrs(self, call: OpCall) -> dict:
         """``call.attrs``, or the equal dict recorded under this name before: the writer encodes it once.
 
@@ -225,7 +246,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             "device": device, "precision_mode": precision_mode, "overflow_mode": overflow_mode,
             "origin_dtype": "float32", "autocast": autocast, "torch_version": torch.__version__,
             "steps_filter": sorted(self.steps) if self.steps is not None else None,
-            "record_views": self.record_views,
+            "record_views": self.record_views, "modules": self.modules,
         }
         if simulator is not None and simulator.mixlists != type(simulator.mixlists)():
             metadata["modify_mixlist"] = {k: sorted(getattr(simulator.mixlists, k)) for k in ("white", "black", "gray")}

@@ -42,6 +42,7 @@ class Namer:
         self._seen_modules: set[int] = set()
         self._last_seq = -1
         self._handles: list = []
+        self.on_leave = None  # called as (module, path, args, kwargs, output) when a module's forward returns
 
     def install(self) -> None:
         """Start following module calls (global forward hooks)."""
@@ -49,7 +50,7 @@ class Namer:
 
         self._handles = [
             module.register_module_forward_pre_hook(self._enter),
-            module.register_module_forward_hook(self._leave, always_call=True),
+            module.register_module_forward_hook(self._leave, with_kwargs=True, always_call=True),
         ]
         self._last_seq = _sequence_nr()
         self._counters.clear()
@@ -124,10 +125,12 @@ class Namer:
                 if param is not None:
                     self._param_names.setdefault(id(param), f"{path}/{name}")
 
-    def _leave(self, module: torch.nn.Module, args, output) -> None:
+    def _leave(self, module: torch.nn.Module, args, kwargs, output) -> None:
         stack = self._stack
         for i in range(len(stack) - 1, -1, -1):
             if stack[i][0] is module:
+                if self.on_leave is not None:
+                    self.on_leave(module, stack[i][1], args, kwargs, output)
                 del stack[i:]
                 return
 

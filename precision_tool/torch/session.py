@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from precision_tool.dump.records import MODULE_TYPE_PREFIX
 from precision_tool.engine.hooks import BACKWARD
 from precision_tool.torch.naming import Namer
 from precision_tool.torch.ops import AtenOp, dtype_name, encode_args, flat_tensors, op_info, result_tensors
@@ -143,6 +144,7 @@ class Session:
         self.step, self.exec_index = 0, 0
         self.step_open = self.pending_boundary = self.manual_steps = self.step_overflow = False
         self.namer.install()
+        self.namer.on_leave = self._module_done
         self._handles = [optimizer.register_optimizer_step_pre_hook(self._optimizer_begins),
                          optimizer.register_optimizer_step_post_hook(self._optimizer_ends)]
         self._mode = _Interceptor(self)
@@ -195,6 +197,25 @@ class Session:
         self.step_open = True
         self._watching = [r for r in self.recorders if r.begin_step(self.step)]
 
+    # -- module boundaries -----------------------------------------------------
+
+    def _module_done(self, module, path: str, args, kwargs, output) -> None:
+        """A module's forward returned: its float inputs and outputs go to the recorders that keep modules."""
+        if not self.step_open or self.pending_boundary:
+            return
+        watching = [r for r in self._watching if r.modules]
+        if not watching:
+            return
+        with _disable_current_modes():  # reading the tensors must not dispatch through the capture itself
+            outputs = _float_leaves(output)
+            if not outputs:
+                return
+            inputs = _float_leaves((args, kwargs))
+            exec_index = self.exec_index
+            self.exec_index += 1
+            for recorder in watching:
+                recorder.module(exec_index, path, f"{MODULE_TYPE_PREFIX}{type(module).__name__}", inputs, outputs)
+
     # -- every op -------------------------------------------------------------
 
     def dispatch(self, func, args: tuple, kwargs: dict):
@@ -245,6 +266,24 @@ class Session:
         call.input_dtypes = [describe(t) for t in call.inputs]
         for recorder in watching:
             recorder.before(call)
+
+
+def _float_leaves(value) -> list:
+    """The distinct floating-point tensors in nested tuples, lists and dicts (model outputs are dicts)."""
+    found: list = []
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if item.is_floating_point() and id(item) not in seen:
+                seen.add(id(item))
+                found.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+    return found
 
 
 def _torch_dtype(tensor: torch.Tensor) -> str:
