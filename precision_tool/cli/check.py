@@ -2,14 +2,18 @@
 
 check exits 0 when every matched tensor passes, 1 when one fails (failing
 ops printed, the first first), 2 on a usage or input error, including dumps
-with no tensor in common (nothing to check is not a pass).
+with no tensor in common (nothing to check is not a pass), dumps of different
+models, golden and target swapped, and an incomplete run or one still being
+written unless --allow-incomplete (`precision_tool.compare.preflight`).
 """
 
 from __future__ import annotations
 
 import click
 
-from precision_tool.cli.compare import DUMP, OUT_FILE, check_outputs, run_compare, selection_options
+from precision_tool.cli.compare import (DUMP, OUT_FILE, allow_incomplete_option, check_outputs, run_compare,
+                                        selection_options)
+from precision_tool.cli.options import COSINE, TOLERANCE
 from precision_tool.defaults import CHECK_MIN_COSINE
 from precision_tool.errors import InputError
 
@@ -17,18 +21,20 @@ from precision_tool.errors import InputError
 @click.command("check", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("golden", type=DUMP)
 @click.argument("target", type=DUMP)
-@click.option("--min-cosine", type=click.FloatRange(-1.0, 1.0), default=None,
+@click.option("--min-cosine", type=COSINE, default=None,
               help=f"A tensor fails below this cosine (default {CHECK_MIN_COSINE}; with --baseline, "
                    "only tensors the baseline lacks unless given).")
-@click.option("--max-abs-err", type=click.FloatRange(min=0.0), default=None,
+@click.option("--max-abs-err", type=TOLERANCE, default=None,
               help="A tensor fails above this max absolute error (default: not checked).")
 @click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Fail when a tensor got worse than in this baseline file (see `precision-tool baseline`).")
 @click.option("--junit", type=OUT_FILE, default=None, help="Also write JUnit XML, one testcase per op, to FILE.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="A table with a PASSED/FAILED footer, or JSON.")
+@allow_incomplete_option
 @selection_options
-def check(golden, target, min_cosine, max_abs_err, baseline_file, junit, fmt, steps, op_glob, jobs):
+def check(golden, target, min_cosine, max_abs_err, baseline_file, junit, fmt, allow_incomplete, steps, op_glob,
+          jobs):
     """Exit 1 when a tensor of TARGET fails its tolerance against GOLDEN.
 
     Every matched tensor is judged: cosine, max abs error, NaN/inf the golden
@@ -44,7 +50,7 @@ def check(golden, target, min_cosine, max_abs_err, baseline_file, junit, fmt, st
     criteria = CheckCriteria(
         min_cosine=CHECK_MIN_COSINE if min_cosine is None else min_cosine, max_abs_err=max_abs_err,
         baseline=baseline, absolute_on_baselined=min_cosine is not None or max_abs_err is not None)
-    report = run_compare(golden, target, steps, op_glob, jobs)
+    report = run_compare(golden, target, steps, op_glob, jobs, allow_incomplete)
     if not report.ops:
         raise InputError(target, f"no tensor matches the golden dump {golden}: nothing to check")
     result = check_report(report, criteria)
@@ -71,15 +77,16 @@ def check(golden, target, min_cosine, max_abs_err, baseline_file, junit, fmt, st
 @click.argument("golden", type=DUMP)
 @click.argument("target", type=DUMP)
 @click.option("-o", "--output", type=OUT_FILE, required=True, help="The baseline file to write (JSON).")
+@allow_incomplete_option
 @selection_options
-def baseline(golden, target, output, steps, op_glob, jobs):
+def baseline(golden, target, output, allow_incomplete, steps, op_glob, jobs):
     """Save the per-tensor metrics of TARGET against GOLDEN for `check --baseline`."""
     from precision_tool.compare.baseline import baseline_from_report, save_baseline
     from precision_tool.outputs import replacing
 
     inputs = (golden, target)
     check_outputs(inputs, output=output)
-    report = run_compare(golden, target, steps, op_glob, jobs)
+    report = run_compare(golden, target, steps, op_glob, jobs, allow_incomplete)
     if not report.ops:
         raise InputError(target, f"no tensor matches the golden dump {golden}: nothing to save")
     saved = baseline_from_report(report)

@@ -7,11 +7,12 @@ import sys
 
 import click
 
+from precision_tool.cli.options import SEED
 from precision_tool.collect.modes import MODE_FORM, parse_modes
 from precision_tool.collect.selection import STEPS_FORM, parse_op_types, parse_steps
 from precision_tool.engine.formats import OVERFLOW_MODES
 from precision_tool.engine.precision import PRECISION_MODES, PRECISION_MODES_V2
-from precision_tool.errors import PrecisionToolError
+from precision_tool.errors import ConfigError, PrecisionToolError
 
 LOSS_SCALE_FORM = ("none | fixed:V | exponential:INIT[,INCR_EVERY_N_STEPS[,DECR_EVERY_N_NAN_OR_INF"
                    "[,INCR_RATIO[,DECR_RATIO]]]] | dynamic:INIT[,FACTOR[,WINDOW]]")
@@ -62,7 +63,7 @@ def _check_fusion_switch(value):
 @click.option("--mode", default=None, callback=_checked(parse_modes), metavar="MODE[,MODE]",
               help=f"What to record: {MODE_FORM}.  [default: dump]")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Training steps to run.  [default: 20]")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of weights and data.  [default: 0]")
+@click.option("--seed", type=SEED, default=None, help="Seed of weights and data.  [default: 0]")
 @click.option("--precision-mode", type=click.Choice(PRECISION_MODES), default=None, metavar="MODE",
               help=f"npu precision_mode: {', '.join(PRECISION_MODES)}.  [default: allow_fp32_to_fp16]")
 @click.option("--precision-mode-v2", type=click.Choice(PRECISION_MODES_V2), default=None, metavar="MODE",
@@ -97,6 +98,8 @@ def collect(model, output, device, mode, steps, seed, precision_mode, precision_
     """
     from precision_tool.collect.run import CollectRequest, plan_collect, run_collect
 
+    if device == "golden" and accelerate_train_mode is not None:  # as --precision-mode: it switches npu modes
+        raise ConfigError("--accelerate-train-mode applies to --device npu only")
     request = CollectRequest(
         model=model, output=output, device=device, mode=mode or "dump", steps=steps, seed=seed,
         precision_mode=precision_mode, precision_mode_v2=precision_mode_v2, overflow_mode=overflow_mode,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from precision_tool.cli.options import COSINE
 from precision_tool.defaults import COMPARE_JOBS, COSINE_THRESHOLD, LIST_LIMIT
 
 DUMP = click.Path(dir_okay=False, path_type=str)
@@ -59,7 +60,7 @@ def listing_options(func):
     func = click.option("--all", "show_all", is_flag=True, help="List every compared op, not only flagged ones.")(func)
     func = click.option("-l", "--limit", type=click.IntRange(min=0), default=None,
                         help=f"Show at most this many flagged ops, first first (default {LIST_LIMIT}; 0: all).")(func)
-    func = click.option("-c", "--cosine", type=click.FloatRange(-1.0, 1.0), default=None,
+    func = click.option("-c", "--cosine", type=COSINE, default=None,
                         help=f"Flag an op when an output's cosine is at or below this (default {COSINE_THRESHOLD}).")(func)
     return func
 
@@ -83,13 +84,36 @@ def progress_callback():
         yield update
 
 
-def run_compare(golden, target, steps, op_glob, jobs):
-    """The comparison the compare, check and baseline commands share."""
+def allow_incomplete_option(func):
+    """--allow-incomplete: compare the committed steps of a run that was cut short, or is still written."""
+    return click.option("--allow-incomplete", is_flag=True,
+                        help="Accept a golden or target run that is incomplete (killed, or still being "
+                             "written): only its committed steps are compared. Without it that is an "
+                             "error (exit 2).")(func)
+
+
+def preflight(golden, target, allow_incomplete: bool) -> None:
+    """Refuse two opened dumps that cannot be compared meaningfully (exit 2); print the warnings on stderr."""
+    from precision_tool.compare.preflight import raise_for_errors, run_problems
+
+    for problem in raise_for_errors(run_problems(golden, target, allow_incomplete)):
+        click.echo(f"precision-tool: warning: {problem.message}", err=True)
+
+
+def run_compare(golden, target, steps, op_glob, jobs, allow_incomplete: bool | None = None):
+    """The comparison compare, check and baseline share; with ``allow_incomplete`` given, `preflight` first."""
+    from contextlib import ExitStack
+
     from precision_tool.compare.comparator import CompareOptions, compare_dumps
+    from precision_tool.dump.reader import open_dump
 
     options = CompareOptions(steps=steps, ops=op_glob, jobs=jobs or COMPARE_JOBS)
-    with progress_callback() as progress:
-        return compare_dumps(golden, target, options, progress)
+    with ExitStack() as stack:
+        sides = [stack.enter_context(open_dump(path)) for path in (golden, target)]
+        if allow_incomplete is not None:
+            preflight(*sides, allow_incomplete)
+        with progress_callback() as progress:
+            return compare_dumps(*sides, options, progress)
 
 
 def write_text(text: str, output: str | None, inputs=()) -> None:

@@ -4,7 +4,9 @@ The table form is the same renderer `ac` uses; ``--format json`` prints
 ``{"verdict": {"op", "class", "step", ...}, "overflow", "fusion",
 "attributions", "notes", "flagged", "first_flagged"}``. When nothing is
 wrong the verdict's class is ``none``. Exit status 0 whatever the verdict
-(use ``check`` for a CI gate); 2 on a bad input file.
+(use ``check`` for a CI gate); 2 on a bad input file, and on golden and target
+runs that cannot be compared (different models, swapped, an incomplete run
+without --allow-incomplete: `precision_tool.compare.preflight`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import json
 
 import click
+
+from precision_tool.cli.compare import allow_incomplete_option, preflight
 
 _DUMP = click.Path(dir_okay=False, path_type=str)
 
@@ -23,7 +27,8 @@ _DUMP = click.Path(dir_okay=False, path_type=str)
 @click.option("--fusion-off", "fusion_off", type=_DUMP, help="The target run dumped with fusion switched off.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="A rich table, or JSON for scripts.")
-def diagnose(golden, target, overflow, fusion_off, fmt):
+@allow_incomplete_option
+def diagnose(golden, target, overflow, fusion_off, fmt, allow_incomplete):
     """Name the op where error is introduced, and why.
 
     Reads the GOLDEN and TARGET dumps (and optionally an overflow-mode and a
@@ -36,6 +41,7 @@ def diagnose(golden, target, overflow, fusion_off, fmt):
 
     with ShellSession.open((), golden=golden, target=target, overflow=overflow, fusion_off=fusion_off) as session:
         dumps = session.dumps
+        preflight(dumps["golden"], dumps["target"], allow_incomplete)
         result = run_diagnosis(dumps["golden"], dumps["target"], overflow=dumps.get("overflow"),
                                fusion_off=dumps.get("fusion-off"))
     if fmt == "json":

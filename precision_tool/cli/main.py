@@ -90,6 +90,15 @@ def _report_internal(exc: BaseException, show_traceback: bool) -> None:
                "(rerun with --traceback to see it)", err=True)
 
 
+def click_message(exc: click.ClickException) -> str:
+    """A click error as one line: what is wrong, and where a usage error's help is."""
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        message += f" (see '{ctx.command_path} --help')"
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv``; return the exit status instead of exiting."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -104,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("Aborted.", err=True)
         return ExitStatus.INTERRUPTED
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"precision-tool: error: {click_message(exc)}", err=True)
         return ExitStatus.USAGE if exc.exit_code == 2 else exc.exit_code
     except PrecisionToolError as exc:
         if show_traceback:

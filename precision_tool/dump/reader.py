@@ -8,6 +8,7 @@ CONTRACT (implemented by the dump workstream; consumers rely on exactly this):
         dump.role                              # "golden" | "target" | "overflow" | "fusion-off" (from metadata)
         dump.mode                              # "dump" | "stats" | "overflow" | "fusion-off"
         dump.complete, dump.steps_complete     # bool, int
+        dump.being_written                     # bool: another process holds the file's write lock
         dump.steps()                           # list[StepRecord], complete steps only, in order
         dump.ops(step=None, direction=None)    # list[OpRecord] in (step, exec_index) order, from the index
         dump.op(step, name, direction="forward")  # OpRecord; KeyError if absent
@@ -21,6 +22,12 @@ Also: ``dump.modes`` (every mode of a combined collection, e.g. ["overflow",
 ``dump.close()``. Only the first ``steps_complete`` step groups are trusted:
 a step being written when the writer died is ignored. The file is opened
 with h5py mode "r" and never modified.
+
+What the reader relies on is checked as it is read, with cheap tests on what
+it reads anyway (attribute types, the index tables' columns and the ranges of
+the references in them, a tensor's dataset against its index row): a dump
+that fails one raises InputError naming the file and the HDF5 path that is
+wrong, never an internal error and never a silently shorter dump.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import numpy as np
 
 from precision_tool.dump import layout
 from precision_tool.dump.records import SCHEMA_VERSION, DumpSummary, OpRecord, StepRecord
-from precision_tool.dump.steps import StepIndex
+from precision_tool.dump.steps import DamagedDump, StepIndex
 from precision_tool.dump.storage import from_storage
 from precision_tool.errors import InputError
 
@@ -51,26 +58,37 @@ class Dump:
 
     def __init__(self, path):
         self.path = str(path)
-        self._file = _open_h5(self.path)
+        self._file, self.being_written = _open_h5(self.path)
         try:
             self.metadata = _decode_attrs(self._file.attrs)
             self.schema_version = _check_schema(self.path, self.metadata)
             if layout.STEPS not in self._file:
                 raise InputError(self.path, "not a precision-tool dump (no /steps group)")
-            self.complete = bool(self.metadata.get("complete", False))
-            self.steps_complete = int(self.metadata.get("steps_complete", 0))
-            names = sorted((n for n in self._file[layout.STEPS].keys() if n.isdigit()), key=int)
-            names = names[: self.steps_complete]
+            self.complete = _flag(self.path, self.metadata, "complete")
+            self.steps_complete = _count(self.path, self.metadata, "steps_complete")
+            names = self._committed_step_names()
         except InputError:
             self._file.close()
             raise
         except (OSError, KeyError, ValueError, TypeError) as exc:
             self._file.close()
             raise InputError(self.path, f"unreadable dump: {exc}") from None
-        self.steps_complete = len(names)
         self._step_names = {int(name): name for name in names}
         self._indexes: dict[int, StepIndex] = {}
         self._step_records: list[StepRecord] | None = None
+
+    def _committed_step_names(self) -> list[str]:
+        """The names of the first ``steps_complete`` step groups; a dump that claims more is damaged."""
+        import h5py
+
+        steps = self._file[layout.STEPS]
+        if not isinstance(steps, h5py.Group):
+            raise InputError(self.path, f"/{layout.STEPS}: not a group")
+        names = sorted((n for n in steps.keys() if n.isdigit()), key=int)
+        if len(names) < self.steps_complete:
+            raise InputError(self.path, f"/ attribute steps_complete: says {self.steps_complete} steps were "
+                                        f"committed, but /{layout.STEPS} holds {len(names)}")
+        return names[: self.steps_complete]
 
     # -- metadata -----------------------------------------------------------
 
@@ -102,7 +120,13 @@ class Dump:
             records = []
             for step in self._step_names:
                 a = self.step_attrs(step)
-                records.append(StepRecord(step, float(a.get("loss", np.nan)), float(a.get("loss_scale", 1.0)),
+                try:
+                    loss, loss_scale = float(a.get("loss", np.nan)), float(a.get("loss_scale", 1.0))
+                except (TypeError, ValueError):
+                    where = f"/{layout.STEPS}/{self._step_names[step]}"
+                    raise InputError(self.path, f"{where}: its loss or loss_scale attribute is not a number "
+                                                f"({a.get('loss')!r}, {a.get('loss_scale')!r})") from None
+                records.append(StepRecord(step, loss, loss_scale,
                                           bool(a.get("overflow", False)), bool(a.get("skipped", False)),
                                           str(a.get("precision_mode", "")), self._ops_count(step)))
             self._step_records = records
@@ -125,14 +149,14 @@ class Dump:
                 if step is not None:
                     return []
                 continue
-            records = self.step_index(s).records()
+            records = self._records(s)
             result.extend(records if direction is None else [r for r in records if r.direction == direction])
         return result
 
     def op(self, step: int, name: str, direction: str = "forward") -> OpRecord:
         """The op ``name`` of ``step`` in ``direction``; KeyError when it was not recorded."""
         if step in self._step_names:
-            for record in self.step_index(step).records():
+            for record in self._records(step):
                 if record.name == name and record.direction == direction:
                     return record
         raise KeyError(f"no {direction} op {name!r} recorded in step {step}")
@@ -172,21 +196,39 @@ class Dump:
         group_name, dtype, has_data = index.tensor_location(exec_index, slot)
         if not has_data:
             raise KeyError(f"step {step} op {exec_index} {slot}: no tensor data (statistics only)")
-        path = f"{layout.STEPS}/{self._step_names[step]}/{layout.OPS}/{group_name}/{slot}"
+        path = f"/{layout.STEPS}/{self._step_names[step]}/{layout.OPS}/{group_name}/{slot}"
         try:
-            return self._file[path], dtype
-        except (KeyError, OSError) as exc:
+            dataset = self._file[path]
+        except KeyError:
+            raise InputError(self.path, f"{path}: missing, though the index lists the tensor") from None
+        except OSError as exc:
             raise InputError(self.path, f"{path}: unreadable tensor ({exc})") from None
+        _check_dataset(self.path, path, dataset, dtype, index.tensor_size(exec_index, slot))
+        return dataset, dtype
 
     # -- internals ----------------------------------------------------------
 
     def _step_group(self, step: int):
+        import h5py
+
         try:
-            return self._file[f"{layout.STEPS}/{self._step_names[step]}"]
+            name = self._step_names[step]
         except KeyError:
             raise KeyError(f"step {step} is not a complete step of {self.path}") from None
-        except OSError as exc:
-            raise InputError(self.path, f"step {step} is unreadable ({exc})") from None
+        try:
+            group = self._file[f"{layout.STEPS}/{name}"]
+        except (KeyError, OSError) as exc:
+            raise InputError(self.path, f"/{layout.STEPS}/{name}: unreadable step ({exc})") from None
+        if not isinstance(group, h5py.Group):
+            raise InputError(self.path, f"/{layout.STEPS}/{name}: not a group")
+        return group
+
+    def _records(self, step: int):
+        """The op records of a complete step; a damaged JSON column is an InputError."""
+        try:
+            return self.step_index(step).records()
+        except DamagedDump as exc:
+            raise InputError(self.path, str(exc)) from None
 
     def step_index(self, step: int) -> StepIndex:
         """The index tables of a complete step (cached)."""
@@ -195,8 +237,11 @@ class Dump:
             group = self._step_group(step)
             try:
                 index = StepIndex.read(step, group)
-            except (KeyError, OSError, ValueError) as exc:
-                raise InputError(self.path, f"step {step}: unreadable index ({exc})") from None
+            except DamagedDump as exc:
+                raise InputError(self.path, str(exc)) from None
+            except (KeyError, OSError, ValueError, TypeError) as exc:
+                where = f"/{layout.STEPS}/{self._step_names[step]}"
+                raise InputError(self.path, f"{where}: unreadable index ({exc})") from None
             self._indexes[step] = index
         return index
 
@@ -240,12 +285,12 @@ def _open_h5(path: str):
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc}") from None
     try:
-        return h5py.File(path, "r")
+        return h5py.File(path, "r"), False
     except OSError as exc:
         text = str(exc)
         if "lock" in text:  # a live writer holds the lock: read what it has committed
             try:
-                return h5py.File(path, "r", locking=False)
+                return h5py.File(path, "r", locking=False), True
             except OSError as retry:
                 text = str(retry)
         if "truncated" in text:
@@ -259,6 +304,35 @@ def _eof_note(text: str) -> str:
         stored = text.split("stored_eof = ", 1)[1].split(")")[0].split(",")[0].strip()
         return f"the file says it has {stored} bytes"
     return "cut short"
+
+
+def _flag(path: str, metadata: dict, key: str) -> bool:
+    """A boolean root attribute (absent: False)."""
+    value = metadata.get(key, False)
+    if not isinstance(value, (bool, int)) or value not in (0, 1):
+        raise InputError(path, f"/ attribute {key}: {value!r} is not true or false")
+    return bool(value)
+
+
+def _count(path: str, metadata: dict, key: str) -> int:
+    """A whole-number root attribute >= 0 (absent: 0)."""
+    value = metadata.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InputError(path, f"/ attribute {key}: {value!r} is not a whole number >= 0")
+    return value
+
+
+def _check_dataset(path: str, where: str, dataset, dtype: str, size: int) -> None:
+    """The tensor's dataset is numeric and holds as many values as its index row says."""
+    import h5py
+
+    if not isinstance(dataset, h5py.Dataset):
+        raise InputError(path, f"{where}: not a tensor (an HDF5 group)")
+    if dataset.dtype.kind not in "fiub":
+        raise InputError(path, f"{where}: holds {dataset.dtype} values, not numbers")
+    if dataset.size != size:
+        raise InputError(path, f"{where}: holds {dataset.size} values where the index says {size} "
+                               f"({dtype})")
 
 
 def _check_schema(path: str, metadata: dict) -> int:

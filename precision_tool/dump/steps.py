@@ -24,12 +24,22 @@ class StepIndex:
 
     @classmethod
     def read(cls, step: int, group) -> "StepIndex":
-        """Read the tables of a step group (an h5py Group)."""
-        long_shapes = group.attrs.get("long_shapes")
-        long_shapes = {int(k): tuple(v) for k, v in json.loads(long_shapes).items()} if long_shapes else {}
-        if layout.OP_INDEX not in group:  # the step recorded no op
+        """Read and check the tables of a step group (an h5py Group); `DamagedDump` names what is wrong."""
+        where = f"/{layout.STEPS}/{layout.step_name(step)}"
+        long_shapes = _long_shapes(group.attrs.get("long_shapes"), where)
+        has_ops, has_index = layout.OP_INDEX in group, layout.INDEX in group
+        if not has_ops and not has_index:  # the step recorded no op: then it has no tensor data either
+            if layout.OPS in group and len(group[layout.OPS]):
+                raise DamagedDump(f"{where}/{layout.OP_INDEX}", "missing, though the step holds tensor data")
             return cls(step, np.zeros(0, layout.op_row_dtype((1, 1, 1, 1))), np.zeros(0, layout.tensor_row_dtype()), {})
-        return cls(step, group[layout.OP_INDEX][()], group[layout.INDEX][()], long_shapes)
+        if not (has_ops and has_index):
+            missing = layout.INDEX if has_ops else layout.OP_INDEX
+            raise DamagedDump(f"{where}/{missing}", "missing (the step has "
+                              f"{layout.OP_INDEX if has_ops else layout.INDEX} without it)")
+        op_rows = _table(group, layout.OP_INDEX, where, _OP_FIELDS)
+        tensor_rows = _table(group, layout.INDEX, where, _TENSOR_FIELDS)
+        check_tables(op_rows, tensor_rows, where, long_shapes)
+        return cls(step, op_rows, tensor_rows, long_shapes)
 
     @property
     def overflow_rows(self) -> np.ndarray:
@@ -67,6 +77,18 @@ class StepIndex:
                 return layout.op_group_name(int(exec_index), name), t["dtype"].decode(), bool(t["has_data"])
         raise KeyError(f"step {self.step}: op {exec_index} has no tensor {slot}")
 
+    def tensor_size(self, exec_index: int, slot: str) -> int:
+        """How many values the index says a tensor holds."""
+        position = self._by_exec[int(exec_index)]  # after `tensor_location`
+        row = self.op_rows[position]
+        kind, index = layout.parse_slot(slot)
+        first = int(row["first_tensor"])
+        for offset, t in enumerate(self.tensor_rows[first:first + int(row["n_tensors"])]):
+            if t["kind"] == kind and t["slot"] == index:
+                shape = self._long_shapes.get(first + offset) or t["shape"][:t["ndim"]]
+                return int(np.prod(shape, dtype=np.int64))
+        raise KeyError(f"step {self.step}: op {exec_index} has no tensor {slot}")
+
     def _tensors(self, first: int = 0, count: int | None = None) -> list[TensorRecord]:
         rows = self.tensor_rows if count is None else self.tensor_rows[first:first + count]
         result = []
@@ -80,7 +102,7 @@ class StepIndex:
 
     def _record(self, row: tuple, tensors) -> OpRecord:
         (exec_index, direction, overflow, inherited, _, first, count, name, op_type, compute, fusion, attrs) = row
-        fused = json.loads(fusion.decode("utf-8")) if fusion else {}
+        fused = self._json(fusion, exec_index, "fusion")
         return OpRecord(
             step=self.step, exec_index=exec_index, name=name.decode("utf-8"), type=op_type.decode("utf-8"),
             direction=DIRECTIONS[direction], compute_dtype=compute.decode(), overflow=bool(overflow),
@@ -91,5 +113,92 @@ class StepIndex:
             output_origins=tuple((n, int(i)) for n, i in fused.get("output_origins", ())),
             input_origins=tuple((n, int(i)) for n, i in fused.get("input_origins", ())),
             inherited_nonfinite=bool(inherited),
-            attrs=json.loads(attrs.decode("utf-8")) if attrs else {},
+            attrs=self._json(attrs, exec_index, "attrs"),
         )
+
+    def _json(self, text: bytes, exec_index: int, column: str) -> dict:
+        """A JSON column of op_index (empty: {}); `DamagedDump` when it is not a JSON object."""
+        if not text:
+            return {}
+        try:
+            value = json.loads(text.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            value = None
+        if not isinstance(value, dict):
+            raise DamagedDump(f"/{layout.STEPS}/{layout.step_name(self.step)}/{layout.OP_INDEX}",
+                              f"op {exec_index}: its {column} column is not a JSON object")
+        return value
+
+
+class DamagedDump(ValueError):
+    """A dump's table or attribute is not what the writer writes; ``where`` is its HDF5 path."""
+
+    def __init__(self, where: str, problem: str):
+        self.where, self.problem = where, problem
+        super().__init__(f"{where}: {problem}")
+
+
+# field name -> numpy kinds it may have ("u" unsigned, "i" signed int, "S" bytes), for op_index and index
+_OP_FIELDS = {"exec_index": "u", "direction": "u", "overflow": "u", "inherited_nonfinite": "u", "has_group": "u",
+              "first_tensor": "u", "n_tensors": "u", "name": "S", "type": "S", "compute_dtype": "S",
+              "fusion": "S", "attrs": "S"}
+_TENSOR_FIELDS = {"op": "u", "kind": "u", "slot": "u", "dtype": "S", "has_data": "u", "ndim": "u", "shape": "i",
+                  **{name: layout.STATS_DTYPE[name].kind for name in layout.STATS_FIELDS}}
+
+
+def _table(group, name: str, where: str, fields: dict) -> np.ndarray:
+    """A whole index table, after checking it is a 1-D table with the writer's columns in order."""
+    import h5py
+
+    dataset = group[name]
+    path = f"{where}/{name}"
+    if not isinstance(dataset, h5py.Dataset):
+        raise DamagedDump(path, "not a table (an HDF5 group)")
+    names = dataset.dtype.names
+    if names != tuple(fields) or any(dataset.dtype[f].base.kind != kind for f, kind in fields.items()):
+        found = "columns " + ", ".join(names) if names else f"plain {dataset.dtype} values"
+        raise DamagedDump(path, f"wrong type: {found} instead of the writer's {len(fields)} columns "
+                                f"({', '.join(list(fields)[:3])}, ...)")
+    if len(dataset.shape) != 1:
+        raise DamagedDump(path, f"a table of shape {dataset.shape}; expected one row per entry (1-D)")
+    if name == layout.INDEX and dataset.dtype["shape"].shape != (layout.MAX_RANK,):
+        raise DamagedDump(path, f"its shape column holds {dataset.dtype['shape'].shape} values, "
+                                f"not {layout.MAX_RANK}")
+    if dataset.shape[0] == 0:
+        raise DamagedDump(path, "empty (a step that recorded no op has no index tables)")
+    return dataset[()]
+
+
+def check_tables(op_rows: np.ndarray, tensor_rows: np.ndarray, where: str, long_shapes: dict) -> None:
+    """Every reference the reader follows stays inside the tables: vectorised, a few microseconds."""
+    ops, index = f"{where}/{layout.OP_INDEX}", f"{where}/{layout.INDEX}"
+    end = op_rows["first_tensor"].astype(np.uint64) + op_rows["n_tensors"]
+    _at_most(ops, "first_tensor + n_tensors", end, tensor_rows.shape[0], op_rows,
+             f"past the end of {layout.INDEX} ({tensor_rows.shape[0]} rows)")
+    _at_most(ops, "direction", op_rows["direction"], len(DIRECTIONS) - 1, op_rows, "not a direction")
+    _at_most(index, "op", tensor_rows["op"], op_rows.shape[0] - 1, None,
+             f"past the end of {layout.OP_INDEX} ({op_rows.shape[0]} rows)")
+    _at_most(index, "kind", tensor_rows["kind"], len(layout.KINDS) - 1, None, "neither input (0) nor output (1)")
+    ndim = tensor_rows["ndim"].copy()
+    ndim[[row for row in long_shapes if 0 <= row < ndim.size]] = 0  # shapes of higher rank are in long_shapes
+    _at_most(index, "ndim", ndim, layout.MAX_RANK, None, f"more than {layout.MAX_RANK}, and no long_shapes entry")
+
+
+def _at_most(path: str, column: str, values: np.ndarray, limit: int, op_rows, why: str) -> None:
+    """`DamagedDump` naming the first row whose ``column`` is above ``limit``."""
+    bad = np.flatnonzero(values > limit)
+    if bad.size:
+        row = int(bad[0])
+        which = f"op {int(op_rows['exec_index'][row])}" if op_rows is not None else f"row {row}"
+        raise DamagedDump(path, f"{which}: {column} is {int(values[row])}, {why}")
+
+
+def _long_shapes(text, where: str) -> dict:
+    """The step's ``long_shapes`` attribute (JSON: index row -> shape of more than MAX_RANK dims)."""
+    if text is None or len(text) == 0:
+        return {}
+    try:
+        value = json.loads(text)
+        return {int(k): tuple(int(d) for d in v) for k, v in value.items()}
+    except (TypeError, ValueError, AttributeError):
+        raise DamagedDump(f"{where}", "its long_shapes attribute is not a JSON map of row to shape") from None

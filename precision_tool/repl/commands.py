@@ -15,6 +15,7 @@ from typing import Any, Callable
 import click
 
 from precision_tool import defaults
+from precision_tool.cli.options import TOLERANCE
 from precision_tool.repl import checks, ops, tensor_commands
 from precision_tool.repl.results import CommandHelp, HelpIndex, HelpText
 from precision_tool.repl.tensors import GRAMMAR
@@ -112,9 +113,9 @@ def build_commands() -> dict[str, Command]:
                       click.Argument(["left"]), click.Argument(["right"], required=False),
                       _opt("-p", "--print", "count", type=click.IntRange(min=0), default=defaults.CP_PRINT,
                            help="Mismatching elements to show."),
-                      _opt("-al", "--atol", type=click.FloatRange(min=0), default=defaults.CP_ATOL,
+                      _opt("-al", "--atol", type=TOLERANCE, default=defaults.CP_ATOL,
                            help="Absolute tolerance."),
-                      _opt("-rl", "--rtol", type=click.FloatRange(min=0), default=defaults.CP_RTOL,
+                      _opt("-rl", "--rtol", type=TOLERANCE, default=defaults.CP_RTOL,
                            help="Relative tolerance.")),
                 lambda session, left, right, count, atol, rtol:
                     tensor_commands.compare_tensors(session, left, right, count, atol, rtol),

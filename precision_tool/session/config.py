@@ -14,6 +14,9 @@ from precision_tool.session.models import check_model_name
 from precision_tool.session.optim import OPTIMIZERS
 
 
+MAX_SEED = 2**64 - 1  # dumps store the seed as a 64-bit unsigned integer: a larger one would not read back
+
+
 @dataclass
 class SessionConfig:
     """A training run's settings.
@@ -40,7 +43,7 @@ class SessionConfig:
     def __post_init__(self) -> None:
         check_model_name(self.model)
         self.steps = _whole("steps", self.steps, 1)
-        self.seed = _whole("seed", self.seed, 0)
+        self.seed = _whole("seed", self.seed, 0, MAX_SEED)
         if self.batch_size is not None:
             self.batch_size = _whole("batch_size", self.batch_size, 1)
         if self.optimizer not in OPTIMIZERS:
@@ -74,9 +77,11 @@ class SessionConfig:
         return parse_accelerate(self.accelerate_train_mode) if self.accelerate_train_mode else None
 
 
-def _whole(name: str, value, minimum: int) -> int:
+def _whole(name: str, value, minimum: int, maximum: int | None = None) -> int:
     whole = (isinstance(value, numbers.Real) and not isinstance(value, bool)
              and math.isfinite(value) and int(value) == value)
     if not whole or value < minimum:
         raise ConfigError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}, got {value!r}")
     return int(value)

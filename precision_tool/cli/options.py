@@ -1,0 +1,56 @@
+"""Option types shared by the batch commands and the shell: bad numbers are refused at parse time.
+
+click's FloatRange lets NaN through (every comparison with NaN is false), and
+a NaN threshold turns every test it takes part in into a pass: ``check
+--min-cosine nan`` would pass anything. `FiniteFloat` accepts only finite
+numbers within its bounds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import click
+
+
+class FiniteFloat(click.ParamType):
+    """A finite float within [min, max] (either bound may be None)."""
+
+    name = "float"
+
+    def __init__(self, min: float | None = None, max: float | None = None):
+        self.min, self.max = min, max
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float) and math.isfinite(value) and self._inside(value):
+            return value
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number{self._range_text()}", param, ctx)
+        if not self._inside(number):
+            self.fail(f"{value!r} is not{self._range_text()}", param, ctx)
+        return number
+
+    def _inside(self, number: float) -> bool:
+        return (self.min is None or number >= self.min) and (self.max is None or number <= self.max)
+
+    def _range_text(self) -> str:
+        if self.min is not None and self.max is not None:
+            return f" in the range {self.min:g} to {self.max:g}"
+        if self.min is not None:
+            return f" >= {self.min:g}"
+        if self.max is not None:
+            return f" <= {self.max:g}"
+        return ""
+
+    def __repr__(self) -> str:
+        return f"FiniteFloat({self.min!r}, {self.max!r})"
+
+
+COSINE = FiniteFloat(-1.0, 1.0)  # a cosine similarity threshold
+TOLERANCE = FiniteFloat(min=0.0)  # an absolute or relative error bound
+PROBABILITY = FiniteFloat(0.0, 1.0)
+SEED = click.IntRange(0, 2**64 - 1)  # numpy seeds any size; the dump stores it as a 64-bit unsigned integer
