@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
 
 import click
@@ -110,11 +111,53 @@ def collect(model, output, device, mode, steps, seed, precision_mode, precision_
     plan = plan_collect(request)  # every value checked before the model is built
     hooks = [StepProgress(plan.config.steps)] if _is_tty() else []
     try:
-        result = run_collect(plan, hooks)
+        with StopOnInterrupt() as stop:
+            result = run_collect(plan, [*hooks, stop])
     finally:
         for hook in hooks:
             hook.close()
     click.echo(_result_line(result))
+
+
+class StopOnInterrupt:
+    """A hook that turns Ctrl-C into KeyboardInterrupt at the next step boundary.
+
+    Python raises KeyboardInterrupt wherever the main thread is; inside a
+    weakref callback or a finaliser (h5py closes objects in them) it is
+    printed and lost, and the run goes on. A second Ctrl-C raises at once.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> "StopOnInterrupt":
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread: Ctrl-C is not ours to handle
+            self._previous = None
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def on_step_begin(self, step) -> None:
+        self._stop_if_asked()
+
+    def on_step_end(self, result) -> None:
+        self._stop_if_asked()
+
+    def _stop_if_asked(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        if exc_type is None:
+            self._stop_if_asked()  # asked during the last step's close: the dump is complete, the run was stopped
 
 
 class StepProgress:

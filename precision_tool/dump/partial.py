@@ -55,23 +55,29 @@ class GuardedFile:
         return self._position
 
     def write(self, data) -> int:
-        size = len(memoryview(data).cast("B"))
+        view = memoryview(data)
+        size = view.nbytes
         try:
-            self._write_at(data, self._position)
+            self._write_at(view, size)
         except KeyboardInterrupt:  # pwrite at an offset is idempotent: write it all again, raise later
             self.interrupted = True
-            self._write_at(data, self._position)
+            self._write_at(view, size)
         self._position += size
         return size
 
-    def _write_at(self, data, offset: int) -> None:
+    def _write_at(self, view: memoryview, size: int) -> None:
         if self.failure is not None:
             return
-        view = memoryview(data).cast("B")
+        offset = self._position
         try:
-            while view:
-                written = os.pwrite(self._fd, view, offset)
-                view, offset = view[written:], offset + written
+            written = os.pwrite(self._fd, view, offset)
+            if written < size:  # a short write: the rest, until the disk says why not
+                view = view.cast("B")
+                while written < size:
+                    step = os.pwrite(self._fd, view[written:], offset + written)
+                    if not step:
+                        raise OSError(errno.EIO, os.strerror(errno.EIO))
+                    written += step
         except OSError as exc:
             self.failure = exc
 

@@ -1,0 +1,61 @@
+"""Ctrl-C and SIGKILL in the middle of writing a dump, through the console script."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from precision_tool.dump.reader import open_dump
+from tests.faults.writes_helpers import assert_outcome, build, command, digests, no_leftovers
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+
+def _start_and_signal(path: Path, sig: int, written_bytes: int, *extra) -> subprocess.CompletedProcess:
+    """Collect the transformer to ``path`` (dump mode: mostly writing) and send ``sig`` once its file grew so far."""
+    partial = Path(f"{path}.partial")
+    proc = subprocess.Popen(command("collect", "transformer", "--steps", "400", "-o", path, *extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if partial.exists() and partial.stat().st_size >= written_bytes:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the run ended before it could be signalled"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _readable_steps(path) -> int:
+    with open_dump(path) as dump:
+        assert not dump.complete
+        for record in dump.ops():
+            for tensor in record.tensors:
+                if tensor.has_data:
+                    assert dump.tensor(record.step, record.exec_index, tensor.slot).shape == tensor.shape
+        return dump.steps_complete
+
+
+@pytest.mark.parametrize("written_bytes", [200_000, 3_000_000, 9_000_000])
+def test_ctrl_c_mid_write_exits_130_and_keeps_the_finished_steps(tmp_path, written_bytes):
+    path = tmp_path / "run.h5"
+    result = _start_and_signal(path, signal.SIGINT, written_bytes)
+    assert_outcome(result.returncode, result.stderr, 130, {})  # "Aborted." (click) or "Interrupted."
+    assert _readable_steps(path) >= 0
+    assert no_leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("written_bytes, min_steps", [(2_000_000, 0), (14_000_000, 1)])  # a step is ~6 MB
+def test_sigkill_mid_write_leaves_the_old_dump_and_a_readable_partial(tmp_path, written_bytes, min_steps):
+    path = Path(build(tmp_path / "run.h5"))
+    before = digests(path)
+    result = _start_and_signal(path, signal.SIGKILL, written_bytes, "--force")
+    assert result.returncode == -signal.SIGKILL
+    assert "Traceback" not in result.stderr and result.stderr == ""
+    assert digests(path) == before
+    assert _readable_steps(f"{path}.partial") >= min_steps
