@@ -1,0 +1,98 @@
+"""Where a dump is while it is written (NAME.partial, locked), and what a failed write leaves."""
+
+import errno
+import os
+
+import pytest
+
+from precision_tool.dump.partial import GuardedFile
+from precision_tool.dump.reader import open_dump
+from precision_tool.dump.records import StepRecord
+from precision_tool.dump.writer import DumpWriter
+from precision_tool.errors import InputError
+from tests.dump.dumpfakes import write_synthetic
+
+
+def _step(writer, step):
+    writer.begin_step(step)
+    writer.end_step(StepRecord(step, 1.0, 1.0, False))
+
+
+def test_a_dump_is_at_its_name_only_once_closed(tmp_path):
+    path = tmp_path / "run.h5"
+    writer = DumpWriter(path, {"role": "target"})
+    _step(writer, 0)
+    assert not path.exists() and (tmp_path / "run.h5.partial").exists()
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.h5"]
+    with open_dump(path) as dump:
+        assert dump.complete and dump.steps_complete == 1
+
+
+def test_an_interrupted_dump_is_renamed_into_place_marked_incomplete(tmp_path):
+    path = tmp_path / "run.h5"
+    with pytest.raises(KeyboardInterrupt):
+        with DumpWriter(path, {}) as writer:
+            _step(writer, 0)
+            raise KeyboardInterrupt
+    with open_dump(path) as dump:
+        assert not dump.complete and dump.steps_complete == 1
+
+
+def test_overwrite_false_keeps_an_existing_dump_and_the_default_replaces_it(tmp_path):
+    path = tmp_path / "run.h5"
+    write_synthetic(path, steps=2)
+    before = path.read_bytes()
+    with pytest.raises(InputError, match="already exists"):
+        DumpWriter(path, {}, overwrite=False)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["run.h5"]
+    with DumpWriter(path, {}) as writer:  # the library's default, as before: replace
+        _step(writer, 0)
+    with open_dump(path) as dump:
+        assert dump.steps_complete == 1
+
+
+def test_a_second_writer_of_a_path_is_refused_even_with_overwrite(tmp_path):
+    path = tmp_path / "run.h5"
+    first = DumpWriter(path, {})
+    _step(first, 0)
+    with pytest.raises(InputError, match="being written by another process"):
+        DumpWriter(path, {}, overwrite=True)
+    _step(first, 1)
+    first.close()
+    with open_dump(path) as dump:
+        assert dump.complete and dump.steps_complete == 2
+
+
+def test_a_failed_write_drops_every_later_one(tmp_path):
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    guarded = GuardedFile(fd)
+    guarded.seek(0)
+    guarded.write(b"kept")
+    os.close(fd)  # every later write fails (EBADF)
+    guarded.write(b"lost")
+    assert guarded.failure.errno == errno.EBADF and guarded.tell() == 8
+    guarded.truncate(0)
+    guarded.write(b"also dropped")
+    assert (tmp_path / "f").read_bytes() == b"kept"
+
+
+def test_ctrl_c_inside_an_hdf5_write_is_raised_after_it_and_the_dump_stays_readable(tmp_path, monkeypatch):
+    path = tmp_path / "run.h5"
+    writer = DumpWriter(path, {})
+    _step(writer, 0)
+    real, calls = os.pwrite, []
+
+    def pwrite(fd, data, offset):
+        calls.append(offset)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # as if the signal arrived inside HDF5's callback
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    with pytest.raises(KeyboardInterrupt):
+        _step(writer, 1)
+    monkeypatch.undo()
+    writer.close(complete=False)
+    with open_dump(path) as dump:
+        assert not dump.complete and dump.steps_complete >= 1
