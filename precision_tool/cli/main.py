@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         return result if isinstance(result, int) and not isinstance(result, bool) else ExitStatus.OK
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
+    except click.exceptions.Abort:  # click's form of KeyboardInterrupt
+        click.echo("precision-tool: interrupted", err=True)
         return ExitStatus.INTERRUPTED
     except click.ClickException as exc:
         click.echo(f"precision-tool: error: {click_message(exc)}", err=True)
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"precision-tool: error: {exc}", err=True)
         return exc.exit_status
     except KeyboardInterrupt:
-        click.echo("Interrupted.", err=True)
+        click.echo("precision-tool: interrupted", err=True)
         return ExitStatus.INTERRUPTED
     except BrokenPipeError:
         sys.stderr.close()

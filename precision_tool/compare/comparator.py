@@ -6,19 +6,20 @@ float32 and float64 chunks are views of the file mapped into memory, read
 straight from the page cache by the metric kernel. With ``jobs > 1`` pairs
 are scored on a thread pool: the metric kernel (C or numpy) releases the GIL
 while it computes; h5py calls are serialised by one lock (h5py has a global
-lock anyway).
+lock anyway). Ctrl-C cancels the queued pairs at once and stops the running
+ones at their next chunk (`precision_tool.compare.cancel`).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
 
 import numpy as np
 
+from precision_tool.compare.cancel import StopFlag, pool_map
 from precision_tool.compare.matching import MatchResult, TensorPair, match_ops
 from precision_tool.compare.metrics import FLOAT64_EPS, PairAccumulator
 from precision_tool.compare.report import SHAPE_MISMATCH, CompareReport, DumpInfo, OpComparison, TensorRow
@@ -115,8 +116,8 @@ def _score_pairs(pairs: list[TensorPair], golden: DumpSource, target: DumpSource
     lock = threading.Lock()
     done = 0
 
-    def score(pair: TensorPair) -> TensorRow:
-        return score_pair(pair, golden, target, options.chunk_elements, lock)
+    def score(pair: TensorPair, stop: StopFlag | None = None) -> TensorRow:
+        return score_pair(pair, golden, target, options.chunk_elements, lock, stop)
 
     def report(row_pair):
         nonlocal done
@@ -130,15 +131,15 @@ def _score_pairs(pairs: list[TensorPair], golden: DumpSource, target: DumpSource
             rows.append(score(pair))
             report(pair)
         return rows
-    with ThreadPoolExecutor(max_workers=options.jobs, thread_name_prefix="compare") as pool:
-        for pair, row in zip(pairs, pool.map(score, pairs)):
+    with pool_map(score, pairs, options.jobs, "compare") as results:  # Ctrl-C cancels the queued pairs
+        for pair, row in zip(pairs, results):
             rows.append(row)
             report(pair)
     return rows
 
 
 def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_elements: int,
-               read_lock: threading.Lock | None = None) -> TensorRow:
+               read_lock: threading.Lock | None = None, stop: StopFlag | None = None) -> TensorRow:
     """One tensor pair's row: metrics from one pass over its chunks, or stats deltas, or a problem."""
     t, g = pair.target, pair.golden
     row = dict(
@@ -157,6 +158,8 @@ def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_e
     target_chunks = _chunks(target, pair.target_op, t.slot, chunk_elements)
     golden_chunks = _chunks(golden, pair.golden_op, g.slot, chunk_elements)
     for x, y in aligned_chunks(_locked(target_chunks, read_lock), _locked(golden_chunks, read_lock)):
+        if stop is not None:
+            stop.check()  # Ctrl-C: a running pair ends within one chunk, not at its last
         accumulator.update(x, y)
     metrics = accumulator.result()
     return TensorRow(**row, metrics=metrics, extra_nonfinite=metrics.target_only_nonfinite)
