@@ -18,12 +18,16 @@ the file stays as a kill at that moment would leave it.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 from pathlib import Path
 
 from precision_tool.errors import InputError
 from precision_tool.outputs import problem
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: dumps are written unlocked
+    fcntl = None
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -168,6 +172,9 @@ def check_target(path, overwrite: bool) -> None:
         fd = os.open(partial, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return
+    if fcntl is None:
+        os.close(fd)
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         left = os.fstat(fd).st_size
@@ -200,6 +207,8 @@ def _claim(path: str, partial: str) -> int:
             fd = os.open(partial, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
         except OSError as exc:
             raise InputError(path, f"cannot create the dump: {problem(exc)}") from None
+        if fcntl is None:
+            return fd
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

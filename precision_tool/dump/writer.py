@@ -2,7 +2,8 @@
 
 CONTRACT (implemented by the dump workstream):
 
-    writer = DumpWriter(path, metadata: dict)  # metadata -> root attributes (JSON-encoded where not scalar)
+    writer = DumpWriter(path, metadata: dict, overwrite=True)  # metadata -> root attributes (JSON-encoded
+        # where not scalar); overwrite=False refuses an existing dump; one being written is always refused
     writer.begin_step(step)
     writer.write_op(record: OpRecord, arrays: dict[slot, np.ndarray | None])
         # arrays hold the values (float32 containers); they are stored in record's tensor dtype
@@ -26,6 +27,11 @@ at any point leaves a file whose first ``steps_complete`` steps read back;
 ``complete`` becomes true only in ``close(complete=True)``. The file uses
 h5py's default (oldest) format: 'latest' sets superblock write flags that
 stop readers after a crash.
+
+Until `close` the file is ``path.partial``, locked; closing renames it onto
+``path``. A failed write (a full disk) drops every later write and raises
+InputError at the step's commit: the file stays as a kill then would leave
+it. See `precision_tool.dump.partial`.
 
 Ops without tensor data (stats mode) get no group: their rows in the step's
 index are the record. The layout is in `precision_tool.dump.layout` and
