@@ -176,5 +176,11 @@ def test_a_real_full_filesystem(tmp_path):
         complete, steps = _steps(path)
         assert not complete and steps > 0
         assert no_leftovers(mount) == []
+        before = digests(path)
+        csv = mount / "out.csv"  # the disk is full: the dump above took it all
+        result = subprocess.run(command("compare", path, path, "--all", "--format", "csv", "-o", csv),
+                                capture_output=True, text=True, timeout=120)
+        assert_outcome(result.returncode, result.stderr, 2, before, says=f"{csv}: cannot write: no space left on device")
+        assert no_leftovers(mount) == [] and not csv.exists()
     finally:
         subprocess.run(["umount", str(mount)], capture_output=True)
