@@ -165,7 +165,7 @@ class Dump:
 
     def tensor(self, step: int, exec_index: int, slot: str) -> np.ndarray:
         """The values of one tensor: float32 (float64 for float64 dumps), ints as stored."""
-        dataset, dtype = self._dataset(step, exec_index, slot)
+        dataset, dtype, _, _ = self._dataset(step, exec_index, slot)
         raw = dataset[()]
         return from_storage(np.asarray(raw), dtype)
 
@@ -180,11 +180,11 @@ class Dump:
         consumer reads the page cache directly, which for the comparator is
         faster than any read into a buffer. Other tensors come as copies.
         """
-        dataset, dtype = self._dataset(step, exec_index, slot)
+        dataset, dtype, stored, size = self._dataset(step, exec_index, slot)
         limit = max(1, int(max_elements))
-        offset = _raw_offset(self._file, dataset, dtype) if mapped else None
+        offset = _raw_offset(self._file, dataset, dtype, stored, size) if mapped else None
         if offset is not None:
-            yield from _mapped_chunks(self._file, self.path, offset, dataset.dtype, dataset.size, limit)
+            yield from _mapped_chunks(self._file, self.path, offset, stored, size, limit)
             return
         for selection in _chunk_selections(dataset.shape, limit):
             yield from_storage(np.asarray(dataset[selection]), dtype).reshape(-1)
@@ -193,7 +193,7 @@ class Dump:
         if step not in self._step_names:
             raise KeyError(f"step {step} is not a complete step of {self.path}")
         index = self.step_index(step)
-        group_name, dtype, has_data = index.tensor_location(exec_index, slot)
+        group_name, dtype, has_data, size = index.tensor_location(exec_index, slot)
         if not has_data:
             raise KeyError(f"step {step} op {exec_index} {slot}: no tensor data (statistics only)")
         path = f"/{layout.STEPS}/{self._step_names[step]}/{layout.OPS}/{group_name}/{slot}"
@@ -203,8 +203,7 @@ class Dump:
             raise InputError(self.path, f"{path}: missing, though the index lists the tensor") from None
         except OSError as exc:
             raise InputError(self.path, f"{path}: unreadable tensor ({exc})") from None
-        _check_dataset(self.path, path, dataset, dtype, index.tensor_size(exec_index, slot))
-        return dataset, dtype
+        return dataset, dtype, _checked_dtype(self.path, path, dataset, dtype, size), size
 
     # -- internals ----------------------------------------------------------
 
@@ -322,17 +321,18 @@ def _count(path: str, metadata: dict, key: str) -> int:
     return value
 
 
-def _check_dataset(path: str, where: str, dataset, dtype: str, size: int) -> None:
-    """The tensor's dataset is numeric and holds as many values as its index row says."""
+def _checked_dtype(path: str, where: str, dataset, dtype: str, size: int) -> np.dtype:
+    """The dtype of a tensor's dataset, once it is checked to hold as many numbers as its index row says."""
     import h5py
 
     if not isinstance(dataset, h5py.Dataset):
         raise InputError(path, f"{where}: not a tensor (an HDF5 group)")
-    if dataset.dtype.kind not in "fiub":
-        raise InputError(path, f"{where}: holds {dataset.dtype} values, not numbers")
+    stored = dataset.dtype
+    if stored.kind not in "fiub":
+        raise InputError(path, f"{where}: holds {stored} values, not numbers")
     if dataset.size != size:
-        raise InputError(path, f"{where}: holds {dataset.size} values where the index says {size} "
-                               f"({dtype})")
+        raise InputError(path, f"{where}: holds {dataset.size} values where the index says {size} ({dtype})")
+    return stored
 
 
 def _check_schema(path: str, metadata: dict) -> int:
@@ -370,10 +370,10 @@ def _plain(value):
     return value
 
 
-def _raw_offset(file, dataset, dtype: str) -> int | None:
+def _raw_offset(file, dataset, dtype: str, stored: np.dtype, size: int) -> int | None:
     """Where a float32/float64 dataset's bytes lie in the file, in one piece and as they are; None otherwise."""
-    if (dtype not in ("float32", "float64") or dataset.dtype != np.dtype(dtype) or not dataset.dtype.isnative
-            or dataset.shape == () or dataset.size == 0 or dataset.chunks is not None):  # filters need chunks
+    if (dtype not in ("float32", "float64") or stored != np.dtype(dtype) or not stored.isnative
+            or size == 0 or dataset.shape == () or dataset.chunks is not None):  # filters need chunks
         return None
     try:
         if file.driver != "sec2" or file.userblock_size or dataset.id.get_create_plist().get_external_count():

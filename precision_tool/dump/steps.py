@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 
@@ -61,8 +62,8 @@ class StepIndex:
         first, count = row[5], row[6]
         return self._record(row, {i: t for i, t in zip(range(first, first + count), self._tensors(first, count))})
 
-    def tensor_location(self, exec_index: int, slot: str) -> tuple[str, str, bool]:
-        """(op group name, dtype, has_data) of a tensor; KeyError when not recorded."""
+    def tensor_location(self, exec_index: int, slot: str) -> tuple[str, str, bool, int]:
+        """(op group name, dtype, has_data, number of values) of a tensor; KeyError when not recorded."""
         if self._by_exec is None:
             self._by_exec = {int(e): i for i, e in enumerate(self.op_rows["exec_index"])} if self.op_rows.size else {}
         position = self._by_exec.get(int(exec_index))
@@ -71,22 +72,12 @@ class StepIndex:
         row = self.op_rows[position]
         kind, index = layout.parse_slot(slot)
         first, count = int(row["first_tensor"]), int(row["n_tensors"])
-        for t in self.tensor_rows[first:first + count]:
+        for offset, t in enumerate(self.tensor_rows[first:first + count]):
             if t["kind"] == kind and t["slot"] == index:
                 name = row["name"].decode("utf-8")
-                return layout.op_group_name(int(exec_index), name), t["dtype"].decode(), bool(t["has_data"])
-        raise KeyError(f"step {self.step}: op {exec_index} has no tensor {slot}")
-
-    def tensor_size(self, exec_index: int, slot: str) -> int:
-        """How many values the index says a tensor holds."""
-        position = self._by_exec[int(exec_index)]  # after `tensor_location`
-        row = self.op_rows[position]
-        kind, index = layout.parse_slot(slot)
-        first = int(row["first_tensor"])
-        for offset, t in enumerate(self.tensor_rows[first:first + int(row["n_tensors"])]):
-            if t["kind"] == kind and t["slot"] == index:
-                shape = self._long_shapes.get(first + offset) or t["shape"][:t["ndim"]]
-                return int(np.prod(shape, dtype=np.int64))
+                shape = self._long_shapes.get(first + offset) or t["shape"][:t["ndim"]].tolist()
+                return (layout.op_group_name(int(exec_index), name), t["dtype"].decode(), bool(t["has_data"]),
+                        math.prod(shape))
         raise KeyError(f"step {self.step}: op {exec_index} has no tensor {slot}")
 
     def _tensors(self, first: int = 0, count: int | None = None) -> list[TensorRecord]:
