@@ -1,0 +1,75 @@
+"""Ctrl-C means stop: compare, check and diagnose exit 130, and the shell's vcs returns to the prompt, within 1 s."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.faults.writes_helpers import assert_outcome, command, digests
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+WITHIN = 1.0  # seconds from SIGINT to exit (or to the prompt)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Golden and fp16 target transformer runs whose comparison takes several seconds."""
+    folder = tmp_path_factory.mktemp("interrupt")
+    paths = {"golden": folder / "golden.h5", "target": folder / "target.h5"}
+    for args, path in ((("--device", "golden"), paths["golden"]),
+                       (("--device", "npu", "--precision-mode", "force_fp16"), paths["target"])):
+        subprocess.run(command("collect", "transformer", "--steps", "16", "-o", path, *args),
+                       check=True, capture_output=True)
+    return paths
+
+
+def _interrupt(args, after: float):
+    """Start the CLI, send SIGINT ``after`` seconds later; (completed process, seconds from SIGINT to exit)."""
+    proc = subprocess.Popen(command(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "NO_COLOR": "1"})
+    time.sleep(after)
+    assert proc.poll() is None, "the command ended before it could be interrupted"
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", err), time.monotonic() - sent
+
+
+@pytest.mark.parametrize("args", [("compare",), ("compare", "--jobs", "1"), ("check",), ("diagnose",)],
+                         ids=["compare", "compare-jobs1", "check", "diagnose"])
+def test_sigint_exits_130_at_once(runs, args):
+    inputs = [runs["golden"], runs["target"]]
+    before = digests(*inputs)
+    result, took = _interrupt((args[0], *inputs, *args[1:]), after=1.5)
+    assert_outcome(result.returncode, result.stderr, 130, before, says="interrupted")
+    assert took < WITHIN, f"{took:.2f} s from SIGINT to exit"
+
+
+def test_ctrl_c_in_vcs_returns_to_the_prompt_at_once(runs):
+    pexpect = pytest.importorskip("pexpect")
+    before = digests(runs["golden"], runs["target"])
+    child = pexpect.spawn(command("shell")[0], command("shell", runs["golden"], runs["target"])[1:],
+                          encoding="utf-8", codec_errors="replace", timeout=60, dimensions=(40, 160),
+                          env={**os.environ, "NO_COLOR": "1"})
+    try:
+        child.expect("PrecisionTool >")
+        child.sendline("vcs")
+        time.sleep(1.5)
+        sent = time.monotonic()
+        child.sendintr()
+        child.expect("interrupted")
+        child.expect("PrecisionTool >")
+        took = time.monotonic() - sent
+        child.sendline("exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert "Traceback" not in (child.before or "")
+    assert took < WITHIN, f"{took:.2f} s from Ctrl-C to the prompt"
+    assert digests(runs["golden"], runs["target"]) == before
