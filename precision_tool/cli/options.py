@@ -52,5 +52,4 @@ class FiniteFloat(click.ParamType):
 
 COSINE = FiniteFloat(-1.0, 1.0)  # a cosine similarity threshold
 TOLERANCE = FiniteFloat(min=0.0)  # an absolute or relative error bound
-PROBABILITY = FiniteFloat(0.0, 1.0)
 SEED = click.IntRange(0, 2**64 - 1)  # numpy seeds any size; the dump stores it as a 64-bit unsigned integer

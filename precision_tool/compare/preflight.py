@@ -17,6 +17,9 @@ Errors (comparing would give an answer that means nothing):
   (``complete`` false, or fewer steps committed than planned), or that another
   process is still writing. The steps it lacks would go unchecked, so a gate
   that passed would be lying. ``allow_incomplete=True`` makes this a warning.
+* ``being-replaced``: a new run is being written to ``PATH.partial``, to
+  replace the dump given: that dump is the previous run, and checking it would
+  pass or fail the wrong run. ``allow_incomplete=True`` makes this a warning.
 
 Warnings (a real difference, but comparing still says something): a
 different seed, data, batch size, optimizer or learning rate, a different
@@ -66,6 +69,7 @@ def run_problems(golden, target, allow_incomplete: bool = False) -> list[Problem
     found = [*_model_problems(golden, target, g, t), *_role_problems(golden, target, g, t)]
     for side, dump in (("target", target), ("golden", golden)):
         found.extend(_completeness(side, dump, allow_incomplete))
+        found.extend(_replacement(side, dump, allow_incomplete))
     found.extend(_setting_problems(golden, target, g, t))
     found.extend(_step_problems(golden, target, g, t))
     return sorted(found, key=lambda p: not p.is_error)  # stable: the order above within each severity
@@ -133,6 +137,16 @@ def _completeness(side: str, dump, allow_incomplete: bool) -> list[Problem]:
     if allow_incomplete:
         return [Problem("incomplete", WARNING, message + "; only those are compared", side)]
     return [Problem("incomplete", ERROR, message + "; --allow-incomplete compares those only", side)]
+
+
+def _replacement(side: str, dump, allow_incomplete: bool) -> list[Problem]:
+    if not getattr(dump, "being_replaced", False):
+        return []
+    message = (f"{_path(dump)}: a new {side} run is being written to replace it ({_path(dump)}.partial); "
+               f"this file holds the previous run")
+    if allow_incomplete:
+        return [Problem("being-replaced", WARNING, message, side)]
+    return [Problem("being-replaced", ERROR, message + "; wait for the run to finish", side)]
 
 
 def _setting_problems(golden, target, g: dict, t: dict) -> list[Problem]:

@@ -9,6 +9,7 @@ CONTRACT (implemented by the dump workstream; consumers rely on exactly this):
         dump.mode                              # "dump" | "stats" | "overflow" | "fusion-off"
         dump.complete, dump.steps_complete     # bool, int
         dump.being_written                     # bool: another process holds the file's write lock
+        dump.being_replaced                    # bool: a run is being written to PATH.partial, to replace it
         dump.steps()                           # list[StepRecord], complete steps only, in order
         dump.ops(step=None, direction=None)    # list[OpRecord] in (step, exec_index) order, from the index
         dump.op(step, name, direction="forward")  # OpRecord; KeyError if absent
@@ -59,6 +60,7 @@ class Dump:
     def __init__(self, path):
         self.path = str(path)
         self._file, self.being_written = _open_h5(self.path)
+        self.being_replaced = _locked_partial(self.path)
         try:
             self.metadata = _decode_attrs(self._file.attrs)
             self.schema_version = _check_schema(self.path, self.metadata)
@@ -303,6 +305,27 @@ def _eof_note(text: str) -> str:
         stored = text.split("stored_eof = ", 1)[1].split(")")[0].split(",")[0].strip()
         return f"the file says it has {stored} bytes"
     return "cut short"
+
+
+def _locked_partial(path: str) -> bool:
+    """Whether a writer holds ``PATH.partial``: a new run is being written that will replace this file."""
+    from precision_tool.dump.partial import partial_path
+
+    try:
+        import fcntl
+    except ImportError:  # no flock: writers lock nothing either
+        return False
+    try:
+        fd = os.open(partial_path(path), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # and with it the shared lock, if it was taken
 
 
 def _flag(path: str, metadata: dict, key: str) -> bool:

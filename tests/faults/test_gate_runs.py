@@ -89,6 +89,17 @@ def test_a_target_still_being_written_is_refused(runs, tmp_path, run_cli):
         writer.close(complete=False)
 
 
+def test_a_target_being_replaced_by_a_new_run_is_refused(runs, tmp_path, run_cli):
+    target = tmp_path / "target.h5"
+    shutil.copyfile(runs["target"], target)  # the previous run, complete
+    writer = DumpWriter(target, {"model": "mlp", "role": "target", "mode": "dump", "steps": 100})
+    try:
+        result, before = _run(run_cli, "check", runs["golden"], target, inputs=[runs["golden"], target])
+        assert_outcome(result.status, result.stderr, 2, before, says="a new target run is being written to replace it")
+    finally:
+        writer.close(complete=False)
+
+
 def test_a_collect_killed_mid_run_fails_the_gate(runs, tmp_path):
     path = tmp_path / "run.h5"
     partial = Path(f"{path}.partial")
