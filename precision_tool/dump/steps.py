@@ -87,11 +87,26 @@ class StepIndex:
             (_, kind, index, dtype, has_data, ndim, shape, n, lo, hi, mean, std, norm, nan, inf, sat) = t
             row = first + offset
             full_shape = self._long_shapes.get(row) or tuple(int(d) for d in shape[:ndim])
-            result.append(TensorRecord(layout.slot_name(kind, index), dtype.decode(), full_shape,
+            try:
+                dtype = dtype.decode("ascii")
+            except UnicodeDecodeError:
+                raise DamagedDump(self._where(layout.INDEX), f"row {row}: its dtype is not text") from None
+            result.append(TensorRecord(layout.slot_name(kind, index), dtype, full_shape,
                                        TensorStats(n, lo, hi, mean, std, norm, nan, inf, sat), bool(has_data)))
         return result
 
     def _record(self, row: tuple, tensors) -> OpRecord:
+        try:
+            return self._build_record(row, tensors)
+        except DamagedDump:
+            raise
+        except (TypeError, ValueError, KeyError, IndexError) as exc:  # undecodable text, a malformed fusion entry
+            raise DamagedDump(self._where(layout.OP_INDEX), f"op {row[0]}: a malformed row ({exc})") from None
+
+    def _where(self, table: str) -> str:
+        return f"/{layout.STEPS}/{layout.step_name(self.step)}/{table}"
+
+    def _build_record(self, row: tuple, tensors) -> OpRecord:
         (exec_index, direction, overflow, inherited, _, first, count, name, op_type, compute, fusion, attrs) = row
         fused = self._json(fusion, exec_index, "fusion")
         return OpRecord(
@@ -116,8 +131,7 @@ class StepIndex:
         except (UnicodeDecodeError, ValueError):
             value = None
         if not isinstance(value, dict):
-            raise DamagedDump(f"/{layout.STEPS}/{layout.step_name(self.step)}/{layout.OP_INDEX}",
-                              f"op {exec_index}: its {column} column is not a JSON object")
+            raise DamagedDump(self._where(layout.OP_INDEX), f"op {exec_index}: its {column} column is not a JSON object")
         return value
 
 
@@ -167,12 +181,27 @@ def check_tables(op_rows: np.ndarray, tensor_rows: np.ndarray, where: str, long_
     _at_most(ops, "first_tensor + n_tensors", end, tensor_rows.shape[0], op_rows,
              f"past the end of {layout.INDEX} ({tensor_rows.shape[0]} rows)")
     _at_most(ops, "direction", op_rows["direction"], len(DIRECTIONS) - 1, op_rows, "not a direction")
+    executions = op_rows["exec_index"]
+    if np.unique(executions).size != executions.size:  # tensors are found by execution index
+        seen, repeated = set(), None
+        for value in executions.tolist():
+            if value in seen:
+                repeated = value
+                break
+            seen.add(value)
+        raise DamagedDump(ops, f"execution index {repeated} appears twice")
     _at_most(index, "op", tensor_rows["op"], op_rows.shape[0] - 1, None,
              f"past the end of {layout.OP_INDEX} ({op_rows.shape[0]} rows)")
     _at_most(index, "kind", tensor_rows["kind"], len(layout.KINDS) - 1, None, "neither input (0) nor output (1)")
     ndim = tensor_rows["ndim"].copy()
     ndim[[row for row in long_shapes if 0 <= row < ndim.size]] = 0  # shapes of higher rank are in long_shapes
     _at_most(index, "ndim", ndim, layout.MAX_RANK, None, f"more than {layout.MAX_RANK}, and no long_shapes entry")
+    used = np.arange(layout.MAX_RANK) < ndim[:, None]  # the dims a row's shape has
+    negative = np.flatnonzero((used & (tensor_rows["shape"] < 0)).any(axis=1))
+    if negative.size:
+        row = int(negative[0])
+        raise DamagedDump(index, f"row {row}: a negative dimension in its shape "
+                                 f"{tuple(tensor_rows['shape'][row][:ndim[row]].tolist())}")
 
 
 def _at_most(path: str, column: str, values: np.ndarray, limit: int, op_rows, why: str) -> None:
