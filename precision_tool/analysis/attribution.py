@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from precision_tool.analysis.errors import split_error
 from precision_tool.analysis.replay import NotReplayable, Numerics, ideal_forward, is_float, replay_forward
 from precision_tool.analysis.results import Attribution
 from precision_tool.compare.matching import match_ops
@@ -84,43 +85,117 @@ def golden_views(golden_dump, records: list[OpRecord]) -> dict[int, GoldenView]:
     return views
 
 
+def loss_scale_ratio(golden_dump, target_dump, step: int) -> float:
+    """Target over golden loss scale at ``step``: what the target's gradients carry on top of golden's."""
+    def scale(dump):
+        for record in dump.steps():
+            if record.step == step:
+                value = record.loss_scale
+                return value if value and math.isfinite(value) and value > 0 else 1.0
+        return 1.0
+
+    return scale(target_dump) / scale(golden_dump)
+
+
+def tensor_scale(target, golden, ratio: float) -> float:
+    """``ratio`` when ``target`` holds a loss-scaled gradient of ``golden`` (its norm says so), else 1."""
+    if ratio == 1.0:
+        return 1.0
+    t = float(np.linalg.norm(np.nan_to_num(np.asarray(target, np.float64), posinf=0.0, neginf=0.0)))
+    g = float(np.linalg.norm(np.nan_to_num(np.asarray(golden, np.float64), posinf=0.0, neginf=0.0)))
+    if t == 0.0 or g == 0.0:
+        return 1.0
+    return ratio if abs(math.log(t / g) - math.log(ratio)) < abs(math.log(t / g)) else 1.0
+
+
+def _pair_errors(golden_dump, target_dump, record: OpRecord, view: GoldenView, kind: str, ratio: float):
+    """ErrorSplit per float tensor of ``kind`` that has a golden partner with data."""
+    found = []
+    for tensor in record.tensors:
+        if tensor.kind != kind or not tensor.has_data or not is_float(tensor.dtype):
+            continue
+        golden = view.get(tensor.slot)
+        if golden is None:
+            continue
+        target = target_dump.tensor(record.step, record.exec_index, tensor.slot)
+        scale = tensor_scale(target, golden, ratio) if record.direction == "backward" else 1.0
+        found.append((tensor.slot, split_error(target, golden, tensor.dtype, scale)))
+    return found
+
+
 def attribute_record(golden_dump, target_dump, record: OpRecord, device: str = "npu",
-                     view: GoldenView | None = None) -> Attribution:
-    """Attribute the error of one target op record; see the module docstring."""
+                     view: GoldenView | None = None, replay: bool = True) -> Attribution:
+    """Attribute the error of one target op record; see the module docstring.
+
+    Errors leave out what the target's format could not hold (`split_error`);
+    backward tensors of a loss-scaled run are compared with the scale
+    divided out. ``replay=False`` measures observed and inherited error only.
+    """
     if view is None:
         view = golden_views(golden_dump, [record])[id(record)]
     notes = []
-    observed = 0.0
-    for tensor in record.outputs:
-        golden_out = view.get(tensor.slot)
-        if golden_out is None or not tensor.has_data:
-            notes.append(f"{tensor.slot}: no golden partner with data")
-            continue
-        target_out = target_dump.tensor(record.step, record.exec_index, tensor.slot)
-        observed = max(observed, relative_error(target_out, golden_out))
-    inherited = 0.0
-    for tensor in record.inputs:
-        golden_in = view.get(tensor.slot)
-        if golden_in is None or not tensor.has_data or tensor.dtype not in ("float16", "bfloat16", "float32", "float64"):
-            continue
-        target_in = target_dump.tensor(record.step, record.exec_index, tensor.slot)
-        inherited = max(inherited, relative_error(target_in, golden_in))
+    ratio = loss_scale_ratio(golden_dump, target_dump, record.step) if record.direction == "backward" else 1.0
+    outputs = _pair_errors(golden_dump, target_dump, record, view, "output", ratio)
+    inputs = _pair_errors(golden_dump, target_dump, record, view, "input", ratio)
+    if not outputs:
+        notes.append("no float output with a golden partner holding data")
+    observed = max((e.error for _, e in outputs), default=0.0)
+    inherited = max((e.error for _, e in inputs), default=0.0)
+    overflowed = sum(e.overflowed for _, e in outputs)
+    new_nan = sum(e.new_nan for _, e in outputs)
+    inputs_off = tuple(slot for slot, e in inputs if e.overflowed or e.new_nan)
     introduced = expected = None
+    if replay and not record.is_module:
+        introduced, expected = _introduced(golden_dump, target_dump, record, view, device, notes)
+    return Attribution(record.step, record.name, record.type, record.direction, record.compute_dtype,
+                       observed, inherited, introduced, expected, device, tuple(notes), overflowed, new_nan,
+                       inputs_off)
+
+
+def _introduced(golden_dump, target_dump, record: OpRecord, view: GoldenView, device: str, notes: list):
+    """(introduced, expected) of ``record`` replayed on golden inputs; (None, None) when it cannot be."""
     inputs = view.input_list(record)
     golden_outputs = [view.get(t.slot) for t in record.outputs]
     if inputs is None or any(g is None for g in golden_outputs):
         notes.append("golden inputs or outputs unavailable: cannot replay")
-    elif not is_float(record.compute_dtype):
+        return None, None
+    if not is_float(record.compute_dtype):
         notes.append(f"computes in {record.compute_dtype}: nothing to replay")
-    else:
-        try:
-            replayed, ideal = _replays(record, inputs, target_dump, device)
-            introduced = max(relative_error(r, g) for r, g in zip(replayed, golden_outputs))
-            expected = max(relative_error(e, g) for e, g in zip(ideal, golden_outputs))
-        except NotReplayable as exc:
-            notes.append(str(exc))
-    return Attribution(record.step, record.name, record.type, record.direction, record.compute_dtype,
-                       observed, inherited, introduced, expected, device, tuple(notes))
+        return None, None
+    try:
+        replayed, ideal = _replays(record, inputs, target_dump, device)
+    except NotReplayable as exc:
+        notes.append(str(exc))
+        return None, None
+    floats = [(r, i, g, t.dtype) for r, i, g, t in zip(replayed, ideal, golden_outputs, record.outputs)
+              if is_float(t.dtype)]
+    if not floats:
+        return None, None
+    introduced = max(split_error(r, g, dtype).error for r, _, g, dtype in floats)
+    expected = max(split_error(i, g, dtype).error for _, i, g, dtype in floats)
+    return introduced, expected
+
+
+def self_consistency(target_dump, record: OpRecord, device: str = "npu") -> tuple[float, float] | None:
+    """(error of the recorded output against the op replayed on its *own* recorded inputs, what its dtype explains).
+
+    A kernel whose recorded output does not follow from its recorded inputs
+    computes something else than its op: the first number is large, the
+    second small. None when the op cannot be replayed.
+    """
+    if record.is_module or not is_float(record.compute_dtype) or not all(t.has_data for t in record.tensors):
+        return None
+    inputs = [target_dump.tensor(record.step, record.exec_index, t.slot) for t in record.inputs]
+    outputs = [target_dump.tensor(record.step, record.exec_index, t.slot) for t in record.outputs]
+    try:
+        replayed, ideal = _replays(record, inputs, target_dump, device)
+    except NotReplayable:
+        return None
+    pairs = [(r, i, o, t.dtype) for r, i, o, t in zip(replayed, ideal, outputs, record.outputs) if is_float(t.dtype)]
+    if not pairs:
+        return None
+    return (max(split_error(o, r, dtype).error for r, _, o, dtype in pairs),
+            max(split_error(i, r, dtype).error for r, i, _, dtype in pairs))
 
 
 def _replays(record: OpRecord, inputs: list[np.ndarray], target_dump, device: str):
@@ -133,7 +208,8 @@ def _replays(record: OpRecord, inputs: list[np.ndarray], target_dump, device: st
 
 
 def _torch_replays(record: OpRecord, inputs: list[np.ndarray], target_dump, numerics: Numerics, device: str):
-    """Torch dumps replay through PyTorch: as recorded, and in float32 on dtype-rounded inputs."""
+    """Torch dumps replay through PyTorch: as recorded, and exactly (float64) on inputs rounded as the target
+    held them (each to its recorded dtype, then to the compute dtype), the outputs rounded once."""
     try:
         from precision_tool.torch import NotReplayable as TorchNotReplayable
         from precision_tool.torch import replay, replay_as_recorded
@@ -145,13 +221,24 @@ def _torch_replays(record: OpRecord, inputs: list[np.ndarray], target_dump, nume
             replayed = replay(record, inputs, device="golden")
         else:
             replayed, _ = replay_as_recorded(record, inputs, target_dump.metadata)
-        rounded = [numerics.compute.round(np.asarray(a, np.float32), numerics.overflow_mode)[0]
-                   if np.asarray(a).dtype.kind == "f" else a for a in inputs]
+        rounded = [_as_held(a, tensor.dtype, numerics) for a, tensor in zip(inputs, record.inputs)]
         ideal = [numerics.output.round(np.asarray(y, np.float32), numerics.overflow_mode)[0]
-                 for y in replay(record, rounded, device="golden")]
+                 if np.asarray(y).dtype.kind == "f" else y
+                 for y in replay(record, rounded, device="golden", exact=True)]
     except TorchNotReplayable as exc:
         raise NotReplayable(str(exc)) from None
     return replayed, ideal
+
+
+def _as_held(array, dtype: str, numerics: Numerics):
+    """A golden input rounded as the target's kernel held it: to its recorded dtype and the compute dtype."""
+    array = np.asarray(array)
+    if array.dtype.kind != "f":
+        return array
+    array = np.asarray(array, np.float32)
+    if is_float(dtype) and get_format(dtype).bits < numerics.compute.bits:
+        array = get_format(dtype).round(array, numerics.overflow_mode)[0]
+    return numerics.compute.round(array, numerics.overflow_mode)[0]
 
 
 def _numerics(record: OpRecord, target_dump, device: str) -> Numerics:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-VERDICT_CLASSES = ("overflow", "fusion", "precision_loss", "kernel_bug", "none")
+VERDICT_CLASSES = ("overflow", "invalid_operation", "fusion", "precision_loss", "kernel_bug", "none")
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,9 @@ class Attribution:
     expected: float | None
     replay_device: str = "npu"
     notes: tuple[str, ...] = ()
+    overflowed: int = 0  # output values golden holds but the target's format could not
+    new_nan: int = 0  # output NaN where golden is finite
+    inputs_off: tuple[str, ...] = ()  # input slots holding overflowed or NaN values against golden
 
     @property
     def excess(self) -> float | None:
@@ -131,10 +134,11 @@ class Verdict:
     type: str | None = None
     evidence: tuple[str, ...] = ()
     action: str = ""
+    module: str | None = None  # the module path the op ran in (torch dumps), or the rewritten module
 
     def to_dict(self) -> dict:
         return {"op": self.op, "class": self.cls, "step": self.step, "direction": self.direction,
-                "type": self.type, "evidence": list(self.evidence), "action": self.action}
+                "type": self.type, "module": self.module, "evidence": list(self.evidence), "action": self.action}
 
 
 @dataclass
@@ -148,3 +152,4 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)  # precision-mode and cast notes
     flagged: int = 0  # ops at or below the cosine threshold
     first_flagged: str | None = None
+    first_module: str | None = None  # the first module whose output diverges beyond its inputs

@@ -129,10 +129,25 @@ class Namer:
         stack = self._stack
         for i in range(len(stack) - 1, -1, -1):
             if stack[i][0] is module:
+                self._name_custom_nodes(stack[i][1])
                 if self.on_leave is not None:
                     self.on_leave(module, stack[i][1], args, kwargs, output)
                 del stack[i:]
                 return
+
+    def _name_custom_nodes(self, path: str) -> None:
+        """Autograd nodes made inside a module by no op the dispatcher saw (a custom autograd.Function)
+        get a name in that module, so that their backward ops are named after it."""
+        seq = _sequence_nr()
+        if seq == self._last_seq or self._last_seq < 0:
+            return
+        key = (path, "autograd.Function")
+        for nr in range(self._last_seq, seq):
+            if nr not in self._forward_of:
+                k = self._counters.get(key, 0)
+                self._counters[key] = k + 1
+                self._forward_of[nr] = f"{path}/autograd.Function_{k}"
+        self._last_seq = seq
 
     def _path_of(self, module: torch.nn.Module) -> str:
         for caller, caller_path in reversed(self._stack):

@@ -28,13 +28,23 @@ class NotReplayable(PrecisionToolError):
 
 
 def replay(op_record: OpRecord, input_arrays, device: str = "golden", precision_mode: str | None = None,
-           overflow_mode: str = defaults.OVERFLOW_MODE, precision_mode_v2: str | None = None) -> list[np.ndarray]:
+           overflow_mode: str = defaults.OVERFLOW_MODE, precision_mode_v2: str | None = None,
+           exact: bool = False) -> list[np.ndarray]:
     """The outputs of ``op_record``'s aten op run again on ``input_arrays`` (a list by input slot, or a dict).
 
     ``device="golden"`` runs it in plain PyTorch; ``"npu"`` under `simulate_npu`
     with ``precision_mode`` and ``overflow_mode``. Optimizer ops always run
-    golden, as they did when recorded.
+    golden, as they did when recorded. ``exact`` (golden only) computes in
+    float64 whatever dtypes were recorded: the op as exact arithmetic gives it.
     """
+    if exact:
+        func, args, kwargs = _rebuild(op_record, input_arrays, None, exact=True)
+        with torch.no_grad():
+            try:
+                result = func(*args, **kwargs)
+            except RuntimeError as exc:  # a kernel without float64 (some oneDNN ops)
+                raise NotReplayable(f"{op_record.name}: no float64 kernel ({str(exc).splitlines()[0]})") from None
+        return [to_numpy(t, copy=True) for t in result_tensors(op_info(func), args, kwargs, result)]
     outputs, _ = replay_op(op_record, input_arrays, device, precision_mode, overflow_mode, precision_mode_v2)
     return outputs
 
@@ -78,7 +88,19 @@ def replay_as_recorded(op_record: OpRecord, input_arrays, metadata: dict) -> tup
                      str(metadata.get("overflow_mode") or defaults.OVERFLOW_MODE), v2)
 
 
-def _rebuild(op_record: OpRecord, input_arrays, overflow_mode: str | None):
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _widen(value):
+    """A float dtype argument (``dtype=torch.float16``) as float64, for exact replays."""
+    if isinstance(value, torch.dtype):
+        return torch.float64 if value in _FLOAT_DTYPES else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_widen(v) for v in value)
+    return value
+
+
+def _rebuild(op_record: OpRecord, input_arrays, overflow_mode: str | None, exact: bool = False):
     """The op and its arguments; with an ``overflow_mode`` (npu replays) float32 inputs recorded as
     float16/bfloat16 are first rounded into that format (golden inputs held as the target held them)."""
     attrs = op_record.attrs or {}
@@ -99,6 +121,8 @@ def _rebuild(op_record: OpRecord, input_arrays, overflow_mode: str | None):
     for i, (record, array) in enumerate(zip(slots, input_arrays)):
         tensor = torch.from_numpy(np.array(array, copy=True))
         dtype = torch_dtypes.get(i)
+        if exact and tensor.is_floating_point():
+            dtype = torch.float64
         if dtype is not None and tensor.dtype != dtype:
             tensor = tensor.to(dtype)
         fmt = torch_format(getattr(torch, record.dtype, None))
@@ -110,6 +134,8 @@ def _rebuild(op_record: OpRecord, input_arrays, overflow_mode: str | None):
         args, kwargs = decode_args(attrs["args"], attrs.get("kwargs", {}), tensors)
     except (ValueError, IndexError) as exc:
         raise NotReplayable(f"{op_record.name}: {exc}") from None
+    if exact:
+        args, kwargs = tuple(_widen(a) for a in args), {k: _widen(v) for k, v in kwargs.items()}
     return func, args, kwargs
 
 

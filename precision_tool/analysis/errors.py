@@ -1,0 +1,90 @@
+"""How far a target tensor is from golden, apart from what the target's format could never hold.
+
+Three kinds of position are told apart before any error is measured:
+
+* **shared**: golden holds inf or NaN there and the target holds the same
+  (or, in saturation mode, its format's extreme of the same sign, or 0 for
+  NaN). A causal mask of ``-inf`` is the computation, not an error.
+* **overflowed**: golden holds a finite value that the target's format cannot
+  hold (|golden| beyond its max), or golden is finite and the target is not. These are the values an
+  overflow changed; they are counted, not scored.
+* everything else is scored: the relative L2 error ``||t - g|| / ||g||``.
+
+A NaN the target holds where golden is finite is counted apart too
+(``new_nan``): from finite inputs that is an invalid operation (sqrt or log
+of a negative number, 0/0), not an overflow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from precision_tool.engine.formats import FORMATS
+
+
+@dataclass(frozen=True)
+class ErrorSplit:
+    """The scored error of one tensor pair and the positions left out of it."""
+
+    error: float  # relative L2 over the scored positions; inf when shapes differ
+    overflowed: int = 0  # golden finite, target could not hold it
+    new_nan: int = 0  # target NaN where golden is finite
+    shared: int = 0  # golden non-finite, target the same
+    size: int = 0
+
+    @property
+    def overflow(self) -> bool:
+        return self.overflowed > 0
+
+
+MISMATCH = ErrorSplit(math.inf)
+
+
+def format_limit(dtype: str) -> float:
+    """The largest finite value of ``dtype`` (inf for float64 and non-float dtypes)."""
+    fmt = FORMATS.get(dtype)
+    return fmt.max if fmt is not None and fmt.bits < 64 else math.inf
+
+
+def split_error(target, golden, target_dtype: str, scale: float = 1.0) -> ErrorSplit:
+    """Score ``target`` against ``golden`` (multiplied by ``scale`` first: a loss scale the target ran with)."""
+    t = np.asarray(target, dtype=np.float64).ravel()
+    g = np.asarray(golden, dtype=np.float64).ravel()
+    if t.size != g.size:
+        return MISMATCH
+    if scale != 1.0:
+        g = g * scale
+    g_finite = np.isfinite(g)
+    t_finite = np.isfinite(t)
+    if g_finite.all() and t_finite.all():
+        limit = format_limit(target_dtype)
+        if limit == math.inf or np.abs(g).max(initial=0.0) <= limit:
+            return ErrorSplit(_relative(t, g), size=t.size)
+    limit = format_limit(target_dtype)
+    with np.errstate(invalid="ignore"):
+        same_sign = np.sign(t) == np.sign(g)
+        at_limit = np.abs(t) >= limit
+        shared = ~g_finite & ((np.isnan(g) & (np.isnan(t) | (t == 0))) | (np.isinf(g) & same_sign & at_limit))
+        beyond = g_finite & (np.abs(g) > limit)
+        new_nan = g_finite & np.isnan(t)
+        overflowed = beyond | (g_finite & ~t_finite & ~new_nan)
+    keep = ~(shared | overflowed | new_nan | ~g_finite)
+    return ErrorSplit(_relative(t[keep], g[keep]), int(overflowed.sum()), int(new_nan.sum()), int(shared.sum()),
+                      t.size)
+
+
+def _relative(t: np.ndarray, g: np.ndarray) -> float:
+    diff = float(np.linalg.norm(t - g))
+    norm = float(np.linalg.norm(g))
+    if diff == 0.0:
+        return 0.0
+    return diff / norm if norm > 0.0 else math.inf
+
+
+def noise_floor(dtype: str) -> float:
+    """Relative error below which a tensor in ``dtype`` is never judged: 16 units of its last place."""
+    fmt = FORMATS.get(dtype)
+    return 16 * fmt.unit_roundoff if fmt is not None else 16 * FORMATS["float32"].unit_roundoff

@@ -1,0 +1,447 @@
+"""The culprit scan: every op in execution order, judged against golden, first one that qualifies.
+
+For each step, first step first, the target's records are visited in
+execution order (forward, backward, optimizer). Module calls and backward
+groups whose op sequences differ from golden's (`structure`) are judged at
+their boundary; every other op by its own tensors:
+
+1. **Overflow**: golden's value fits, the target's format could not hold it
+   (`errors.split_error`), and the op's inputs are still close to golden: the
+   overflow starts here. A NaN from finite inputs is an **invalid
+   operation**. Either is the culprit only when it is *harmful*: some op that
+   reads the result diverges too. A mask saturated from -3.4e38 to -65504 is
+   absorbed by the softmax that reads it and is only noted.
+2. Ops whose observed error stays under their dtype's noise floor are passed.
+3. The rest are replayed on golden inputs (`attribution`): an op that
+   introduces significant error and more than INTRODUCED_EXCESS times what
+   its dtype explains is a **kernel_bug** (**fusion** for a fused op).
+4. An op whose observed error is far beyond what it inherits and introduces
+   is replayed on its *own* recorded inputs: when its recorded output does not
+   follow from them, the kernel computes something else (**kernel_bug**);
+   when it does, the op only amplified its inputs' error (LayerNorm, Adam's
+   update) and is passed.
+5. A forward op that introduces significant error that its dtype explains is
+   ill-conditioned there: **precision_loss**, when harmful. In backward, or
+   absorbed, it becomes a note: expected dtype loss.
+
+A rewritten module is the culprit when its output diverges beyond its
+inputs and its dtype's noise: **precision_loss** at the first op inside that
+is ill-conditioned in its dtype (its rounding of its own inputs alone moves
+its output by SIGNIFICANT_ERROR), else **kernel_bug**.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from precision_tool.analysis.attribution import GoldenView, attribute_record, golden_views, self_consistency
+from precision_tool.analysis.errors import noise_floor
+from precision_tool.analysis.fusion import switch_off_action
+from precision_tool.analysis.overflow import overflow_entry
+from precision_tool.analysis.replay import is_float
+from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
+from precision_tool.analysis.structure import (Consumers, Rewritten, enclosing_module, module_path,
+                                               rewritten_backward, rewritten_modules)
+from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
+from precision_tool.dump.records import OpRecord
+
+MAX_REPLAYS = 5000  # bound on ops replayed by one diagnosis
+_HARM_DEPTH = 6  # readers followed from an overflow before it counts as absorbed
+_HARM_FANOUT = 8
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
+
+
+def _output_dtype(record: OpRecord) -> str:
+    floats = [t.dtype for t in record.outputs if is_float(t.dtype)]
+    return floats[0] if floats else record.compute_dtype
+
+
+@dataclass
+class ScanResult:
+    verdict: Verdict | None = None
+    attributions: list[Attribution] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    first_module: str | None = None  # the first module whose output diverges beyond its inputs
+
+
+class Scanner:
+    """One scan over a golden/target pair; `run` returns the first culprit and what was seen on the way."""
+
+    def __init__(self, golden, target, report: OverflowReport, fusion_off=None, handled: set[str] = frozenset(),
+                 overflow_verdict=None):
+        self.golden, self.target = golden, target
+        self.report, self.fusion_off, self.handled = report, fusion_off, handled
+        self.overflow_verdict = overflow_verdict  # (entry, record, extra evidence) -> Verdict
+        self.result = ScanResult()
+        self.replays = 0
+        self._absorbed: set[str] = set()
+        self._dtype_notes: set[str] = set()
+
+    # -- the scan --------------------------------------------------------------------------------
+
+    def run(self) -> ScanResult:
+        golden_steps = {s.step for s in self.golden.steps()}
+        for step in [s.step for s in self.target.steps() if s.step in golden_steps]:
+            verdict = self._scan_step(step)
+            if verdict is not None:
+                self.result.verdict = verdict
+                break
+            if self.replays >= MAX_REPLAYS:
+                self.result.notes.append(f"scan stopped after {MAX_REPLAYS} replays")
+                break
+        return self.result
+
+    def _scan_step(self, step: int) -> Verdict | None:
+        target = [r for r in self.target.ops(step=step) if r.tensors]
+        golden = self.golden.ops(step=step)
+        self.step_records = target
+        rewrites = rewritten_modules(golden, target) + rewritten_backward(golden, target)
+        inside = {name for r in rewrites for name in r.members}
+        by_record = {id(r.target_record): r for r in rewrites}
+        self.views = golden_views(self.golden, target)
+        self.consumers = {d: Consumers([r for r in golden if r.direction == d]) for d in ("forward", "backward")}
+        self.golden_key = _occurrence_keys(golden)
+        self.golden_by_key = {self.golden_key[id(r)]: r for r in golden}
+        self.target_key = _occurrence_keys(target)
+        self.target_by_key = {self.target_key[id(r)]: r for r in target}
+        for record in target:
+            if id(record) in by_record:
+                verdict = self._judge_rewrite(by_record[id(record)])
+            elif record.is_module:
+                self._note_module(record)
+                continue
+            elif (record.direction, record.name) in inside or record.name in self.handled:
+                continue
+            else:
+                verdict = self._judge_op(record)
+            if verdict is not None:
+                return verdict
+        return None
+
+    # -- one op ----------------------------------------------------------------------------------
+
+    def _attribute(self, record: OpRecord, replay: bool) -> Attribution:
+        if replay:
+            self.replays += 1
+        return attribute_record(self.golden, self.target, record, view=self.views.get(id(record)) or
+                                GoldenView(self.golden, []), replay=replay)
+
+    def _judge_op(self, record: OpRecord) -> Verdict | None:
+        if not any(t.has_data and is_float(t.dtype) for t in record.outputs):
+            return None
+        a = self._attribute(record, replay=False)
+        if (a.overflowed or a.new_nan) and not self._inherits_overflow(record, a) and a.inherited < SIGNIFICANT_ERROR:
+            return self._judge_overflow(record, a)
+        floor = noise_floor(_output_dtype(record))
+        if a.observed < floor or self.replays >= MAX_REPLAYS:
+            return None
+        a = self._attribute(record, replay=True)
+        self.result.attributions.append(a)
+        if a.introduced is not None and a.introduced >= max(SIGNIFICANT_ERROR, floor) \
+                and a.introduced > INTRODUCED_EXCESS * max(a.expected or 0.0, 1e-12):
+            return self._kernel_verdict(record, a, f"computes {a.excess:.3g}x worse than {a.compute_dtype} allows")
+        unexplained = a.observed >= max(floor, INTRODUCED_EXCESS * max(a.inherited, a.introduced or 0.0))
+        if unexplained:
+            check = self_consistency(self.target, record)
+            if check is not None and check[0] >= floor and check[0] > INTRODUCED_EXCESS * check[1]:
+                return self._kernel_verdict(
+                    record, a, f"does not compute its op: its recorded output is {check[0]:.3g} away from the op "
+                               f"replayed on its own recorded inputs, which {a.compute_dtype} explains to "
+                               f"{check[1]:.3g}", recorded=True)
+        if a.introduced is not None and a.introduced >= SIGNIFICANT_ERROR:
+            return self._precision_loss(record, a)
+        return None
+
+    def _judge_overflow(self, record: OpRecord, a: Attribution) -> Verdict | None:
+        invalid = not a.overflowed
+        what = "NaN from finite inputs" if invalid else f"{a.overflowed} value(s) beyond {_output_dtype(record)}"
+        if not self._harmful(record, noise_floor):
+            if record.name not in self._absorbed:
+                self._absorbed.add(record.name)
+                self.result.notes.append(f"{record.name}: {what}, absorbed by the ops that read it "
+                                         "(their outputs match golden): harmless")
+            return None
+        self.result.attributions.append(a)
+        extra = (f"its inputs are within {a.inherited:.3g} of golden: the problem starts here",
+                 "golden holds finite values there; the ops reading it diverge")
+        if invalid:
+            return Verdict(record.name, "invalid_operation", record.step, record.direction, record.type,
+                           (f"{record.name} ({record.type}, computing in {record.compute_dtype}) turns finite "
+                            f"inputs into {a.new_nan} NaN value(s) at step {record.step}",) + extra,
+                           _INVALID_ACTION.format(type=record.type), module=module_path(record.name))
+        scale = {s.step: s.loss_scale for s in self.target.steps()}.get(record.step)
+        entry = next((e for e in self.report.entries if (e.step, e.exec_index) == (record.step, record.exec_index)),
+                     None) or overflow_entry(record, scale)
+        verdict = self.overflow_verdict(entry, record, extra)
+        return _with_module(verdict, module_path(record.name))
+
+    def _kernel_verdict(self, record: OpRecord, a: Attribution, why: str, recorded: bool = False) -> Verdict:
+        """fusion or kernel_bug; ``recorded``: the recorded kernel does not compute what its inputs imply."""
+        evidence = [f"observed error {_fmt(a.observed)}, inherited from its inputs {_fmt(a.inherited)}",
+                    f"replayed on golden inputs in {a.compute_dtype}: introduces {_fmt(a.introduced)}; "
+                    f"its dtype explains {_fmt(a.expected)}"]
+        if recorded:
+            evidence.append(f"the recorded kernel {why}")
+            action = f"the recorded {record.type} kernel does not compute what its inputs imply: check that kernel"
+            if record.fused:
+                action += f" (a fused op: {switch_off_action(record.pass_name)})"
+            return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, tuple(evidence),
+                           action, module=module_path(record.name))
+        if record.fused:
+            evidence.append(f"a fused kernel ({record.pass_name}) {why}")
+            return Verdict(record.name, "fusion", record.step, record.direction, record.type, tuple(evidence),
+                           switch_off_action(record.pass_name), module=module_path(record.name))
+        evidence.append(f"the kernel {why}")
+        return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, tuple(evidence),
+                       f"check the {record.type} kernel; replay it with `rerun {record.name}` against golden inputs",
+                       module=module_path(record.name))
+
+    def _precision_loss(self, record: OpRecord, a: Attribution) -> Verdict | None:
+        harmful = record.direction == "forward" and self._harmful(record, lambda _: SIGNIFICANT_ERROR)
+        outcome = harmful and self._outcome_diverges(record.step)
+        if not outcome:
+            if a.type not in self._dtype_notes:
+                self._dtype_notes.add(a.type)
+                where = ("in backward" if record.direction != "forward" else
+                         "absorbed downstream" if not harmful else
+                         f"the step's loss and outputs stay within {SIGNIFICANT_ERROR:g} of golden")
+                self.result.notes.append(
+                    f"expected {a.compute_dtype} loss at {record.name}: introduces {_fmt(a.introduced)}, "
+                    f"as its dtype explains ({_fmt(a.expected)}); {where}")
+            return None
+        evidence = (f"observed error {_fmt(a.observed)}, inherited from its inputs {_fmt(a.inherited)}",
+                    f"replayed on golden inputs in {a.compute_dtype}: introduces {_fmt(a.introduced)}; "
+                    f"its dtype explains {_fmt(a.expected)}",
+                    f"{a.type} is ill-conditioned on these values in {a.compute_dtype}, and the ops reading it "
+                    "diverge")
+        return Verdict(record.name, "precision_loss", record.step, record.direction, record.type, evidence,
+                       _keep_fp32(a.type), module=module_path(record.name))
+
+    # -- harm: does anything that reads the result diverge? ----------------------------------------
+
+    def _harmful(self, record: OpRecord, threshold, depth: int = 0) -> bool:
+        """Whether a reader of ``record``'s outputs diverges by ``threshold(dtype)`` and, when the threshold is
+        the noise floor (an overflow), beyond what its inputs' unaffected values explain."""
+        readers = self.consumers[record.direction].of(self._golden_of(record)) \
+            if record.direction in self.consumers and self._golden_of(record) is not None else []
+        targets = [t for t in (self._target_of(g) for g in readers[:_HARM_FANOUT]) if t is not None]
+        if not targets:
+            return self._module_diverges(record, threshold) if record.direction == "forward" else True
+        for reader in targets:
+            a = self._attribute(reader, replay=False)
+            floor = threshold(_output_dtype(reader))
+            if a.observed >= floor and (threshold is not noise_floor or a.observed > 4 * a.inherited):
+                return True
+            if (a.overflowed or a.new_nan) and depth < _HARM_DEPTH and self._harmful(reader, threshold, depth + 1):
+                return True
+        return False
+
+    def _outcome_diverges(self, step: int) -> bool:
+        """The step's loss (or, without one, its outermost module's outputs) is SIGNIFICANT_ERROR from golden."""
+        losses = [{s.step: s.loss for s in dump.steps()}.get(step, math.nan) for dump in (self.golden, self.target)]
+        if all(math.isfinite(x) for x in losses):
+            return abs(losses[1] - losses[0]) >= SIGNIFICANT_ERROR * max(abs(losses[0]), 1e-30)
+        roots = [r for r in self.step_records if r.is_module and "/" not in r.name]
+        if not roots:
+            return True
+        return self._attribute(roots[-1], replay=False).observed >= SIGNIFICANT_ERROR
+
+    def _inherits_overflow(self, record: OpRecord, a: Attribution) -> bool:
+        """Some input already held the overflow when its producer wrote it (not when this op cast it)."""
+        golden = self._golden_of(record)
+        for slot in a.inputs_off:
+            producer = self.consumers[record.direction].producer(golden, slot) \
+                if golden is not None and record.direction in self.consumers else None
+            source = self._target_of(producer) if producer is not None else None
+            if source is None:
+                return True
+            b = self._attribute(source, replay=False)
+            if b.overflowed or b.new_nan:
+                return True
+        return False
+
+    def _module_diverges(self, record: OpRecord, threshold) -> bool:
+        module = enclosing_module(record, self.step_records)
+        if module is None:
+            return True
+        a = self._attribute(module, replay=False)
+        return a.observed >= threshold(_output_dtype(module))
+
+    def _golden_of(self, record: OpRecord) -> OpRecord | None:
+        return self.golden_by_key.get(self.target_key.get(id(record)))
+
+    def _target_of(self, golden_record: OpRecord) -> OpRecord | None:
+        return self.target_by_key.get(self.golden_key.get(id(golden_record)))
+
+    # -- rewritten modules and backward groups ---------------------------------------------------
+
+    def _judge_rewrite(self, rewrite: Rewritten) -> Verdict | None:
+        record = rewrite.target_record
+        observed, inherited, dtype = self._rewrite_errors(rewrite)
+        floor = noise_floor(dtype)
+        if observed < floor or observed <= INTRODUCED_EXCESS * inherited:
+            return None
+        where = "module" if rewrite.direction == "forward" else "backward of"
+        evidence = [f"in {where} {rewrite.name}, {rewrite.describe()}",
+                    f"its output is {_fmt(observed)} from golden while its inputs are within {_fmt(inherited)}"]
+        found = self._first_inside(rewrite)
+        if found is not None and found[1] != "ill-conditioned":
+            op, kind, _ = found
+            if kind == "invalid":
+                return Verdict(op.name, "invalid_operation", op.step, op.direction, op.type,
+                               tuple(evidence) + (f"{op.name} ({op.type}) turns finite inputs into NaN",),
+                               _INVALID_ACTION.format(type=op.type), module=rewrite.name)
+            scale = {s.step: s.loss_scale for s in self.target.steps()}.get(op.step)
+            verdict = self.overflow_verdict(overflow_entry(op, scale), op, tuple(evidence))
+            return _with_module(verdict, rewrite.name)
+        if found is not None:
+            op, _, sensitivity = found[0], found[1], found[2]
+            evidence.append(f"{op.name} ({op.type}, in {op.compute_dtype}) is ill-conditioned: rounding its own "
+                            f"inputs to {op.compute_dtype} moves its output by {sensitivity:.3g}")
+            return Verdict(op.name, "precision_loss", op.step, op.direction, op.type, tuple(evidence),
+                           _keep_fp32(op.type) + f", or go back to golden's {_listing_short(rewrite.golden_ops)}",
+                           module=rewrite.name)
+        action = (f"the target's {rewrite.name} computes differently from golden's: check that implementation "
+                  f"against golden's {_listing_short(rewrite.golden_ops)}")
+        return Verdict(rewrite.name, "kernel_bug", record.step, rewrite.direction,
+                       record.type, tuple(evidence), action,
+                       module=rewrite.name)
+
+    def _rewrite_errors(self, rewrite: Rewritten) -> tuple[float, float, str]:
+        record = rewrite.target_record
+        if rewrite.direction == "forward":
+            a = self._attribute(record, replay=False)
+            return a.observed, a.inherited, _output_dtype(record)
+        golden_last, golden_first = rewrite.golden_record, rewrite.golden_first
+        observed = self._slot_error(record, golden_last, "output_0")
+        inherited = self._slot_error(rewrite.target_first, golden_first, "input_0")
+        return observed, inherited, _output_dtype(record)
+
+    def _slot_error(self, record: OpRecord, golden_record: OpRecord, slot: str) -> float:
+        from precision_tool.analysis.attribution import loss_scale_ratio, tensor_scale
+        from precision_tool.analysis.errors import split_error
+
+        try:
+            tensor = record.tensor(slot)
+            golden_record.tensor(slot)
+        except KeyError:
+            return math.inf
+        if not tensor.has_data:
+            return math.inf
+        t = self.target.tensor(record.step, record.exec_index, slot)
+        g = self.golden.tensor(golden_record.step, golden_record.exec_index, slot)
+        scale = tensor_scale(t, g, loss_scale_ratio(self.golden, self.target, record.step))
+        return split_error(t, g, tensor.dtype, scale).error
+
+    def _first_inside(self, rewrite: Rewritten):
+        """The first op inside ``rewrite``, in execution order, that overflows (its outputs reach +-max or inf
+        where its inputs do not), makes NaN from finite inputs, or is ill-conditioned in its low-precision
+        dtype (rounding its own inputs to it moves its exact output by SIGNIFICANT_ERROR): (op, kind, value)."""
+        for record in self.step_records:
+            if (record.direction, record.name) not in rewrite.members:
+                continue
+            started = _starts_nonfinite(record)
+            if started is not None:
+                return record, "invalid" if started else "overflow", None
+            if record.compute_dtype in ("float16", "bfloat16"):
+                sensitivity = _sensitivity(self.target, record)
+                if sensitivity is not None and sensitivity >= SIGNIFICANT_ERROR:
+                    return record, "ill-conditioned", sensitivity
+        return None
+
+    def _note_module(self, record: OpRecord) -> None:
+        if self.result.first_module is not None:
+            return
+        a = self._attribute(record, replay=False)
+        if a.observed >= noise_floor(_output_dtype(record)) and a.observed > INTRODUCED_EXCESS * a.inherited:
+            self.result.first_module = record.name
+
+
+def _sensitivity(dump, record: OpRecord) -> float | None:
+    """How far rounding ``record``'s own inputs to its compute dtype moves its exact output (relative L2)."""
+    from precision_tool.analysis.errors import split_error
+    from precision_tool.engine.formats import get_format
+
+    if dump.metadata.get("framework") != "torch" or not all(t.has_data for t in record.inputs):
+        return None
+    try:
+        from precision_tool.torch import NotReplayable, replay
+    except ImportError:
+        return None
+    inputs = [dump.tensor(record.step, record.exec_index, t.slot) for t in record.inputs]
+    u = get_format(record.compute_dtype).unit_roundoff
+    rng = np.random.default_rng(record.exec_index)
+    nudged = [a * (1 + u * rng.choice((-1.0, 1.0), size=np.shape(a))) if np.asarray(a).dtype.kind == "f" else a
+              for a in inputs]
+    try:
+        exact = replay(record, inputs, device="golden", exact=True)
+        moved = replay(record, nudged, device="golden", exact=True)
+    except NotReplayable:
+        return None
+    errors = [split_error(m, e, "float64").error for m, e in zip(moved, exact) if np.asarray(e).dtype.kind == "f"]
+    return max(errors, default=None)
+
+
+_INVALID_ACTION = ("an invalid operation (square root or log of a negative value, 0/0, inf - inf): check the "
+                   "inputs of {type}; a variance taken as E[x^2] - E[x]^2 can go negative in low precision: "
+                   "use a two-pass variance or a LayerNorm kernel")
+
+
+def _starts_nonfinite(record: OpRecord) -> bool | None:
+    """From its statistics alone: False when ``record`` reaches +-max or inf on a side none of its inputs
+    reaches (it overflowed), True when it makes NaN from inputs without NaN or inf, else None."""
+    from precision_tool.analysis.errors import format_limit
+
+    def extremes(tensors):
+        hi = lo = nan = False
+        for t in tensors:
+            s, limit = t.stats, format_limit(t.dtype)
+            if not s.count or not is_float(t.dtype):
+                continue
+            hi |= bool(s.inf) or s.max >= limit
+            lo |= bool(s.inf) or s.min <= -limit
+            nan |= bool(s.nan)
+        return hi, lo, nan
+
+    in_hi, in_lo, in_nan = extremes(record.inputs)
+    out_hi, out_lo, out_nan = extremes(record.outputs)
+    if (out_hi and not in_hi) or (out_lo and not in_lo):
+        return False
+    if out_nan and not (in_nan or in_hi or in_lo):
+        return True
+    return None
+
+
+def _keep_fp32(op_type: str) -> str:
+    return (f'keep {op_type} in float32 through the mix list ({{"black-list": {{"to-add": ["{op_type}"]}}}}) '
+            "or use a precision mode that keeps it in float32 (allow_mix_precision, must_keep_origin_dtype)")
+
+
+def _listing_short(types: tuple[str, ...]) -> str:
+    return ", ".join(t.removeprefix("aten.") for t in types[:6]) + (", ..." if len(types) > 6 else "")
+
+
+def _with_module(verdict: Verdict, module: str) -> Verdict:
+    from dataclasses import replace
+
+    return replace(verdict, module=verdict.module or module)
+
+
+def _occurrence_key(record: OpRecord, occurrence: int) -> tuple:
+    return record.step, record.direction, record.name, occurrence
+
+
+def _occurrence_keys(records: list[OpRecord]) -> dict[int, tuple]:
+    seen: dict[tuple, int] = {}
+    keys = {}
+    for record in records:
+        base = (record.step, record.direction, record.name)
+        keys[id(record)] = _occurrence_key(record, seen.get(base, 0))
+        seen[base] = seen.get(base, 0) + 1
+    return keys

@@ -1,0 +1,191 @@
+"""What a dump's records say about the network: module boundaries, op sequences, who consumes what.
+
+* **Modules.** The torch capture records each module's forward call as a
+  record named by its module path (``OpRecord.is_module``), after its ops.
+  An op belongs to the innermost module whose path prefixes its name and
+  whose record follows it.
+* **Sequences.** Where golden and target ran different op sequences inside
+  one module call (a hand-written activation for a fused kernel, an extra
+  op), pairing ops by name inside it pairs unrelated ops: such a module is
+  judged at its boundary, and both sequences are shown. Casts that autocast
+  inserts do not count as a difference.
+* **Consumers.** Which later ops read an op's output, found on the golden
+  run (no casts there) by each tensor's statistics: shape, min, max, mean and
+  norm together identify a tensor within one step.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from precision_tool.dump.records import OpRecord
+
+# Ops autocast inserts and copies that compute nothing: not part of an op sequence.
+_NOT_COMPUTE = frozenset({"aten._to_copy", "aten.to", "aten.clone", "aten.contiguous", "aten.copy_",
+                          "aten.lift_fresh_copy", "aten.detach", "Cast"})
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """A module call (or one forward op's backward) whose op sequence differs between the runs."""
+
+    name: str  # module path, or the forward op whose backward differs
+    direction: str
+    golden_ops: tuple[str, ...]
+    target_ops: tuple[str, ...]
+    golden_record: OpRecord | None  # the module record, or the last backward op of the group
+    target_record: OpRecord | None
+    target_first: OpRecord | None = None  # backward: the group's first op (its incoming gradient)
+    golden_first: OpRecord | None = None
+    members: frozenset[tuple[str, str]] = frozenset()  # (direction, name) of the target ops inside it
+
+    def describe(self) -> str:
+        return (f"golden ran {_listing(self.golden_ops)}; the target ran {_listing(self.target_ops)}")
+
+
+def _listing(types: tuple[str, ...]) -> str:
+    shown = ", ".join(t.removeprefix("aten.") for t in types[:12])
+    return f"[{shown}{', ...' if len(types) > 12 else ''}]"
+
+
+def _compute_types(records: list[OpRecord]) -> tuple[str, ...]:
+    return tuple(r.type for r in records if r.type not in _NOT_COMPUTE)
+
+
+def module_calls(records: list[OpRecord]) -> list[tuple[OpRecord, list[OpRecord]]]:
+    """Each module record of one step's forward records with the ops inside that call, in execution order."""
+    calls = []
+    previous_end: dict[str, int] = {}
+    ops = [r for r in records if r.direction == "forward" and not r.is_module]
+    for record in records:
+        if not record.is_module:
+            continue
+        prefix = record.name + "/"
+        start = previous_end.get(record.name, -1)
+        inside = [r for r in ops if start < r.exec_index < record.exec_index and r.name.startswith(prefix)]
+        previous_end[record.name] = record.exec_index
+        calls.append((record, inside))
+    return calls
+
+
+def _occurrences(calls):
+    seen: dict[str, int] = defaultdict(int)
+    keyed = {}
+    for record, inside in calls:
+        keyed[(record.name, seen[record.name])] = (record, inside)
+        seen[record.name] += 1
+    return keyed
+
+
+def rewritten_modules(golden: list[OpRecord], target: list[OpRecord]) -> list[Rewritten]:
+    """The innermost module calls of one step whose forward op sequences differ, in target order."""
+    golden_calls = _occurrences(module_calls(golden))
+    found = []
+    for key, (record, inside) in _occurrences(module_calls(target)).items():
+        partner = golden_calls.get(key)
+        if partner is None:
+            continue
+        g_types, t_types = _compute_types(partner[1]), _compute_types(inside)
+        if g_types != t_types:
+            found.append(Rewritten(record.name, "forward", g_types, t_types, partner[0], record,
+                                   members=frozenset((r.direction, r.name) for r in inside)))
+    return _innermost(found)
+
+
+def _innermost(found: list[Rewritten]) -> list[Rewritten]:
+    innermost = [r for r in found if not any(o is not r and o.name.startswith(r.name + "/") for o in found)]
+    return sorted(innermost, key=lambda r: r.target_record.exec_index)
+
+
+def _backward_groups(records: list[OpRecord]) -> dict[str, list[OpRecord]]:
+    groups: dict[str, list[OpRecord]] = defaultdict(list)
+    for record in records:
+        if record.direction == "backward" and "/" in record.name:
+            groups[module_path(record.name)].append(record)
+    return groups
+
+
+def rewritten_backward(golden: list[OpRecord], target: list[OpRecord]) -> list[Rewritten]:
+    """Modules whose backward ops (those named after the module's forward ops) differ between the runs.
+
+    Only dumps with module records name backward ops after forward ops this way (the torch capture).
+    """
+    if not any(r.is_module for r in target):
+        return []
+    golden_groups = _backward_groups(golden)
+    found = []
+    for name, group in _backward_groups(target).items():
+        partner = golden_groups.get(name)
+        if partner is None:
+            continue
+        g_types, t_types = _compute_types(partner), _compute_types(group)
+        if g_types != t_types:
+            found.append(Rewritten(name, "backward", g_types, t_types, partner[-1], group[-1], group[0], partner[0],
+                                   frozenset((r.direction, r.name) for r in group)))
+    return _innermost(found)
+
+
+def enclosing_module(record: OpRecord, records: list[OpRecord]) -> OpRecord | None:
+    """The innermost module call of ``records`` (one step) that a forward op ran in."""
+    best = None
+    for candidate in records:
+        if not candidate.is_module or candidate.exec_index <= record.exec_index:
+            continue
+        if record.name.startswith(candidate.name + "/") and (best is None or len(candidate.name) > len(best.name)
+                                                            or (len(candidate.name) == len(best.name)
+                                                                and candidate.exec_index < best.exec_index)):
+            best = candidate
+    return best
+
+
+def module_path(name: str) -> str:
+    """The module path in an op name: everything before its first ``aten.``-style op component."""
+    parts = name.split("/")
+    for i, part in enumerate(parts):
+        if "." in part and part.split(".", 1)[0].isidentifier() and not part.split(".", 1)[1][:1].isdigit() \
+                and part.rsplit("_", 1)[-1].isdigit():
+            return "/".join(parts[:i])
+    return "/".join(parts[:-1])
+
+
+def _fingerprint(tensor) -> tuple:
+    s = tensor.stats
+    return tensor.shape, s.min, s.max, s.mean, s.norm
+
+
+class Consumers:
+    """Which records of one step and direction read each tensor (by statistics fingerprint)."""
+
+    def __init__(self, records: list[OpRecord]):
+        self._readers: dict[tuple, list[OpRecord]] = defaultdict(list)
+        self._writers: dict[tuple, list[OpRecord]] = defaultdict(list)
+        for record in records:
+            if record.is_module:
+                continue
+            for tensor in record.inputs:
+                if tensor.stats.count:
+                    self._readers[_fingerprint(tensor)].append(record)
+            for tensor in record.outputs:
+                if tensor.stats.count:
+                    self._writers[_fingerprint(tensor)].append(record)
+
+    def producer(self, record: OpRecord, slot: str) -> OpRecord | None:
+        """The latest earlier record whose output is ``record``'s input ``slot``."""
+        try:
+            tensor = record.tensor(slot)
+        except KeyError:
+            return None
+        writers = [w for w in self._writers.get(_fingerprint(tensor), ()) if w.exec_index < record.exec_index]
+        return writers[-1] if writers else None
+
+    def of(self, record: OpRecord) -> list[OpRecord]:
+        """The later records that read one of ``record``'s outputs."""
+        found: dict[int, OpRecord] = {}
+        for tensor in record.outputs:
+            if not tensor.stats.count:
+                continue
+            for reader in self._readers.get(_fingerprint(tensor), ()):
+                if reader.exec_index > record.exec_index:
+                    found.setdefault(id(reader), reader)
+        return sorted(found.values(), key=lambda r: r.exec_index)
