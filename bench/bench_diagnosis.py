@@ -36,12 +36,14 @@ def main(argv=None) -> int:
     named = faults = clean_ok = cleans = 0
     slowest = 0.0
     with tempfile.TemporaryDirectory() as tmp:
+        goldens = Path(tmp) / "goldens"
+        goldens.mkdir()
         for case in clean_cases() + fault_cases():
             if args.k not in case.id:
                 continue
             workdir = Path(tmp) / case.id
             start = time.perf_counter()
-            golden, target = collect(case, workdir)
+            golden, target = collect(case, workdir, goldens=goldens)
             collected = time.perf_counter()
             with open_dump(golden) as g, open_dump(target) as t:
                 diagnosis = diagnose(g, t)

@@ -13,6 +13,7 @@ optional ``ptt.step(loss)`` that records the loss.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 import torch
@@ -49,18 +50,20 @@ def make_run(seed: int = 0, batch: int = 16, seq: int = 32, d_model: int = 64, h
     return model, optimizer, tokens, labels
 
 
-def train_step(model, optimizer, tokens, labels) -> torch.Tensor:
-    loss = nn.functional.cross_entropy(model(tokens), labels)
+def train_step(model, optimizer, tokens, labels, autocast: bool = False) -> torch.Tensor:
+    # autocast covers the forward pass only: around optimizer.step() its cached bf16 weights go stale
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = nn.functional.cross_entropy(model(tokens), labels)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
     return loss
 
 
-def train(run, steps: int) -> list[float]:
+def train(run, steps: int, autocast: bool = False) -> list[float]:
     losses = []
     for _ in range(steps):
-        loss = train_step(*run)
+        loss = train_step(*run, autocast=autocast)
         ptt.step(loss)  # precision-tool: optional, ends the step and records its loss
         losses.append(loss.item())
     return losses
@@ -85,13 +88,12 @@ def main(argv=None) -> int:
     run = make_run(args.seed, **sizes)
     with ptt.dump(args.out / "golden.h5", mode=args.mode):  # precision-tool
         golden = train(run, args.steps)
-    if args.target == "npu":
-        target_context = ptt.simulate_npu(args.precision_mode, args.overflow_mode)  # precision-tool
-    else:
-        target_context = torch.autocast("cpu", dtype=torch.bfloat16)
+    autocast = args.target == "autocast"
+    target_context = contextlib.nullcontext() if autocast else \
+        ptt.simulate_npu(args.precision_mode, args.overflow_mode)  # precision-tool
     run = make_run(args.seed, **sizes)
     with target_context, ptt.dump(args.out / "target.h5", mode=args.mode):  # precision-tool
-        target = train(run, args.steps)
+        target = train(run, args.steps, autocast=autocast)
     print(f"golden loss {golden}\ntarget loss {target}")
     print(f"wrote {args.out / 'golden.h5'} and {args.out / 'target.h5'}")
     return 0

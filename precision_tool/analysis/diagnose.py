@@ -112,7 +112,10 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     from precision_tool.compare.comparator import compare_dumps
     from precision_tool.compare.report import select_flagged
 
-    notes = precision_notes(target)
+    from precision_tool.compare.preflight import run_problems
+
+    notes = [f"{p.message} ({p.severity})" for p in run_problems(golden, target, allow_incomplete=True)]
+    notes.extend(precision_notes(target))
     overflow_rep = overflow_report(overflow if overflow is not None else target)
     fusion_rep = fusion_report(target, golden, fusion_off)
     report = comparison if comparison is not None else compare_dumps(golden, target)

@@ -87,7 +87,15 @@ class Scanner:
 
     def run(self) -> ScanResult:
         golden_steps = {s.step for s in self.golden.steps()}
-        for step in [s.step for s in self.target.steps() if s.step in golden_steps]:
+        steps = [s.step for s in self.target.steps() if s.step in golden_steps]
+        if steps:
+            mismatch = self.leaf_mismatch(steps[0])
+            if mismatch is not None:
+                self.result.notes.insert(0, mismatch)
+                self.result.verdict = Verdict(None, "none", steps[0], evidence=(mismatch,), action=(
+                    "collect both runs from the same model, weights, data and seed; then diagnose again"))
+                return self.result
+        for step in steps:
             verdict = self._scan_step(step)
             if verdict is not None:
                 self.result.verdict = verdict
@@ -122,6 +130,31 @@ class Scanner:
                 verdict = self._judge_op(record)
             if verdict is not None:
                 return verdict
+        return None
+
+    def leaf_mismatch(self, step: int) -> str | None:
+        """Where the two runs already differ before any op: an input that no op of the step produced
+        (data, weights) is SIGNIFICANT_ERROR from golden in its first forward reader; None when none is."""
+        from precision_tool.analysis.attribution import _pair_errors  # one pairing path for every tensor
+
+        golden = self.golden.ops(step=step, direction="forward")
+        target = [r for r in self.target.ops(step=step, direction="forward") if r.tensors and not r.is_module]
+        producers = Consumers(golden)
+        golden_key = _occurrence_keys(golden)
+        by_key = {golden_key[id(r)]: r for r in golden}
+        views = golden_views(self.golden, target)
+        for record, key in zip(target, [_occurrence_keys(target)[id(r)] for r in target]):
+            partner = by_key.get(key)
+            if partner is None:
+                continue
+            leaves = {t.slot for t in partner.inputs if producers.producer(partner, t.slot) is None}
+            if not leaves:
+                continue
+            for slot, error in _pair_errors(self.golden, self.target, record, views[id(record)], "input", 1.0):
+                if slot in leaves and error.error >= SIGNIFICANT_ERROR:
+                    return (f"the runs differ before any op: {record.name} reads {slot} {error.error:.3g} away from "
+                            "golden, a tensor no op of the step produced (data or weights): different seed, data "
+                            "or model?")
         return None
 
     # -- one op ----------------------------------------------------------------------------------

@@ -168,6 +168,18 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self._step_ops += 1
         self.ops_recorded += 1
 
+    def saw_autocast(self) -> None:
+        """A module ran under torch.autocast although the dump was entered outside it: say so in the metadata."""
+        if self._autocast or self._writer is None:
+            return
+        self._autocast = _autocast_dtype()
+        if SESSION.simulator is None and self._autocast:
+            self._precision_mode = f"autocast_{self._autocast}"
+            values = {"autocast": self._autocast, "precision_mode": self._precision_mode}
+            if self.role is None and self.mode != "overflow":
+                values["role"] = "target"
+            self._writer.set_metadata(**values)
+
     def module(self, exec_index: int, name: str, module_type: str, inputs: list, outputs: list) -> None:
         """A module's forward returned: record its float inputs and outputs as one module-boundary record."""
         with_data = self.mode != "stats"

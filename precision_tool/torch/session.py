@@ -18,6 +18,7 @@ session is global, like the module hooks it installs.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
@@ -107,6 +108,7 @@ class Session:
         self._watching: list = []
         self._mode: _Interceptor | None = None
         self._handles: list = []
+        self._warned_autocast = False
 
     @property
     def simulator(self):
@@ -142,6 +144,7 @@ class Session:
         from torch.optim import optimizer
 
         self.step, self.exec_index = 0, 0
+        self._warned_autocast = False
         self.step_open = self.pending_boundary = self.manual_steps = self.step_overflow = False
         self.namer.install()
         self.namer.on_leave = self._module_done
@@ -164,6 +167,9 @@ class Session:
 
     def _optimizer_begins(self, optimizer, args, kwargs) -> None:
         self.optimizer = optimizer
+        if not self._warned_autocast and _autocast_active():
+            self._warned_autocast = True
+            warnings.warn(AUTOCAST_STEP_WARNING, AutocastOptimizerWarning, stacklevel=3)
 
     def _optimizer_ends(self, optimizer, args, kwargs) -> None:
         self.optimizer = None
@@ -203,6 +209,9 @@ class Session:
         """A module's forward returned: its float inputs and outputs go to the recorders that keep modules."""
         if not self.step_open or self.pending_boundary:
             return
+        if self._watching and _autocast_active():  # visible here, in Python, not inside dispatch
+            for recorder in self._watching:
+                recorder.saw_autocast()
         watching = [r for r in self._watching if r.modules]
         if not watching:
             return
@@ -266,6 +275,26 @@ class Session:
         call.input_dtypes = [describe(t) for t in call.inputs]
         for recorder in watching:
             recorder.before(call)
+
+
+AUTOCAST_STEP_WARNING = (
+    "optimizer.step() runs inside torch.autocast: autocast caches its low-precision copies of the weights "
+    "for the whole region, so later forwards in it use stale weights; end the autocast region before the "
+    "backward pass and the optimizer step")
+
+
+class AutocastOptimizerWarning(UserWarning):
+    """An optimizer step ran while torch.autocast was active."""
+
+
+def _autocast_active() -> bool:
+    for device in ("cpu", "cuda"):
+        try:
+            if torch.is_autocast_enabled(device):
+                return True
+        except (RuntimeError, TypeError):
+            continue
+    return False
 
 
 def _float_leaves(value) -> list:

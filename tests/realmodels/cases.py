@@ -212,6 +212,11 @@ def naive_softmax(run: Run, path: str) -> None:
     _patch_forward(attn, forward)
 
 
+def sqrt_activation(run: Run, path: str) -> None:
+    """A hand-written activation that takes the square root of its input, negative values included."""
+    _patch_forward(module(run.model, path), torch.sqrt)
+
+
 class _ScaledGradient(torch.autograd.Function):
     """Identity forward; backward multiplies the gradient by 1.05."""
 
@@ -256,6 +261,7 @@ class Case:
 FAULTS: dict[str, Callable] = {
     "scale": scale_output, "handwritten": handwritten_activation, "onepass_ln": onepass_layernorm,
     "naive_softmax": naive_softmax, "backward_only": backward_only, "attn_overflow": None, "loss_scale": None,
+    "sqrt_act": sqrt_activation,
 }
 
 
@@ -278,6 +284,8 @@ def fault_cases() -> list[Case]:
         cases.append(Case(model, "mix", "loss_scale", "", "overflow", "backward", loss_scale=2.0 ** 24))
     for model in ("gpt2-sdpa", "bert-sdpa", "vit"):
         cases.append(Case(model, "fp32", "backward_only", "act", "kernel_bug", "backward"))
+    for model in ("bert-eager", "resnet"):
+        cases.append(Case(model, "fp32", "sqrt_act", "act", "invalid_operation"))
     return cases
 
 
@@ -303,7 +311,7 @@ def train(run: Run, steps: int = STEPS, loss_scale: float = 1.0) -> list[float]:
                         p.grad.div_(loss_scale)
         run.optimizer.step()
         ptt.step(loss, loss_scale)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses
 
 
@@ -329,14 +337,18 @@ def _dnn(case: Case):
     return torch.backends.mkldnn.flags(enabled=False) if case.model.endswith("nodnn") else contextlib.nullcontext()
 
 
-def collect(case: Case, workdir: Path, mode: str = "dump") -> tuple[Path, Path]:
-    """Write golden.h5 and target.h5 of ``case`` into ``workdir``."""
+def collect(case: Case, workdir: Path, mode: str = "dump", goldens: Path | None = None) -> tuple[Path, Path]:
+    """Write golden.h5 and target.h5 of ``case`` into ``workdir``; with ``goldens``, one golden dump per model
+    and model arguments is kept there and shared by the cases that need it."""
     workdir.mkdir(parents=True, exist_ok=True)
-    golden, target = workdir / "golden.h5", workdir / "target.h5"
+    target = workdir / "target.h5"
+    golden = workdir / "golden.h5" if goldens is None else \
+        goldens / f"{case.model}-{'-'.join(f'{k}{v}' for k, v in case.model_kwargs)}-{mode}.h5"
     with _dnn(case):
-        run = build(case)
-        with ptt.dump(golden, mode=mode, model=case.model, seed=0):
-            train(run)
+        if not golden.exists():
+            run = build(case)
+            with ptt.dump(golden, mode=mode, model=case.model, seed=0):
+                train(run)
         run = build(case)
         if case.fault and FAULTS[case.fault] is not None:
             FAULTS[case.fault](run, MODELS[case.model][2][case.role])

@@ -1,0 +1,93 @@
+"""Module boundaries in torch dumps, custom autograd nodes named in their module, the autocast checks."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from tests.torch.torch_helpers import make_mlp, train
+
+torch = pytest.importorskip("torch", reason="PyTorch not installed: pip install 'precision-tool[torch]'")
+ptt = pytest.importorskip("precision_tool.torch")
+
+from precision_tool.dump.reader import open_dump  # noqa: E402
+
+
+def test_each_module_call_is_recorded_after_its_ops_with_its_inputs_and_outputs(tmp_path):
+    run = make_mlp()
+    with ptt.dump(tmp_path / "d.h5"):
+        train(run)
+    with open_dump(tmp_path / "d.h5") as dump:
+        records = dump.ops(step=0, direction="forward")
+        modules = [r for r in records if r.is_module]
+        assert [(r.name, r.type) for r in modules] == [
+            ("MLP/fc1", "module.Linear"), ("MLP/act", "module.ReLU"), ("MLP/fc2", "module.Linear"),
+            ("MLP", "module.MLP")]
+        fc1 = modules[0]
+        addmm = next(r for r in records if r.name == "MLP/fc1/aten.addmm_0")
+        assert addmm.exec_index < fc1.exec_index
+        assert [t.shape for t in fc1.tensors] == [(5, 8), (5, 16)]
+        model, _, x, _ = make_mlp()
+        np.testing.assert_array_equal(dump.tensor(0, fc1.exec_index, "input_0"), x.numpy())
+        np.testing.assert_array_equal(dump.tensor(0, fc1.exec_index, "output_0"),
+                                      dump.tensor(0, addmm.exec_index, "output_0"))
+
+
+def test_module_records_can_be_switched_off_and_overflow_mode_has_none(tmp_path):
+    for path, kwargs in (("off.h5", {"modules": False}), ("ovf.h5", {"mode": "overflow"})):
+        with ptt.dump(tmp_path / path, **kwargs):
+            train(make_mlp())
+        with open_dump(tmp_path / path) as dump:
+            assert not any(r.is_module for r in dump.ops())
+
+
+class _Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def test_a_custom_autograd_function_names_its_backward_ops_in_its_module(tmp_path):
+    run = make_mlp()
+    model = run[0]
+    relu = model.act.forward
+    model.act.forward = lambda x: _Twice.apply(relu(x))
+    with ptt.dump(tmp_path / "d.h5"):
+        train(run)
+    with open_dump(tmp_path / "d.h5") as dump:
+        muls = [r.name for r in dump.ops(step=0, direction="backward") if r.type == "aten.mul"]
+    assert len(muls) == 1 and muls[0].startswith("MLP/act/")
+
+
+def test_an_optimizer_step_under_autocast_warns_once(tmp_path):
+    model, optimizer, x, y = make_mlp()
+    with warnings.catch_warnings(record=True) as caught, ptt.dump(tmp_path / "d.h5"):
+        warnings.simplefilter("always")
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+    assert [w.category.__name__ for w in caught] == ["AutocastOptimizerWarning"]
+
+
+def test_a_dump_entered_outside_autocast_still_says_the_forward_ran_under_it(tmp_path):
+    model, optimizer, x, y = make_mlp()
+    with warnings.catch_warnings(record=True) as caught, ptt.dump(tmp_path / "d.h5"):
+        warnings.simplefilter("always")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert caught == []
+    with open_dump(tmp_path / "d.h5") as dump:
+        assert (dump.metadata["role"], dump.metadata["precision_mode"], dump.metadata["autocast"]) == \
+            ("target", "autocast_bfloat16", "bfloat16")
