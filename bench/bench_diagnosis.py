@@ -28,8 +28,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-k", default="", help="only cases whose id contains this")
     parser.add_argument("-v", action="store_true", help="print the verdict's evidence")
+    parser.add_argument("--speed", action="store_true",
+                        help="instead: time diagnose on a 2-step GPT-2 pair of a few hundred MB (clean and planted)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
+    if args.speed:
+        return speed()
     from precision_tool.analysis import diagnose
     from precision_tool.dump.reader import open_dump
 
@@ -62,6 +66,49 @@ def main(argv=None) -> int:
                 for line in diagnosis.verdict.evidence:
                     print(f"      {line}")
     print(f"named {named}/{faults}, clean {clean_ok}/{cleans}  (slowest diagnose {slowest:.1f}s)")
+    return 0
+
+
+def speed() -> int:
+    """diagnose on a larger GPT-2 (4 layers, width 256, batch 8 x 128 tokens), two steps, full dumps."""
+    import torch
+    import transformers
+
+    import precision_tool.torch as ptt
+    from precision_tool.analysis import diagnose
+    from precision_tool.dump.reader import open_dump
+    from tests.realmodels.cases import Run, _hf_loss, scale_output, train
+
+    transformers.logging.set_verbosity_error()
+
+    def build():
+        torch.manual_seed(0)
+        config = transformers.GPT2Config(n_layer=4, n_embd=256, n_head=8, vocab_size=2000, n_positions=128,
+                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+                                         eos_token_id=0)
+        model = transformers.GPT2LMHeadModel(config)
+        ids = torch.randint(0, 2000, (8, 128))
+        return Run(model, torch.optim.AdamW(model.parameters(), lr=1e-3), {"input_ids": ids, "labels": ids},
+                   _hf_loss)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        golden = Path(tmp) / "golden.h5"
+        with ptt.dump(golden):
+            train(build())
+        for label, fault, context in (("clean mix", False, lambda: ptt.simulate_npu("allow_mix_precision")),
+                                      ("scaled act", True, lambda: ptt.simulate_npu("must_keep_origin_dtype"))):
+            target = Path(tmp) / f"{label.replace(' ', '_')}.h5"
+            run = build()
+            if fault:
+                scale_output(run, "transformer.h.2.mlp.act")
+            with context(), ptt.dump(target):
+                train(run)
+            size = (golden.stat().st_size + target.stat().st_size) / 1e6
+            start = time.perf_counter()
+            with open_dump(golden) as g, open_dump(target) as t:
+                verdict = diagnose(g, t).verdict
+            took = time.perf_counter() - start
+            print(f"{label}: pair {size:.0f} MB, diagnose {took:.1f} s: {verdict.cls} at {verdict.op}")
     return 0
 
 

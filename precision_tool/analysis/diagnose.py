@@ -132,7 +132,7 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
                    lambda entry, record, extra: _overflow_verdict(entry, overflow_rep, record, fusion_off, extra)).run()
     verdict = scan.verdict
     diagnosis.attributions = scan.attributions
-    diagnosis.first_module = scan.first_module or (verdict.module if verdict is not None else None)
+    diagnosis.first_module = (verdict.module if verdict is not None else None) or scan.first_module
     notes.extend(scan.notes)
     if verdict is None:  # overflows the scan could not judge against golden (no data for them)
         unjudged = [e for e in overflow_rep.entries if not e.inherited and e.name not in handled

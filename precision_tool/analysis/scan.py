@@ -133,28 +133,31 @@ class Scanner:
         return None
 
     def leaf_mismatch(self, step: int) -> str | None:
-        """Where the two runs already differ before any op: an input that no op of the step produced
-        (data, weights) is SIGNIFICANT_ERROR from golden in its first forward reader; None when none is."""
+        """Where the two runs already differ before any op: the step's first forward ops, those before the
+        first that reads another op's result, read only data and weights; one of them SIGNIFICANT_ERROR
+        from golden means different data, weights or seed. None when they match."""
         from precision_tool.analysis.attribution import _pair_errors  # one pairing path for every tensor
 
         golden = self.golden.ops(step=step, direction="forward")
-        target = [r for r in self.target.ops(step=step, direction="forward") if r.tensors and not r.is_module]
         producers = Consumers(golden)
         golden_key = _occurrence_keys(golden)
         by_key = {golden_key[id(r)]: r for r in golden}
-        views = golden_views(self.golden, target)
-        for record, key in zip(target, [_occurrence_keys(target)[id(r)] for r in target]):
-            partner = by_key.get(key)
-            if partner is None:
+        target = [r for r in self.target.ops(step=step, direction="forward") if r.tensors and not r.is_module]
+        target_key = _occurrence_keys(target)
+        first = []
+        for record in target:
+            partner = by_key.get(target_key[id(record)])
+            if partner is None:  # an op only the target ran (its model built inside the dump, say)
                 continue
-            leaves = {t.slot for t in partner.inputs if producers.producer(partner, t.slot) is None}
-            if not leaves:
-                continue
+            if any(producers.producer(partner, t.slot) is not None for t in partner.inputs):
+                break
+            first.append(record)
+        views = golden_views(self.golden, first)
+        for record in first:
             for slot, error in _pair_errors(self.golden, self.target, record, views[id(record)], "input", 1.0):
-                if slot in leaves and error.error >= SIGNIFICANT_ERROR:
+                if error.error >= SIGNIFICANT_ERROR:
                     return (f"the runs differ before any op: {record.name} reads {slot} {error.error:.3g} away from "
-                            "golden, a tensor no op of the step produced (data or weights): different seed, data "
-                            "or model?")
+                            "golden, data or weights no op produced: different seed, data or model?")
         return None
 
     # -- one op ----------------------------------------------------------------------------------
@@ -392,7 +395,8 @@ class Scanner:
         if self.result.first_module is not None:
             return
         a = self._attribute(record, replay=False)
-        if a.observed >= noise_floor(_output_dtype(record)) and a.observed > INTRODUCED_EXCESS * a.inherited:
+        if a.observed >= max(noise_floor(_output_dtype(record)), SIGNIFICANT_ERROR) \
+                and a.observed > INTRODUCED_EXCESS * a.inherited:
             self.result.first_module = record.name
 
 

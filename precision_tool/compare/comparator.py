@@ -20,6 +20,8 @@ from typing import Callable, Iterator, Protocol
 import numpy as np
 
 from precision_tool.compare.cancel import StopFlag, pool_map
+from precision_tool.compare.judged import (gradient_scale, loss_scale_ratios, near_zero, not_data,
+                                           skip_consumed_near_zero)
 from precision_tool.compare.matching import MatchResult, TensorPair, match_ops
 from precision_tool.compare.metrics import FLOAT64_EPS, PairAccumulator
 from precision_tool.compare.report import SHAPE_MISMATCH, CompareReport, DumpInfo, OpComparison, TensorRow
@@ -89,7 +91,8 @@ def compare_sources(golden: DumpSource, target: DumpSource, options: CompareOpti
     golden_ops = select_ops(golden.ops(), options.steps, options.ops)
     target_ops = select_ops(target.ops(), options.steps, options.ops)
     match = match_ops(golden_ops, target_ops)
-    rows = _score_pairs(match.pairs, golden, target, options, progress)
+    rows = _score_pairs(match.pairs, golden, target, options, progress, loss_scale_ratios(golden, target))
+    rows = skip_consumed_near_zero(match.pairs, rows)
     report = CompareReport(
         golden=_info(golden), target=_info(target), ops=_group(match.pairs, rows),
         unmatched_golden=match.unmatched_golden, unmatched_target=match.unmatched_target,
@@ -111,13 +114,16 @@ def _size(pair: TensorPair) -> int:
 
 
 def _score_pairs(pairs: list[TensorPair], golden: DumpSource, target: DumpSource, options: CompareOptions,
-                 progress: Progress | None) -> list[TensorRow]:
+                 progress: Progress | None, ratios: dict[int, float] | None = None) -> list[TensorRow]:
     total = sum(_size(pair) for pair in pairs)
     lock = threading.Lock()
     done = 0
 
     def score(pair: TensorPair, stop: StopFlag | None = None) -> TensorRow:
-        return score_pair(pair, golden, target, options.chunk_elements, lock, stop)
+        scale = 1.0
+        if ratios and pair.target_op.direction == "backward":
+            scale = gradient_scale(pair.target, pair.golden, ratios.get(pair.target_op.step, 1.0))
+        return score_pair(pair, golden, target, options.chunk_elements, lock, stop, scale)
 
     def report(row_pair):
         nonlocal done
@@ -139,8 +145,13 @@ def _score_pairs(pairs: list[TensorPair], golden: DumpSource, target: DumpSource
 
 
 def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_elements: int,
-               read_lock: threading.Lock | None = None, stop: StopFlag | None = None) -> TensorRow:
-    """One tensor pair's row: metrics from one pass over its chunks, or stats deltas, or a problem."""
+               read_lock: threading.Lock | None = None, stop: StopFlag | None = None,
+               loss_scale: float = 1.0) -> TensorRow:
+    """One tensor pair's row: metrics from one pass over its chunks, or stats deltas, or a problem.
+
+    ``loss_scale`` is divided out of the target's values first (a loss-scaled gradient); rows that are
+    compared but not judged carry the reason in ``skip`` (`precision_tool.compare.judged`).
+    """
     t, g = pair.target, pair.golden
     row = dict(
         step=pair.target_op.step, exec_index=pair.target_op.exec_index, op=pair.target_op.name,
@@ -148,20 +159,26 @@ def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_e
         golden_op=pair.golden_op.name, golden_tensor=g.slot, target_dtype=t.dtype, golden_dtype=g.dtype,
         shape=tuple(t.shape), golden_shape=tuple(g.shape), target_counts=ValueCounts.from_stats(t.stats),
         golden_counts=ValueCounts.from_stats(g.stats), pass_name=pair.target_op.pass_name,
+        skip=not_data(t) or not_data(g), loss_scale=loss_scale,
     )
     if tuple(t.shape) != tuple(g.shape):
         return TensorRow(**row, problem=SHAPE_MISMATCH)
     if not (t.has_data and g.has_data):
         return TensorRow(**row, stats=compare_stats(t.stats, g.stats), extra_nonfinite=extra_nonfinite(t.stats, g.stats))
-    accumulator = PairAccumulator((t.stats.min, t.stats.max), (g.stats.min, g.stats.max),
+    target_range = (t.stats.min / loss_scale, t.stats.max / loss_scale)
+    accumulator = PairAccumulator(target_range, (g.stats.min, g.stats.max),
                                   relative_error_floor(g.dtype), check_finite=not (t.stats.finite and g.stats.finite))
     target_chunks = _chunks(target, pair.target_op, t.slot, chunk_elements)
+    if loss_scale != 1.0:
+        target_chunks = (chunk / loss_scale for chunk in target_chunks)
     golden_chunks = _chunks(golden, pair.golden_op, g.slot, chunk_elements)
     for x, y in aligned_chunks(_locked(target_chunks, read_lock), _locked(golden_chunks, read_lock)):
         if stop is not None:
             stop.check()  # Ctrl-C: a running pair ends within one chunk, not at its last
         accumulator.update(x, y)
     metrics = accumulator.result()
+    if not row["skip"] and metrics.count:
+        row["skip"] = near_zero(pair.golden_op, g, metrics.rmse * math.sqrt(metrics.count))
     return TensorRow(**row, metrics=metrics, extra_nonfinite=metrics.target_only_nonfinite)
 
 

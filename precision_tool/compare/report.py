@@ -41,6 +41,8 @@ class TensorRow:
     extra_nonfinite: int = 0  # NaN/inf in the target where the golden tensor is finite
     pass_name: str = ""
     problem: str = ""  # SHAPE_MISMATCH, or why nothing could be computed
+    skip: str = ""  # why this pair is shown but not judged (compare.judged)
+    loss_scale: float = 1.0  # divided out of the target tensor before scoring (a loss-scaled gradient)
 
     @property
     def kind(self) -> str:
@@ -57,8 +59,10 @@ class TensorRow:
 
 
 def row_flags(row: TensorRow, cosine_threshold: float) -> list[str]:
-    """Why ``row`` is flagged at this threshold (empty when it is not)."""
+    """Why ``row`` is flagged at this threshold (empty when it is not, or when it is not judged)."""
     reasons = []
+    if row.skip:
+        return reasons
     if row.problem:
         reasons.append(row.problem)
     metrics = row.metrics

@@ -23,7 +23,7 @@ CSV_COLUMNS = ("status", "step", "exec_index", "op", "type", "direction", "tenso
                "target_dtype", "golden_dtype", "shape", "golden_shape", *METRIC_FIELDS, "count",
                "target_nan", "target_inf", "target_saturated", "golden_nan", "golden_inf", "golden_saturated",
                "extra_nonfinite", *(f"stats_{name}" for name in STATS_FIELDS), "flagged", "reasons", "note",
-               "problem", "pass_name")
+               "problem", "pass_name", "skip", "loss_scale")
 
 
 def json_number(value):
@@ -57,6 +57,8 @@ def row_dict(row: TensorRow, cosine_threshold: float) -> dict:
                                                              if row.stats is not None else "")
     out["problem"] = row.problem
     out["pass_name"] = row.pass_name
+    out["skip"] = row.skip  # why the pair is shown but not judged, or ""
+    out["loss_scale"] = row.loss_scale  # divided out of the target before scoring
     return out
 
 

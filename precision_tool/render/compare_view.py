@@ -59,6 +59,10 @@ def _shape(shape) -> str:
 def row_note(row: TensorRow, cosine_threshold: float) -> str:
     """What the numbers alone do not say: a problem, an undefined cosine, a flagged stats row, NaN/inf."""
     notes = []
+    if row.skip:
+        notes.append(f"not judged: {row.skip}")
+    if row.loss_scale != 1.0:
+        notes.append(f"loss scale {row.loss_scale:g} divided out")
     if row.problem:
         notes.append(f"{row.problem}: {_shape(row.shape)} vs {_shape(row.golden_shape)}")
     if row.metrics is not None and row.metrics.note:

@@ -319,6 +319,8 @@ def verdict(v):
         where = ", ".join(x for x in (f"step {v.step}" if v.step is not None else "", v.direction or "",
                                       v.type or "") if x)
         lines.append(Text(f"Op: {v.op}" + (f" ({where})" if where else "")))
+    if getattr(v, "module", None) and v.module != v.op:
+        lines.append(Text(f"Module: {v.module}"))
     lines += [Text(f"  - {e}") for e in v.evidence]
     if v.action:
         lines.append(Text(f"Action: {v.action}"))
@@ -333,6 +335,8 @@ def diagnosis(d, overflow_limit: int | None = None, flagged_rows=None):
     parts.append(Text("Comparison", style="bold underline"))
     first = f"; first: {d.first_flagged}" if d.first_flagged else ""
     parts.append(Text(f"{d.flagged} ops at or below the cosine threshold{first}"))
+    if getattr(d, "first_module", None):
+        parts.append(Text(f"first module whose output diverges beyond its inputs: {d.first_module}"))
     if flagged_rows is not None:
         parts.append(flagged(flagged_rows))
     if d.attributions:
@@ -363,6 +367,7 @@ def diagnosis_dict(d) -> dict:
         "notes": list(d.notes),
         "flagged": d.flagged,
         "first_flagged": d.first_flagged,
+        "first_module": getattr(d, "first_module", None),
     }
 
 

@@ -26,7 +26,7 @@ def goldens(tmp_path_factory):
 
 
 def _diagnose(case, tmp_path, goldens):
-    golden, target = collect(case, tmp_path, goldens)
+    golden, target = collect(case, tmp_path, goldens=goldens)
     with open_dump(golden) as g, open_dump(target) as t:
         return diagnose(g, t)
 

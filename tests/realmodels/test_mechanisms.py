@@ -21,7 +21,7 @@ def goldens(tmp_path_factory):
 
 
 def _diagnose(case, tmp_path, goldens, against_itself=False):
-    golden, target = collect(case, tmp_path, goldens)
+    golden, target = collect(case, tmp_path, goldens=goldens)
     with open_dump(golden) as g, open_dump(golden if against_itself else target) as t:
         return diagnose(g, t)
 
@@ -73,3 +73,20 @@ def test_an_lstm_workspace_output_is_not_compared_as_data(tmp_path, goldens):
     # aten.mkldnn_rnn_layer returns a uint8 workspace that differs on every run
     diagnosis = _diagnose(Case("lstm", "mix"), tmp_path, goldens)
     assert diagnosis.verdict.cls == "none"
+
+
+def test_runs_from_different_seeds_are_said_to_differ_before_any_op(tmp_path, goldens):
+    import precision_tool.torch as ptt
+    from tests.realmodels.cases import build, train
+
+    case = Case("gpt2-sdpa", "fp32")
+    golden, _ = collect(case, tmp_path, goldens=goldens)
+    run = build(case, seed=1)
+    with ptt.dump(tmp_path / "other_seed.h5", model=case.model, seed=1):
+        train(run)
+    with open_dump(golden) as g, open_dump(tmp_path / "other_seed.h5") as t:
+        diagnosis = diagnose(g, t)
+    assert diagnosis.verdict.cls == "none"
+    assert diagnosis.verdict.evidence[0].startswith(
+        "the runs differ before any op: GPT2LMHeadModel/transformer/wte/aten.embedding_0 reads input_0 ")
+    assert diagnosis.notes[0] == "the runs differ in seed: golden 0, target 1 (warning)"
