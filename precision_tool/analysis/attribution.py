@@ -29,6 +29,7 @@ import numpy as np
 from precision_tool.analysis.errors import split_error
 from precision_tool.analysis.replay import NotReplayable, Numerics, ideal_forward, is_float, replay_forward
 from precision_tool.analysis.results import Attribution
+from precision_tool.compare.judged import gradient_scale, loss_scale_ratios
 from precision_tool.compare.matching import match_ops
 from precision_tool.compare.metrics import compare_arrays
 from precision_tool.dump.records import OpRecord
@@ -63,6 +64,11 @@ class GoldenView:
                                                   pair.golden.slot)
         return self._cache[slot]
 
+    def record(self, slot: str):
+        """The golden TensorRecord paired with ``slot``, or None."""
+        pair = self._pairs.get(slot)
+        return None if pair is None else pair.golden
+
     def input_list(self, record: OpRecord) -> list[np.ndarray] | None:
         """Golden arrays for every input slot of ``record``, or None if one is missing."""
         arrays = [self.get(t.slot) for t in record.inputs]
@@ -85,31 +91,9 @@ def golden_views(golden_dump, records: list[OpRecord]) -> dict[int, GoldenView]:
     return views
 
 
-def loss_scale_ratio(golden_dump, target_dump, step: int) -> float:
-    """Target over golden loss scale at ``step``: what the target's gradients carry on top of golden's."""
-    def scale(dump):
-        for record in dump.steps():
-            if record.step == step:
-                value = record.loss_scale
-                return value if value and math.isfinite(value) and value > 0 else 1.0
-        return 1.0
-
-    return scale(target_dump) / scale(golden_dump)
-
-
-def tensor_scale(target, golden, ratio: float) -> float:
-    """``ratio`` when ``target`` holds a loss-scaled gradient of ``golden`` (its norm says so), else 1."""
-    if ratio == 1.0:
-        return 1.0
-    t = float(np.linalg.norm(np.nan_to_num(np.asarray(target, np.float64), posinf=0.0, neginf=0.0)))
-    g = float(np.linalg.norm(np.nan_to_num(np.asarray(golden, np.float64), posinf=0.0, neginf=0.0)))
-    if t == 0.0 or g == 0.0:
-        return 1.0
-    return ratio if abs(math.log(t / g) - math.log(ratio)) < abs(math.log(t / g)) else 1.0
-
-
-def _pair_errors(golden_dump, target_dump, record: OpRecord, view: GoldenView, kind: str, ratio: float):
-    """ErrorSplit per float tensor of ``kind`` that has a golden partner with data."""
+def pair_errors(golden_dump, target_dump, record: OpRecord, view: GoldenView, kind: str, ratio: float = 1.0):
+    """(slot, ErrorSplit) per float tensor of ``kind`` with a golden partner holding data; ``ratio`` is the
+    target's loss scale over golden's, divided out of the tensors that carry it (`gradient_scale`)."""
     found = []
     for tensor in record.tensors:
         if tensor.kind != kind or not tensor.has_data or not is_float(tensor.dtype):
@@ -118,7 +102,7 @@ def _pair_errors(golden_dump, target_dump, record: OpRecord, view: GoldenView, k
         if golden is None:
             continue
         target = target_dump.tensor(record.step, record.exec_index, tensor.slot)
-        scale = tensor_scale(target, golden, ratio) if record.direction == "backward" else 1.0
+        scale = gradient_scale(tensor, view.record(tensor.slot), ratio) if record.direction == "backward" else 1.0
         found.append((tensor.slot, split_error(target, golden, tensor.dtype, scale)))
     return found
 
@@ -134,9 +118,10 @@ def attribute_record(golden_dump, target_dump, record: OpRecord, device: str = "
     if view is None:
         view = golden_views(golden_dump, [record])[id(record)]
     notes = []
-    ratio = loss_scale_ratio(golden_dump, target_dump, record.step) if record.direction == "backward" else 1.0
-    outputs = _pair_errors(golden_dump, target_dump, record, view, "output", ratio)
-    inputs = _pair_errors(golden_dump, target_dump, record, view, "input", ratio)
+    ratio = loss_scale_ratios(golden_dump, target_dump).get(record.step, 1.0) if record.direction == "backward" \
+        else 1.0
+    outputs = pair_errors(golden_dump, target_dump, record, view, "output", ratio)
+    inputs = pair_errors(golden_dump, target_dump, record, view, "input", ratio)
     if not outputs:
         notes.append("no float output with a golden partner holding data")
     observed = max((e.error for _, e in outputs), default=0.0)

@@ -33,20 +33,23 @@ its output by SIGNIFICANT_ERROR), else **kernel_bug**.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from precision_tool.analysis.attribution import GoldenView, attribute_record, golden_views, self_consistency
-from precision_tool.analysis.errors import noise_floor
+from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, pair_errors,
+                                                 self_consistency)
+from precision_tool.analysis.errors import format_limit, noise_floor, split_error
 from precision_tool.analysis.fusion import switch_off_action
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
 from precision_tool.analysis.structure import (Consumers, Rewritten, enclosing_module, module_path,
                                                rewritten_backward, rewritten_modules)
+from precision_tool.compare.judged import gradient_scale, loss_scale_ratios
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
+from precision_tool.engine.formats import get_format
 
 MAX_REPLAYS = 5000  # bound on ops replayed by one diagnosis
 _HARM_DEPTH = 6  # readers followed from an overflow before it counts as absorbed
@@ -136,8 +139,6 @@ class Scanner:
         """Where the two runs already differ before any op: the step's first forward ops, those before the
         first that reads another op's result, read only data and weights; one of them SIGNIFICANT_ERROR
         from golden means different data, weights or seed. None when they match."""
-        from precision_tool.analysis.attribution import _pair_errors  # one pairing path for every tensor
-
         golden = self.golden.ops(step=step, direction="forward")
         producers = Consumers(golden)
         golden_key = _occurrence_keys(golden)
@@ -154,7 +155,7 @@ class Scanner:
             first.append(record)
         views = golden_views(self.golden, first)
         for record in first:
-            for slot, error in _pair_errors(self.golden, self.target, record, views[id(record)], "input", 1.0):
+            for slot, error in pair_errors(self.golden, self.target, record, views[id(record)], "input"):
                 if error.error >= SIGNIFICANT_ERROR:
                     return (f"the runs differ before any op: {record.name} reads {slot} {error.error:.3g} away from "
                             "golden, data or weights no op produced: different seed, data or model?")
@@ -360,19 +361,15 @@ class Scanner:
         return observed, inherited, _output_dtype(record)
 
     def _slot_error(self, record: OpRecord, golden_record: OpRecord, slot: str) -> float:
-        from precision_tool.analysis.attribution import loss_scale_ratio, tensor_scale
-        from precision_tool.analysis.errors import split_error
-
         try:
-            tensor = record.tensor(slot)
-            golden_record.tensor(slot)
+            tensor, golden = record.tensor(slot), golden_record.tensor(slot)
         except KeyError:
             return math.inf
-        if not tensor.has_data:
+        if not (tensor.has_data and golden.has_data):
             return math.inf
         t = self.target.tensor(record.step, record.exec_index, slot)
         g = self.golden.tensor(golden_record.step, golden_record.exec_index, slot)
-        scale = tensor_scale(t, g, loss_scale_ratio(self.golden, self.target, record.step))
+        scale = gradient_scale(tensor, golden, loss_scale_ratios(self.golden, self.target).get(record.step, 1.0))
         return split_error(t, g, tensor.dtype, scale).error
 
     def _first_inside(self, rewrite: Rewritten):
@@ -402,9 +399,6 @@ class Scanner:
 
 def _sensitivity(dump, record: OpRecord) -> float | None:
     """How far rounding ``record``'s own inputs to its compute dtype moves its exact output (relative L2)."""
-    from precision_tool.analysis.errors import split_error
-    from precision_tool.engine.formats import get_format
-
     if dump.metadata.get("framework") != "torch" or not all(t.has_data for t in record.inputs):
         return None
     try:
@@ -433,8 +427,6 @@ _INVALID_ACTION = ("an invalid operation (square root or log of a negative value
 def _starts_nonfinite(record: OpRecord) -> bool | None:
     """From its statistics alone: False when ``record`` reaches +-max or inf on a side none of its inputs
     reaches (it overflowed), True when it makes NaN from inputs without NaN or inf, else None."""
-    from precision_tool.analysis.errors import format_limit
-
     def extremes(tensors):
         hi = lo = nan = False
         for t in tensors:
@@ -465,8 +457,6 @@ def _listing_short(types: tuple[str, ...]) -> str:
 
 
 def _with_module(verdict: Verdict, module: str) -> Verdict:
-    from dataclasses import replace
-
     return replace(verdict, module=verdict.module or module)
 
 
