@@ -389,7 +389,7 @@ class Scanner:
         return None
 
     def _note_module(self, record: OpRecord) -> None:
-        if self.result.first_module is not None:
+        if self.result.first_module is not None or record.direction != "forward":
             return
         a = self._attribute(record, replay=False)
         if a.observed >= max(noise_floor(_output_dtype(record)), SIGNIFICANT_ERROR) \

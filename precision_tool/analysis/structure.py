@@ -101,7 +101,7 @@ def _innermost(found: list[Rewritten]) -> list[Rewritten]:
 def _backward_groups(records: list[OpRecord]) -> dict[str, list[OpRecord]]:
     groups: dict[str, list[OpRecord]] = defaultdict(list)
     for record in records:
-        if record.direction == "backward" and "/" in record.name:
+        if record.direction == "backward" and "/" in record.name and not record.is_module:
             groups[module_path(record.name)].append(record)
     return groups
 

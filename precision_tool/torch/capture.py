@@ -180,17 +180,21 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                 values["role"] = "target"
             self._writer.set_metadata(**values)
 
-    def module(self, exec_index: int, name: str, module_type: str, inputs: list, outputs: list) -> None:
-        """A module's forward returned: record its float inputs and outputs as one module-boundary record."""
+    def module(self, exec_index: int, name: str, module_type: str, inputs: list, outputs: list,
+               direction: str = "forward") -> None:
+        """A module boundary: its float (slot index, tensor) inputs and outputs as one module record; in
+        backward the gradients at its outputs (inputs) and inputs (outputs), `precision_tool.torch.modules`."""
+        if not outputs:  # nothing flowed out (a backward call whose inputs take no gradient): nothing to judge
+            return
         with_data = self.mode != "stats"
         entries, arrays = [], [] if with_data else None
         for kind, tensors in ((INPUT, inputs), (OUTPUT, outputs)):
-            for index, tensor in enumerate(tensors):
+            for index, tensor in tensors:
                 dtype = logical_dtype(tensor)
                 entries.append((kind, index, dtype, tuple(tensor.shape), self._stats.get(tensor, dtype)))
                 if with_data:
                     arrays.append(to_numpy(tensor))
-        self._writer.add_op(exec_index, "forward", name, module_type, entries[-1][2], False, False, None,
+        self._writer.add_op(exec_index, direction, name, module_type, entries[-1][2], False, False, None,
                             _MODULE_ATTRS, entries, arrays)
         self._step_ops += 1
         self.ops_recorded += 1

@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from precision_tool.dump.records import MODULE_TYPE_PREFIX
 from precision_tool.engine.hooks import BACKWARD
+from precision_tool.torch.modules import ModuleGradients
 from precision_tool.torch.naming import Namer
 from precision_tool.torch.ops import AtenOp, dtype_name, encode_args, flat_tensors, op_info, result_tensors
 from precision_tool.torch.tensors import FORMAT_ATTR, logical_dtype
@@ -109,6 +110,7 @@ class Session:
         self._mode: _Interceptor | None = None
         self._handles: list = []
         self._warned_autocast = False
+        self._gradients = ModuleGradients(self._module_gradients)
 
     @property
     def simulator(self):
@@ -190,6 +192,7 @@ class Session:
             return
         loss = _as_float(loss, math.nan)
         loss_scale = _as_float(loss_scale, 1.0)
+        self._gradients.flush()
         for recorder in self._watching:
             recorder.end_step(self.step, loss, loss_scale, self.step_overflow)
         self.namer.new_step()
@@ -222,8 +225,24 @@ class Session:
             inputs = _float_leaves((args, kwargs))
             exec_index = self.exec_index
             self.exec_index += 1
+            module_type = f"{MODULE_TYPE_PREFIX}{type(module).__name__}"
             for recorder in watching:
-                recorder.module(exec_index, path, f"{MODULE_TYPE_PREFIX}{type(module).__name__}", inputs, outputs)
+                recorder.module(exec_index, path, module_type, list(enumerate(inputs)), list(enumerate(outputs)))
+            self._gradients.watch(path, module_type, self.step, inputs, outputs)
+
+    def _module_gradients(self, pending) -> None:
+        """A module call's boundary gradients arrived: a backward module record, after the ops that made them."""
+        if not self.step_open or pending.step != self.step:
+            return
+        watching = [r for r in self._watching if r.modules]
+        if not watching:
+            return
+        with _disable_current_modes():
+            exec_index = self.exec_index
+            self.exec_index += 1
+            inputs, outputs = sorted(pending.inputs.items()), sorted(pending.outputs.items())
+            for recorder in watching:
+                recorder.module(exec_index, pending.name, pending.module_type, inputs, outputs, BACKWARD)
 
     # -- every op -------------------------------------------------------------
 

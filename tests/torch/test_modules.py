@@ -91,3 +91,23 @@ def test_a_dump_entered_outside_autocast_still_says_the_forward_ran_under_it(tmp
     with open_dump(tmp_path / "d.h5") as dump:
         assert (dump.metadata["role"], dump.metadata["precision_mode"], dump.metadata["autocast"]) == \
             ("target", "autocast_bfloat16", "bfloat16")
+
+
+def test_backward_module_records_hold_the_gradients_at_the_module_boundary(tmp_path):
+    with ptt.dump(tmp_path / "d.h5"):
+        train(make_mlp())
+    model, _, x, y = make_mlp()
+    hidden = model.fc1(x)
+    activated = model.act(hidden)
+    logits = model.fc2(activated)
+    for tensor in (hidden, activated, logits):
+        tensor.retain_grad()
+    torch.nn.functional.cross_entropy(logits, y).backward()
+    with open_dump(tmp_path / "d.h5") as dump:
+        records = {r.name: r for r in dump.ops(step=0, direction="backward") if r.is_module}
+        assert sorted(records) == ["MLP/act", "MLP/fc2"]  # the inputs of MLP and fc1 (x) take no gradient
+        fc2, act = records["MLP/fc2"], records["MLP/act"]
+        assert [t.slot for t in fc2.tensors] == ["input_0", "output_0"]
+        np.testing.assert_allclose(dump.tensor(0, fc2.exec_index, "input_0"), logits.grad.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(dump.tensor(0, fc2.exec_index, "output_0"), activated.grad.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(dump.tensor(0, act.exec_index, "output_0"), hidden.grad.numpy(), rtol=1e-6)

@@ -1,0 +1,74 @@
+"""Module boundaries in backward: the gradients of the loss with respect to a module call's outputs and inputs.
+
+When a module's forward returns with grad enabled, a hook goes on each of its
+floating-point outputs and inputs that require grad. In backward each hook
+receives the gradient of the loss with respect to that tensor: for an output,
+what flows into the module (``input_i`` of the backward record, as for a
+backward op); for an input, what flows out of it (``output_i``). For an
+input also read elsewhere (a residual stream) that is the whole gradient of
+the loss with respect to it, not the module's share. The record is written
+when every hook has fired, or at the step's end with what arrived; gradients
+that never arrive (an output the loss does not use) are absent slots.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+
+class PendingGradients:
+    """One module call waiting for the gradients at its boundary."""
+
+    __slots__ = ("name", "module_type", "step", "waiting", "outputs", "inputs")
+
+    def __init__(self, name: str, module_type: str, step: int):
+        self.name, self.module_type, self.step = name, module_type, step
+        self.waiting = 0
+        self.outputs: dict[int, torch.Tensor] = {}  # forward input index -> gradient (backward outputs)
+        self.inputs: dict[int, torch.Tensor] = {}  # forward output index -> gradient (backward inputs)
+
+
+class ModuleGradients:
+    """Hooks module boundaries in forward and hands their gradients to ``write(pending)`` in backward."""
+
+    def __init__(self, write):
+        self._write = write
+        self._pending: list[PendingGradients] = []
+
+    def watch(self, name: str, module_type: str, step: int, inputs: list, outputs: list) -> None:
+        """Hook a module call's float inputs and outputs that take part in autograd."""
+        if not torch.is_grad_enabled():
+            return
+        pending = PendingGradients(name, module_type, step)
+        for index, tensor in enumerate(outputs):
+            if tensor.requires_grad:
+                pending.waiting += 1
+                tensor.register_hook(self._arrived(pending, pending.inputs, index))
+        for index, tensor in enumerate(inputs):
+            if tensor.requires_grad:
+                pending.waiting += 1
+                tensor.register_hook(self._arrived(pending, pending.outputs, index))
+        if pending.waiting:
+            self._pending.append(pending)
+
+    def _arrived(self, pending: PendingGradients, slots: dict, index: int):
+        def hook(grad):
+            if pending not in self._pending or grad is None:
+                return None
+            with _disable_current_modes():  # the hook runs inside the capture: keep its reads out of it
+                slots[index] = grad.detach().clone() if grad.is_floating_point() else grad
+            pending.waiting -= 1
+            if pending.waiting == 0:
+                self._pending.remove(pending)
+                self._write(pending)
+            return None
+
+        return hook
+
+    def flush(self) -> None:
+        """The step ends: write what arrived for the calls still waiting, forget the rest."""
+        pending, self._pending = self._pending, []
+        for item in pending:
+            if item.inputs or item.outputs:
+                self._write(item)
