@@ -34,15 +34,25 @@ def not_data(tensor: TensorRecord) -> str:
     return ""
 
 
+SENTINEL = 1e30  # inputs holding values this large are masks (finfo.min), not terms of a sum
+
+
 def input_scale(op: OpRecord) -> float:
-    """The largest L2 norm among an op's float inputs: the scale of the terms its outputs are made of."""
-    norms = [t.stats.norm for t in op.inputs if t.dtype in _FLOATS and t.stats.count and math.isfinite(t.stats.norm)]
+    """The largest L2 norm among an op's float inputs: the scale of the terms its outputs are made of.
+
+    Inputs holding mask sentinels (|x| >= 1e30, finfo.min) do not count.
+    """
+    norms = [t.stats.norm for t in op.inputs if t.dtype in _FLOATS and t.stats.count and math.isfinite(t.stats.norm)
+             and max(abs(t.stats.min), abs(t.stats.max)) < SENTINEL]
     return max(norms, default=0.0)
 
 
 def near_zero(golden_op: OpRecord, golden: TensorRecord, error_norm: float) -> str:
-    """Why an output whose golden values cancel to near zero is judged against its inputs' scale, or ""."""
-    if golden.kind != "output" or not golden.stats.count:
+    """Why an op output whose golden values cancel to near zero is judged against its inputs' scale, or "".
+
+    Module boundaries are not ops: their outputs are judged as they are.
+    """
+    if golden.kind != "output" or not golden.stats.count or golden_op.is_module:
         return ""
     scale = input_scale(golden_op)
     norm = golden.stats.norm

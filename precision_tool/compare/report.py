@@ -14,6 +14,7 @@ from precision_tool.compare.matching import FusionCover, Unmatched
 from precision_tool.compare.metrics import ONE_SIDE_ZERO, TensorMetrics
 from precision_tool.compare.stats import StatsDelta, ValueCounts
 from precision_tool.defaults import COSINE_THRESHOLD, LIST_LIMIT
+from precision_tool.dump.records import MODULE_TYPE_PREFIX
 
 SHAPE_MISMATCH = "shape mismatch"
 
@@ -142,6 +143,7 @@ class CompareSummary:
     covered_by_fusion: int
     shape_mismatches: int
     first_flagged: OpComparison | None
+    first_flagged_module: OpComparison | None = None  # the first module whose output diverges, its inputs not
 
 
 @dataclass
@@ -177,7 +179,18 @@ class CompareReport:
             covered_by_fusion=len(self.covered_by_fusion),
             shape_mismatches=len(self.shape_mismatches),
             first_flagged=flagged[0] if flagged else None,
+            first_flagged_module=_first_diverging_module(flagged, cosine_threshold),
         )
+
+
+def _first_diverging_module(flagged: list[OpComparison], cosine_threshold: float) -> OpComparison | None:
+    """The first flagged module call whose inputs are not flagged (its output diverges, its inputs do not);
+    else the first flagged module call."""
+    modules = [op for op in flagged if op.type.startswith(MODULE_TYPE_PREFIX)]
+    for op in modules:
+        if not any(row_flags(row, cosine_threshold) for row in op.rows if row.kind == "input"):
+            return op
+    return modules[0] if modules else None
 
 
 def select_flagged(report: CompareReport, cosine_threshold: float = COSINE_THRESHOLD,

@@ -89,6 +89,7 @@ def report_dict(report: CompareReport, ops: list[OpComparison], cosine_threshold
             "shape_mismatches": summary.shape_mismatches,
             "cosine_available": not report.stats_only,
             "first_flagged": _op_ref(summary.first_flagged, cosine_threshold),
+            "first_flagged_module": _op_ref(summary.first_flagged_module, cosine_threshold),
         },
         "notes": list(report.notes),
         "rows": [row_dict(row, cosine_threshold) for op in ops for row in op.rows],

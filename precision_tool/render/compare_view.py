@@ -186,6 +186,10 @@ def summary_line(report: CompareReport, cosine_threshold: float) -> Text:
         text.append("\nfirst flagged: ", style="bold")
         text.append(f"step {op.step} #{op.exec_index} {op.name} ({op.type}, {op.direction}): "
                     + "; ".join(op.flag_reasons(cosine_threshold)), style="bold red")
+        module = s.first_flagged_module
+        if module is not None:
+            text.append("\nfirst flagged module: ", style="bold")
+            text.append(f"step {module.step} {module.name} ({module.direction})", style="bold red")
     else:
         text.append("\nno op flagged", style="bold green")
     return text

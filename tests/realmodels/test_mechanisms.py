@@ -90,3 +90,12 @@ def test_runs_from_different_seeds_are_said_to_differ_before_any_op(tmp_path, go
     assert diagnosis.verdict.evidence[0].startswith(
         "the runs differ before any op: GPT2LMHeadModel/transformer/wte/aten.embedding_0 reads input_0 ")
     assert diagnosis.notes[0] == "the runs differ in seed: golden 0, target 1 (warning)"
+
+
+def test_compare_names_the_first_module_whose_output_diverges_while_its_inputs_do_not(tmp_path, goldens):
+    from precision_tool.compare.comparator import compare_dumps
+
+    case = Case("gpt2-eager", "fp16", "attn_overflow", "attn", "overflow", model_kwargs=(("qk_scale", 3000.0),))
+    summary = compare_dumps(*collect(case, tmp_path, goldens=goldens)).summary()
+    assert summary.first_flagged.name == "GPT2LMHeadModel/transformer/h.0/attn/aten.bmm_0"
+    assert summary.first_flagged_module.name == "GPT2LMHeadModel/transformer/h.0/attn"
