@@ -31,15 +31,18 @@ from precision_tool.errors import InputError
 @click.option("--junit", type=OUT_FILE, default=None, help="Also write JUnit XML, one testcase per op, to FILE.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="A table with a PASSED/FAILED footer, or JSON.")
+@click.option("--judge-inputs", is_flag=True,
+              help="Judge op inputs too (by default an input is judged as the output of the op that wrote it).")
 @allow_incomplete_option
 @selection_options
-def check(golden, target, min_cosine, max_abs_err, baseline_file, junit, fmt, allow_incomplete, steps, op_glob,
-          jobs):
+def check(golden, target, min_cosine, max_abs_err, baseline_file, junit, fmt, judge_inputs, allow_incomplete, steps,
+          op_glob, jobs):
     """Exit 1 when a tensor of TARGET fails its tolerance against GOLDEN.
 
-    Every matched tensor is judged: cosine, max abs error, NaN/inf the golden
-    tensor lacks, shape. Exit status 0 all pass, 1 a tensor fails, 2 usage or
-    input error.
+    Every matched op output is judged: cosine, max abs error, NaN/inf the
+    golden tensor lacks, shape. Pairs shown "not judged" (workspaces,
+    near-zero cancellations) are skipped, with the reason. Exit status 0 all
+    pass, 1 a tensor fails, 2 usage or input error.
     """
     from precision_tool.compare.baseline import load_baseline
     from precision_tool.compare.check import CheckCriteria, check_report
@@ -49,7 +52,8 @@ def check(golden, target, min_cosine, max_abs_err, baseline_file, junit, fmt, al
     baseline = load_baseline(baseline_file) if baseline_file is not None else None  # fail fast, before reading
     criteria = CheckCriteria(
         min_cosine=CHECK_MIN_COSINE if min_cosine is None else min_cosine, max_abs_err=max_abs_err,
-        baseline=baseline, absolute_on_baselined=min_cosine is not None or max_abs_err is not None)
+        baseline=baseline, absolute_on_baselined=min_cosine is not None or max_abs_err is not None,
+        judge_inputs=judge_inputs)
     report = run_compare(golden, target, steps, op_glob, jobs, allow_incomplete)
     if not report.ops:
         raise InputError(target, f"no tensor matches the golden dump {golden}: nothing to check")

@@ -30,6 +30,7 @@ def test_exit_0_when_every_tensor_passes(run_cli, golden, tmp_path):
     result = run_cli("check", golden, target)
     assert result.status == 0, result.stdout + result.stderr
     assert "PASSED | 3 tensors checked" in result.stdout  # outputs; inputs are judged where they are written
+    assert "PASSED | 6 tensors checked" in run_cli("check", golden, target, "--judge-inputs").stdout
 
 
 def test_exit_1_prints_failing_ops_first_first(run_cli, golden, tmp_path):
