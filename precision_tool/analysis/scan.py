@@ -46,6 +46,7 @@ from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
 from precision_tool.analysis.structure import (Consumers, Rewritten, enclosing_module, module_path,
                                                rewritten_backward, rewritten_modules)
+from precision_tool.compare.cancel import raise_if_interrupted
 from precision_tool.compare.judged import gradient_scale, loss_scale_ratios
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
@@ -122,6 +123,7 @@ class Scanner:
         self.target_key = _occurrence_keys(target)
         self.target_by_key = {self.target_key[id(r)]: r for r in target}
         for record in target:
+            raise_if_interrupted()  # Ctrl-C stops the scan between two ops even if a finaliser ate it
             if id(record) in by_record:
                 verdict = self._judge_rewrite(by_record[id(record)])
             elif record.is_module:

@@ -101,11 +101,16 @@ def click_message(exc: click.ClickException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv``; return the exit status instead of exiting."""
+    from precision_tool.compare.cancel import clear_interrupt, interrupted
+
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = "--traceback" in argv
+    clear_interrupt()
     try:
         # outside standalone mode click returns ctx.exit(code)'s code instead of exiting
         result = cli.main(args=argv, prog_name="precision-tool", standalone_mode=False)
+        if interrupted():  # a Ctrl-C whose exception a finaliser swallowed
+            raise KeyboardInterrupt
         return result if isinstance(result, int) and not isinstance(result, bool) else ExitStatus.OK
     except click.exceptions.Exit as exc:
         return exc.exit_code
@@ -127,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return ExitStatus.OK
     except Exception as exc:  # the boundary: anything else is our bug
+        if interrupted():  # work called off by Ctrl-C (compare.cancel.Cancelled), not a bug
+            click.echo("precision-tool: interrupted", err=True)
+            return ExitStatus.INTERRUPTED
         _report_internal(exc, show_traceback)
         return ExitStatus.INTERNAL
 
@@ -156,5 +164,8 @@ def keep_freed_memory() -> bool:
 
 def entry_point() -> None:
     """The console script: a process of its own, so its allocator is tuned for training steps."""
+    from precision_tool.compare.cancel import install_interrupt_handler
+
     keep_freed_memory()
+    install_interrupt_handler()
     sys.exit(main())

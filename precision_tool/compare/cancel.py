@@ -15,6 +15,8 @@ thread calls ``flag.check()`` between pieces.
 
 from __future__ import annotations
 
+import signal
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -22,6 +24,47 @@ from typing import Callable, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+_INTERRUPTED = threading.Event()  # set by the console script's SIGINT handler: sticky, unlike the exception
+
+
+def install_interrupt_handler() -> None:
+    """Ctrl-C raises KeyboardInterrupt as usual and is also remembered.
+
+    A KeyboardInterrupt that lands in a finaliser (a weakref callback, an
+    h5py object being freed) is printed as "Exception ignored" and lost, and
+    the command would run on to exit 0; remembered, the work stops at its next
+    check (`raise_if_interrupted`, `StopFlag.check`) and the command exits 130.
+    Such lost interrupts are not printed.
+    """
+    def handler(signum, frame):
+        _INTERRUPTED.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    previous = sys.unraisablehook
+
+    def unraisable(info):
+        if not isinstance(info.exc_value, KeyboardInterrupt):
+            previous(info)
+
+    sys.unraisablehook = unraisable
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C was pressed since `clear_interrupt`."""
+    return _INTERRUPTED.is_set()
+
+
+def clear_interrupt() -> None:
+    _INTERRUPTED.clear()
+
+
+def raise_if_interrupted() -> None:
+    """KeyboardInterrupt when Ctrl-C was pressed, even if its own exception was lost in a finaliser."""
+    if _INTERRUPTED.is_set():
+        raise KeyboardInterrupt
 
 
 class Cancelled(Exception):
@@ -42,8 +85,8 @@ class StopFlag:
         return self._event.is_set()
 
     def check(self) -> None:
-        """Raise `Cancelled` when the work has been called off."""
-        if self._event.is_set():
+        """Raise `Cancelled` when the work has been called off (or Ctrl-C was pressed)."""
+        if self._event.is_set() or _INTERRUPTED.is_set():
             raise Cancelled()
 
 

@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Protocol
 
 import numpy as np
 
-from precision_tool.compare.cancel import StopFlag, pool_map
+from precision_tool.compare.cancel import StopFlag, pool_map, raise_if_interrupted
 from precision_tool.compare.judged import (gradient_scale, loss_scale_ratios, near_zero, not_data,
                                            skip_consumed_near_zero)
 from precision_tool.compare.matching import MatchResult, TensorPair, match_ops
@@ -175,6 +175,8 @@ def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_e
     for x, y in aligned_chunks(_locked(target_chunks, read_lock), _locked(golden_chunks, read_lock)):
         if stop is not None:
             stop.check()  # Ctrl-C: a running pair ends within one chunk, not at its last
+        else:
+            raise_if_interrupted()
         accumulator.update(x, y)
     metrics = accumulator.result()
     if not row["skip"] and metrics.count:
