@@ -131,13 +131,13 @@ def attribute_record(golden_dump, target_dump, record: OpRecord, device: str = "
     inputs_off = tuple(slot for slot, e in inputs if e.overflowed or e.new_nan)
     introduced = expected = None
     if replay and not record.is_module:
-        introduced, expected = _introduced(golden_dump, target_dump, record, view, device, notes)
+        introduced, expected = replay_introduced(golden_dump, target_dump, record, view, device, notes)
     return Attribution(record.step, record.name, record.type, record.direction, record.compute_dtype,
                        observed, inherited, introduced, expected, device, tuple(notes), overflowed, new_nan,
                        inputs_off)
 
 
-def _introduced(golden_dump, target_dump, record: OpRecord, view: GoldenView, device: str, notes: list):
+def replay_introduced(golden_dump, target_dump, record: OpRecord, view: GoldenView, device: str, notes: list):
     """(introduced, expected) of ``record`` replayed on golden inputs; (None, None) when it cannot be."""
     inputs = view.input_list(record)
     golden_outputs = [view.get(t.slot) for t in record.outputs]

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, pair_errors,
-                                                 self_consistency)
+                                                 replay_introduced, self_consistency)
 from precision_tool.analysis.errors import format_limit, noise_floor, split_error
 from precision_tool.analysis.fusion import switch_off_action
 from precision_tool.analysis.overflow import overflow_entry
@@ -117,6 +117,7 @@ class Scanner:
         inside = {name for r in rewrites for name in r.members}
         by_record = {id(r.target_record): r for r in rewrites}
         self.views = golden_views(self.golden, target)
+        self._measured: dict[int, Attribution] = {}
         self.consumers = {d: Consumers([r for r in golden if r.direction == d]) for d in ("forward", "backward")}
         self.golden_key = _occurrence_keys(golden)
         self.golden_by_key = {self.golden_key[id(r)]: r for r in golden}
@@ -166,10 +167,19 @@ class Scanner:
     # -- one op ----------------------------------------------------------------------------------
 
     def _attribute(self, record: OpRecord, replay: bool) -> Attribution:
-        if replay:
-            self.replays += 1
-        return attribute_record(self.golden, self.target, record, view=self.views.get(id(record)) or
-                                GoldenView(self.golden, []), replay=replay)
+        """The record's attribution; its measured errors are read once per scan and kept (readers are
+        measured again by every harm check), the replay added on demand."""
+        view = self.views.get(id(record)) or GoldenView(self.golden, [])
+        measured = self._measured.get(id(record))
+        if measured is None:
+            measured = self._measured[id(record)] = attribute_record(self.golden, self.target, record, view=view,
+                                                                     replay=False)
+        if not replay or record.is_module:
+            return measured
+        self.replays += 1
+        notes = list(measured.notes)
+        introduced, expected = replay_introduced(self.golden, self.target, record, view, "npu", notes)
+        return replace(measured, introduced=introduced, expected=expected, notes=tuple(notes))
 
     def _judge_op(self, record: OpRecord) -> Verdict | None:
         if not any(t.has_data and is_float(t.dtype) for t in record.outputs):
