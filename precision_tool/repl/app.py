@@ -10,6 +10,7 @@ from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.styles import Style
 
+from precision_tool.compare.cancel import clear_interrupt
 from precision_tool.repl.completer import ShellCompleter
 
 PROMPT = "PrecisionTool > "
@@ -97,8 +98,11 @@ def run_interactive(runner, printer, prompt_session: PromptSession | None = None
             continue
         except EOFError:
             return
+        clear_interrupt()  # a Ctrl-C belongs to the command it interrupted, not to the next one
         try:
             if printer.show_all(runner.run_line(line)):
                 return
         except KeyboardInterrupt:  # a long command interrupted: back to the prompt
             printer.err.print("interrupted", style="red")
+        finally:
+            clear_interrupt()

@@ -65,3 +65,28 @@ def test_completer_adapter_yields_engine_candidates(runner):
 def test_prompt_is_precision_tool(runner):
     session = app.create_prompt_session(runner, history=InMemoryHistory(), output=DummyOutput())
     assert session.message == [("class:prompt", "PrecisionTool > ")]
+
+
+def test_a_ctrl_c_that_interrupted_a_command_does_not_stop_the_next_one(runner, monkeypatch):
+    from precision_tool.compare import cancel
+
+    run_line = runner.run_line
+    calls = []
+
+    def interrupted_once(line):
+        calls.append(line)
+        if len(calls) == 1:  # as the console script's SIGINT handler does: remember, then raise
+            cancel._INTERRUPTED.set()
+            raise KeyboardInterrupt
+        assert not cancel.interrupted()
+        return run_line(line)
+
+    monkeypatch.setattr(runner, "run_line", interrupted_once)
+    out, err = io.StringIO(), io.StringIO()
+    printer = Printer(Console(file=out, width=120), Console(file=err, width=120))
+    with create_pipe_input() as pipe:
+        pipe.send_text("vcs\nls -t Fused\nquit\n")
+        prompt = app.create_prompt_session(runner, history=InMemoryHistory(), input=pipe, output=DummyOutput())
+        app.run_interactive(runner, printer, prompt)
+    assert "interrupted" in err.getvalue() and "fused/MatMulRelu" in out.getvalue()
+    assert not cancel.interrupted()
