@@ -4,42 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("torch", reason="PyTorch not installed: pip install 'precision-tool[torch]'")
-pytest.importorskip("transformers", reason="transformers not installed: pip install -e '.[dev]'")
-
-from precision_tool.analysis import diagnose  # noqa: E402
-from precision_tool.dump.reader import open_dump  # noqa: E402
-from tests.realmodels.cases import Case, collect  # noqa: E402
+from precision_tool.analysis import diagnose
+from precision_tool.dump.reader import open_dump
+from tests.realmodels.cases import Case, collect
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 
-@pytest.fixture(scope="module")
-def goldens(tmp_path_factory):
-    """Golden dumps shared by the cases of one model."""
-    return tmp_path_factory.mktemp("goldens")
-
-
-def _diagnose(case, tmp_path, goldens, against_itself=False):
-    golden, target = collect(case, tmp_path, goldens=goldens)
-    with open_dump(golden) as g, open_dump(golden if against_itself else target) as t:
-        return diagnose(g, t)
-
-
-def test_a_golden_bert_dump_against_itself_has_no_overflow(tmp_path, goldens):
+def test_a_golden_bert_dump_against_itself_has_no_overflow(diagnosed):
     # SDPA with a boolean mask makes aten.scalar_tensor(-inf): golden holds it too, it is the computation
-    diagnosis = _diagnose(Case("bert-sdpa", "fp32"), tmp_path, goldens, against_itself=True)
+    diagnosis = diagnosed(Case("bert-sdpa", "fp32"), against_itself=True)
     assert diagnosis.verdict.cls == "none"
 
 
-def test_a_saturated_additive_mask_is_absorbed_by_softmax_and_only_noted(tmp_path, goldens):
-    diagnosis = _diagnose(Case("bert-eager", "fp16"), tmp_path, goldens)
+def test_a_saturated_additive_mask_is_absorbed_by_softmax_and_only_noted(diagnosed):
+    diagnosis = diagnosed(Case("bert-eager", "fp16"))
     assert diagnosis.verdict.cls == "none"
     assert any("absorbed by the ops that read it" in note and "beyond float16" in note for note in diagnosis.notes)
 
 
-def test_a_handwritten_activation_is_reported_with_both_op_sequences(tmp_path, goldens):
-    diagnosis = _diagnose(Case("bert-sdpa", "fp32", "handwritten", "act", "kernel_bug"), tmp_path, goldens)
+def test_a_handwritten_activation_is_reported_with_both_op_sequences(diagnosed):
+    diagnosis = diagnosed(Case("bert-sdpa", "fp32", "handwritten", "act", "kernel_bug"))
     verdict = diagnosis.verdict
     assert (verdict.cls, verdict.op, verdict.module) == (
         "kernel_bug", "BertForSequenceClassification/bert/encoder/layer.1/intermediate/intermediate_act_fn",
@@ -47,31 +32,31 @@ def test_a_handwritten_activation_is_reported_with_both_op_sequences(tmp_path, g
     assert "golden ran [gelu]; the target ran [mul, sigmoid, mul]" in verdict.evidence[0]
 
 
-def test_a_two_percent_scale_error_in_float32_is_a_kernel_bug_although_every_cosine_is_one(tmp_path, goldens):
-    verdict = _diagnose(Case("gpt2-sdpa", "fp32", "scale", "act", "kernel_bug"), tmp_path, goldens).verdict
+def test_a_two_percent_scale_error_in_float32_is_a_kernel_bug_though_every_cosine_is_one(diagnosed):
+    verdict = diagnosed(Case("gpt2-sdpa", "fp32", "scale", "act", "kernel_bug")).verdict
     assert (verdict.cls, verdict.op, verdict.direction) == (
         "kernel_bug", "GPT2LMHeadModel/transformer/h.1/mlp/act", "forward")
     assert "its output is 0.02 from golden while its inputs are within 0" in verdict.evidence[1]
 
 
-def test_nan_from_finite_inputs_is_an_invalid_operation(tmp_path, goldens):
-    verdict = _diagnose(Case("resnet", "fp32", "sqrt_act", "act", "invalid_operation"), tmp_path, goldens).verdict
+def test_nan_from_finite_inputs_is_an_invalid_operation(diagnosed):
+    verdict = diagnosed(Case("resnet", "fp32", "sqrt_act", "act", "invalid_operation")).verdict
     assert (verdict.cls, verdict.op, verdict.type) == (
         "invalid_operation", "ResNetForImageClassification/resnet/encoder/stages.1/layers.0/layer/0/activation/"
         "aten.sqrt_0", "aten.sqrt")
     assert "invalid operation" in verdict.action
 
 
-def test_exp_without_max_subtraction_is_the_overflow_not_a_later_op(tmp_path, goldens):
-    verdict = _diagnose(Case("gpt2-eager", "fp16", "naive_softmax", "attn", "overflow",
-                             model_kwargs=(("qk_scale", 24.0),)), tmp_path, goldens).verdict
+def test_exp_without_max_subtraction_is_the_overflow_not_a_later_op(diagnosed):
+    verdict = diagnosed(Case("gpt2-eager", "fp16", "naive_softmax", "attn", "overflow",
+                             model_kwargs=(("qk_scale", 24.0),))).verdict
     assert (verdict.cls, verdict.op, verdict.module) == (
         "overflow", "GPT2LMHeadModel/transformer/h.0/attn/aten.exp_0", "GPT2LMHeadModel/transformer/h.0/attn")
 
 
-def test_an_lstm_workspace_output_is_not_compared_as_data(tmp_path, goldens):
+def test_an_lstm_workspace_output_is_not_compared_as_data(diagnosed):
     # aten.mkldnn_rnn_layer returns a uint8 workspace that differs on every run
-    diagnosis = _diagnose(Case("lstm", "mix"), tmp_path, goldens)
+    diagnosis = diagnosed(Case("lstm", "mix"))
     assert diagnosis.verdict.cls == "none"
 
 
@@ -92,7 +77,7 @@ def test_runs_from_different_seeds_are_said_to_differ_before_any_op(tmp_path, go
     assert diagnosis.notes[0] == "the runs differ in seed: golden 0, target 1 (warning)"
 
 
-def test_compare_names_the_first_module_whose_output_diverges_while_its_inputs_do_not(tmp_path, goldens):
+def test_compare_names_the_first_module_whose_output_diverges_and_inputs_do_not(tmp_path, goldens):
     from precision_tool.compare.comparator import compare_dumps
 
     case = Case("gpt2-eager", "fp16", "attn_overflow", "attn", "overflow", model_kwargs=(("qk_scale", 3000.0),))
