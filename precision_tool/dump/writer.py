@@ -50,6 +50,7 @@ import numpy as np
 from precision_tool import __version__
 from precision_tool.dump import layout
 from precision_tool.dump.h5low import LowLevel
+from precision_tool.dump.index_tables import copy_table, describe_tensors, fusion_fields
 from precision_tool.dump.partial import PartialFile
 from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, StepRecord
 from precision_tool.dump.storage import to_storage
@@ -365,11 +366,12 @@ class DumpWriter:
         counts = [row[6] for row in self._op_rows]
         previous = self._previous_index
         if previous is not None and previous[1] == counts and previous[0] == entries:
-            table = _copy(previous[2])
+            table = copy_table(previous[2])
             self._long_shapes.update(previous[3])
         else:
-            table = self._describe_tensors(entries, counts)
-            self._previous_index = (entries, counts, _copy(table), dict(self._long_shapes))
+            table, long_shapes = describe_tensors(entries, counts)
+            self._long_shapes.update(long_shapes)
+            self._previous_index = (entries, counts, copy_table(table), dict(self._long_shapes))
         if not entries:
             return table
         self._seal_loose_stats()
@@ -378,26 +380,6 @@ class DumpWriter:
         for column, field in enumerate(layout.STATS_FIELDS):
             table[field] = values[:, column]
         table["has_data"][self._with_data] = 1
-        return table
-
-    def _describe_tensors(self, entries: list, counts: list) -> np.ndarray:
-        """An ``index`` table with the columns that describe each tensor filled, statistics zero."""
-        table = np.zeros(len(entries), dtype=layout.tensor_row_dtype())
-        if not entries:
-            return table
-        table["op"] = np.repeat(np.arange(len(counts)), counts)
-        kinds, slots, dtypes, shapes = list(zip(*entries))[:4]
-        table["kind"] = kinds
-        table["slot"] = slots
-        # a step has a few dozen distinct shapes and dtypes among hundreds of rows: convert each once
-        unique_dtypes, positions = _distinct(dtypes)
-        table["dtype"] = np.array(unique_dtypes, dtype=table.dtype["dtype"])[positions]
-        unique_shapes, positions = _distinct(shapes)
-        table["shape"] = np.array([_pad(shape) for shape in unique_shapes], dtype=np.int64)[positions]
-        table["ndim"] = np.array([len(shape) for shape in unique_shapes], dtype=np.uint8)[positions]
-        for which, shape in enumerate(unique_shapes):
-            if len(shape) > layout.MAX_RANK:
-                self._long_shapes.update({row: list(shape) for row in np.flatnonzero(positions == which).tolist()})
         return table
 
     def _attrs_text(self, name: str, attrs) -> bytes:
@@ -413,7 +395,7 @@ class DumpWriter:
             return b""
         cached = self._fusion_json.get(name)
         if cached is None or cached[0] is not fusion:
-            pass_name, names, types, outputs, inputs = _fusion_fields(fusion)
+            pass_name, names, types, outputs, inputs = fusion_fields(fusion)
             text = layout.dumps({"pass_name": pass_name, "original_names": names, "original_types": types,
                                  "output_origins": outputs, "input_origins": inputs})
             cached = self._fusion_json[name] = (fusion, text.encode())
@@ -432,7 +414,7 @@ class DumpWriter:
         h5.attr(gid, "compute_dtype", compute_dtype)
         h5.attr(gid, "overflow", bool(overflow))
         if fusion is not None:
-            pass_name, names = _fusion_fields(fusion)[:2]
+            pass_name, names = fusion_fields(fusion)[:2]
             h5.attr(gid, "pass_name", pass_name)
             h5.attr(gid, "original_names", layout.dumps(names))
         return gid
@@ -500,30 +482,6 @@ class DumpWriter:
 
 
 _DIRECTION_CODES = layout.DIRECTION_CODES
-
-
-def _copy(table: np.ndarray) -> np.ndarray:
-    """A copy of a structured array, byte for byte (numpy copies packed records field by field, 6x slower)."""
-    return table.view(np.uint8).copy().view(table.dtype)
-
-
-def _distinct(values: tuple) -> tuple[list, np.ndarray]:
-    """The distinct ``values`` in first-seen order, and the position of each value among them."""
-    unique = list(dict.fromkeys(values))
-    position = {value: i for i, value in enumerate(unique)}
-    return unique, np.fromiter(map(position.__getitem__, values), np.intp, count=len(values))
-
-
-def _pad(shape: tuple) -> tuple:
-    return (tuple(shape) + (0,) * layout.MAX_RANK)[:layout.MAX_RANK]
-
-
-def _fusion_fields(fusion) -> tuple:
-    """(pass_name, original_names, original_types, output_origins, input_origins) of a tuple or FusionInfo."""
-    if isinstance(fusion, tuple):
-        return fusion
-    return (fusion.pass_name, fusion.original_names, fusion.original_types, fusion.output_origins,
-            fusion.input_origins)
 
 
 def _reason(exc: BaseException) -> str:

@@ -1,0 +1,59 @@
+"""Building a step's ``index`` table from the writer's rows: the columns that describe each tensor.
+
+Split from `precision_tool.dump.writer`, which keeps the rows and the HDF5
+side; these functions only turn rows into numpy structured arrays, fast for
+the hundreds of rows a training step repeats (layout in `dump.layout`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from precision_tool.dump import layout
+
+
+def describe_tensors(entries: list, counts: list) -> tuple[np.ndarray, dict[int, list[int]]]:
+    """An ``index`` table with the columns that describe each tensor filled, statistics zero; and the
+    shapes of rank above ``layout.MAX_RANK`` by row (they go to a step attribute)."""
+    table = np.zeros(len(entries), dtype=layout.tensor_row_dtype())
+    long_shapes: dict[int, list[int]] = {}
+    if not entries:
+        return table, long_shapes
+    table["op"] = np.repeat(np.arange(len(counts)), counts)
+    kinds, slots, dtypes, shapes = list(zip(*entries))[:4]
+    table["kind"] = kinds
+    table["slot"] = slots
+    # a step has a few dozen distinct shapes and dtypes among hundreds of rows: convert each once
+    unique_dtypes, positions = distinct(dtypes)
+    table["dtype"] = np.array(unique_dtypes, dtype=table.dtype["dtype"])[positions]
+    unique_shapes, positions = distinct(shapes)
+    table["shape"] = np.array([_pad(shape) for shape in unique_shapes], dtype=np.int64)[positions]
+    table["ndim"] = np.array([len(shape) for shape in unique_shapes], dtype=np.uint8)[positions]
+    for which, shape in enumerate(unique_shapes):
+        if len(shape) > layout.MAX_RANK:
+            long_shapes.update({row: list(shape) for row in np.flatnonzero(positions == which).tolist()})
+    return table, long_shapes
+
+
+def copy_table(table: np.ndarray) -> np.ndarray:
+    """A copy of a structured array, byte for byte (numpy copies packed records field by field, 6x slower)."""
+    return table.view(np.uint8).copy().view(table.dtype)
+
+
+def distinct(values: tuple) -> tuple[list, np.ndarray]:
+    """The distinct ``values`` in first-seen order, and the position of each value among them."""
+    unique = list(dict.fromkeys(values))
+    position = {value: i for i, value in enumerate(unique)}
+    return unique, np.fromiter(map(position.__getitem__, values), np.intp, count=len(values))
+
+
+def _pad(shape: tuple) -> tuple:
+    return (tuple(shape) + (0,) * layout.MAX_RANK)[:layout.MAX_RANK]
+
+
+def fusion_fields(fusion) -> tuple:
+    """(pass_name, original_names, original_types, output_origins, input_origins) of a tuple or FusionInfo."""
+    if isinstance(fusion, tuple):
+        return fusion
+    return (fusion.pass_name, fusion.original_names, fusion.original_types, fusion.output_origins,
+            fusion.input_origins)
