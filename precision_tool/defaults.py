@@ -15,6 +15,9 @@ NPU_PRECISION_MODE = "allow_fp32_to_fp16"  # TF adapter default on Atlas trainin
 # compare / check / baseline (docs/compare.md)
 COMPARE_CHUNK_ELEMENTS = 1 << 20  # values read per chunk of a tensor: memory stays a few chunks
 COMPARE_JOBS = 2  # `compare --jobs`: threads scoring tensor pairs (1.6-1.85x on two cores, bench/bench_compare.py)
+# Threads only pay when pairs are large: below this many values per pair on average the pool's hand-offs
+# cost more than the GIL-free kernel saves (a 64-step transformer pair: 6.9 s with 2 threads, 4.2 s with one)
+COMPARE_POOL_MIN_ELEMENTS = 1 << 16
 BASELINE_COSINE_DROP_ABS = 1e-6  # `check --baseline`: cosine may drop by max(this, ...
 BASELINE_COSINE_DROP_REL = 0.1  # ... this share of the baseline's distance to 1, 1 - cosine)
 BASELINE_ERROR_GROWTH_REL = 0.1  # max_abs_err (or stats |norm diff|) may grow by 10 % ...

@@ -27,7 +27,7 @@ from precision_tool.compare.metrics import FLOAT64_EPS, PairAccumulator
 from precision_tool.compare.report import SHAPE_MISMATCH, CompareReport, DumpInfo, OpComparison, TensorRow
 from precision_tool.compare.selection import select_ops
 from precision_tool.compare.stats import ValueCounts, compare_stats, extra_nonfinite
-from precision_tool.defaults import COMPARE_CHUNK_ELEMENTS, COMPARE_JOBS
+from precision_tool.defaults import COMPARE_CHUNK_ELEMENTS, COMPARE_JOBS, COMPARE_POOL_MIN_ELEMENTS
 from precision_tool.dump.records import OpRecord
 from precision_tool.errors import ConfigError
 
@@ -132,7 +132,7 @@ def _score_pairs(pairs: list[TensorPair], golden: DumpSource, target: DumpSource
             progress(done, total)
 
     rows = []
-    if options.jobs == 1 or len(pairs) < 2:
+    if options.jobs == 1 or len(pairs) < 2 or total < COMPARE_POOL_MIN_ELEMENTS * len(pairs):
         for pair in pairs:
             rows.append(score(pair))
             report(pair)
@@ -172,16 +172,46 @@ def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_e
     if loss_scale != 1.0:
         target_chunks = (chunk / loss_scale for chunk in target_chunks)
     golden_chunks = _chunks(golden, pair.golden_op, g.slot, chunk_elements)
-    for x, y in aligned_chunks(_locked(target_chunks, read_lock), _locked(golden_chunks, read_lock)):
-        if stop is not None:
-            stop.check()  # Ctrl-C: a running pair ends within one chunk, not at its last
-        else:
-            raise_if_interrupted()
-        accumulator.update(x, y)
+    if math.prod(t.shape) <= chunk_elements:  # one chunk each (most tensors): no streaming machinery
+        _check_stop(stop)
+        with read_lock or _NO_LOCK:
+            x, y = _whole(target_chunks), _whole(golden_chunks)
+        if x.size != y.size:
+            raise ValueError("the two tensors hold different numbers of elements")
+        if x.size:
+            accumulator.update(x, y)
+    else:
+        for x, y in aligned_chunks(_locked(target_chunks, read_lock), _locked(golden_chunks, read_lock)):
+            _check_stop(stop)  # Ctrl-C: a running pair ends within one chunk, not at its last
+            accumulator.update(x, y)
     metrics = accumulator.result()
     if not row["skip"] and metrics.count:
         row["skip"] = near_zero(pair.golden_op, g, metrics.rmse * math.sqrt(metrics.count))
     return TensorRow(**row, metrics=metrics, extra_nonfinite=metrics.target_only_nonfinite)
+
+
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NO_LOCK = _NoLock()
+
+
+def _check_stop(stop: StopFlag | None) -> None:
+    if stop is not None:
+        stop.check()
+    else:
+        raise_if_interrupted()
+
+
+def _whole(chunks: Iterator[np.ndarray]) -> np.ndarray:
+    """The flat values of a tensor that comes in at most one chunk."""
+    first = next(chunks, None)
+    return np.empty(0) if first is None else np.ravel(first)
 
 
 def _chunks(source: DumpSource, op: OpRecord, slot: str, chunk_elements: int) -> Iterator[np.ndarray]:

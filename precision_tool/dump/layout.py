@@ -24,10 +24,19 @@ STEPS = "steps"
 OPS = "ops"
 INDEX = "index"
 OP_INDEX = "op_index"
+PACKS = "packs"  # schema 2: a step's small tensors, packed into a few byte datasets
 STATS_ATTR = "stats"
 DTYPE_ATTR = "dtype"
 STATS_FIELDS_ATTR = "stats_fields"  # root attribute: the order of a dataset's ``stats`` values
 JSON_KEYS_ATTR = "json_keys"  # root attribute: names of the attributes stored as JSON text
+
+# Schema 2 packs every tensor of at most PACK_LIMIT stored bytes into the step's ``packs/NNNNNN`` byte
+# datasets, each at most PACK_SEGMENT bytes (a larger tensor keeps a dataset of its own): reading a
+# small tensor is then a slice of a mapping, not an HDF5 object lookup (~200 us). Offsets are aligned.
+PACK_LIMIT = 1 << 18
+PACK_SEGMENT = 1 << 23
+PACK_ALIGN = 64
+NOT_PACKED = -1  # ``pack`` of an index row whose tensor has a dataset of its own, or no data
 
 MAX_RANK = 8  # shapes of higher rank are read from the dataset (or marked -1 in stats mode)
 INPUT, OUTPUT = 0, 1
@@ -55,8 +64,9 @@ def vstr_dtype() -> np.dtype:
 
 
 @functools.lru_cache(maxsize=None)
-def tensor_row_dtype() -> np.dtype:
-    """One row of ``/steps/<s>/index``: a tensor slot of a recorded op."""
+def tensor_row_dtype(schema: int = 2) -> np.dtype:
+    """One row of ``/steps/<s>/index``: a tensor slot of a recorded op (schema 1 has no pack columns)."""
+    packed = [("pack", "<i4"), ("offset", "<u8")] if schema >= 2 else []
     return np.dtype([
         ("op", "<u4"),  # row of the op in op_index
         ("kind", "u1"),  # 0 input, 1 output
@@ -66,6 +76,7 @@ def tensor_row_dtype() -> np.dtype:
         ("ndim", "u1"),
         ("shape", "<i8", (MAX_RANK,)),
         *[(name, STATS_DTYPE[name]) for name in STATS_FIELDS],
+        *packed,  # the ``packs/`` dataset holding the values (NOT_PACKED: none) and their byte offset
     ])
 
 
@@ -101,6 +112,10 @@ def step_name(step: int) -> str:
 def op_group_name(exec_index: int, name: str) -> str:
     """``000012__block1|attn|Softmax``: '/' separates HDF5 path parts, so it becomes '|'."""
     return f"{exec_index:06d}__{name.replace('/', '|')}"
+
+
+def pack_name(number: int) -> str:
+    return f"{number:06d}"
 
 
 def slot_name(kind: int, index: int) -> str:

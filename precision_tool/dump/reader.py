@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Iterator
 
@@ -42,11 +43,12 @@ import numpy as np
 
 from precision_tool.dump import layout
 from precision_tool.dump.records import SCHEMA_VERSION, DumpSummary, OpRecord, StepRecord
-from precision_tool.dump.steps import DamagedDump, StepIndex
-from precision_tool.dump.storage import from_storage
+from precision_tool.dump.steps import DamagedDump, StepIndex, TensorLocation
+from precision_tool.dump.storage import from_storage, stored_dtype
 from precision_tool.errors import InputError
 
 CHUNK_ELEMENTS = 1 << 22  # default chunk of `tensor_chunks`: 4 Mi values
+OPEN_PACKS = 4  # packs kept mapped per dump: memory stays a few segments however many ops are read
 
 
 def open_dump(path) -> "Dump":
@@ -78,6 +80,7 @@ class Dump:
         self._step_names = {int(name): name for name in names}
         self._indexes: dict[int, StepIndex] = {}
         self._step_records: list[StepRecord] | None = None
+        self._packs: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
 
     def _committed_step_names(self) -> list[str]:
         """The names of the first ``steps_complete`` step groups; a dump that claims more is damaged."""
@@ -167,9 +170,13 @@ class Dump:
 
     def tensor(self, step: int, exec_index: int, slot: str) -> np.ndarray:
         """The values of one tensor: float32 (float64 for float64 dumps), ints as stored."""
-        dataset, dtype, _, _ = self._dataset(step, exec_index, slot)
-        raw = dataset[()]
-        return from_storage(np.asarray(raw), dtype)
+        location = self._location(step, exec_index, slot)
+        if location.pack != layout.NOT_PACKED:
+            raw = self._packed(step, location).reshape(location.shape)
+            values = from_storage(raw, location.dtype)
+            return values.copy() if values.base is not None else values  # never a view of the mapped file
+        dataset, dtype, _, _ = self._dataset(step, location, slot)
+        return from_storage(np.asarray(dataset[()]), dtype)
 
     def tensor_chunks(self, step: int, exec_index: int, slot: str,
                       max_elements: int = CHUNK_ELEMENTS, mapped: bool = False) -> Iterator[np.ndarray]:
@@ -182,8 +189,15 @@ class Dump:
         consumer reads the page cache directly, which for the comparator is
         faster than any read into a buffer. Other tensors come as copies.
         """
-        dataset, dtype, stored, size = self._dataset(step, exec_index, slot)
+        location = self._location(step, exec_index, slot)
         limit = max(1, int(max_elements))
+        if location.pack != layout.NOT_PACKED:
+            raw = self._packed(step, location)
+            for start in range(0, location.size, limit):
+                chunk = from_storage(raw[start:start + limit], location.dtype)
+                yield chunk if mapped or chunk.base is None else chunk.copy()
+            return
+        dataset, dtype, stored, size = self._dataset(step, location, slot)
         offset = _raw_offset(self._file, dataset, dtype, stored, size) if mapped else None
         if offset is not None:
             yield from _mapped_chunks(self._file, self.path, offset, stored, size, limit)
@@ -191,21 +205,73 @@ class Dump:
         for selection in _chunk_selections(dataset.shape, limit):
             yield from_storage(np.asarray(dataset[selection]), dtype).reshape(-1)
 
-    def _dataset(self, step: int, exec_index: int, slot: str):
+    def _location(self, step: int, exec_index: int, slot: str) -> TensorLocation:
+        """Where a tensor with data is; KeyError when the step, op or tensor was not recorded, or has no data."""
         if step not in self._step_names:
             raise KeyError(f"step {step} is not a complete step of {self.path}")
-        index = self.step_index(step)
-        group_name, dtype, has_data, size = index.tensor_location(exec_index, slot)
-        if not has_data:
+        location = self.step_index(step).tensor_location(exec_index, slot)
+        if not location.has_data:
             raise KeyError(f"step {step} op {exec_index} {slot}: no tensor data (statistics only)")
-        path = f"/{layout.STEPS}/{self._step_names[step]}/{layout.OPS}/{group_name}/{slot}"
+        return location
+
+    def _dataset(self, step: int, location: TensorLocation, slot: str):
+        group = self.step_index(step).group_name(location)
+        path = f"/{layout.STEPS}/{self._step_names[step]}/{layout.OPS}/{group}/{slot}"
         try:
             dataset = self._file[path]
         except KeyError:
             raise InputError(self.path, f"{path}: missing, though the index lists the tensor") from None
         except OSError as exc:
             raise InputError(self.path, f"{path}: unreadable tensor ({exc})") from None
-        return dataset, dtype, _checked_dtype(self.path, path, dataset, dtype, size), size
+        stored = _checked_dtype(self.path, path, dataset, location.dtype, location.size)
+        return dataset, location.dtype, stored, location.size
+
+    def _packed(self, step: int, location: TensorLocation) -> np.ndarray:
+        """A packed tensor's stored values, flat: a read-only view of its pack."""
+        where = f"/{layout.STEPS}/{self._step_names[step]}/{layout.INDEX}"
+        try:
+            dtype = stored_dtype(location.dtype)
+        except TypeError:
+            raise InputError(self.path, f"{where}: a packed tensor of unknown dtype {location.dtype!r}") from None
+        pack = self._pack(step, location.pack)
+        end = location.offset + location.size * dtype.itemsize
+        if end > pack.size or location.offset % dtype.itemsize:
+            raise InputError(self.path, f"{self._pack_path(step, location.pack)}: holds {pack.size} bytes, "
+                                        f"where {where} puts a {location.dtype} tensor at bytes "
+                                        f"{location.offset}-{end}")
+        return pack[location.offset:end].view(dtype)
+
+    def _pack_path(self, step: int, number: int) -> str:
+        return f"/{layout.STEPS}/{self._step_names[step]}/{layout.PACKS}/{layout.pack_name(number)}"
+
+    def _pack(self, step: int, number: int) -> np.ndarray:
+        """One ``packs/`` dataset's bytes (mapped when stored plainly, else read), the last few kept."""
+        key = (step, number)
+        pack = self._packs.get(key)
+        if pack is not None:
+            self._packs.move_to_end(key)
+            return pack
+        path = self._pack_path(step, number)
+        try:
+            dataset = self._file[path]
+        except KeyError:
+            index = f"/{layout.STEPS}/{self._step_names[step]}/{layout.INDEX}"
+            raise InputError(self.path, f"{path}: missing, though {index} lists tensors in it") from None
+        except OSError as exc:
+            raise InputError(self.path, f"{path}: unreadable pack ({exc})") from None
+        import h5py
+
+        if not isinstance(dataset, h5py.Dataset) or dataset.dtype != np.uint8 or len(dataset.shape) != 1:
+            raise InputError(self.path, f"{path}: not a pack (a 1-D dataset of bytes)")
+        offset = _raw_offset(self._file, dataset, "uint8", dataset.dtype, dataset.size)
+        if offset is not None:
+            pack = next(_mapped_chunks(self._file, self.path, offset, dataset.dtype, dataset.size, dataset.size))
+        else:
+            pack = np.asarray(dataset[()])
+        self._packs[key] = pack
+        if len(self._packs) > OPEN_PACKS:
+            self._packs.popitem(last=False)  # its mapping is released once no chunk refers to it
+        return pack
 
     # -- internals ----------------------------------------------------------
 
@@ -237,7 +303,7 @@ class Dump:
         if index is None:
             group = self._step_group(step)
             try:
-                index = StepIndex.read(step, group)
+                index = StepIndex.read(step, group, self.schema_version)
             except DamagedDump as exc:
                 raise InputError(self.path, str(exc)) from None
             except (KeyError, OSError, ValueError, TypeError) as exc:
@@ -257,6 +323,7 @@ class Dump:
         return os.path.getsize(self.path)
 
     def close(self) -> None:
+        self._packs.clear()
         self._file.close()
 
     def __enter__(self) -> "Dump":
@@ -364,7 +431,7 @@ def _check_schema(path: str, metadata: dict) -> int:
         raise InputError(path, "not a precision-tool dump (no schema_version attribute)")
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
         raise InputError(path, f"unknown dump schema version {version!r}; "
-                               f"this precision-tool reads version {SCHEMA_VERSION}")
+                               f"this precision-tool reads versions 1 to {SCHEMA_VERSION}")
     return version
 
 
@@ -395,7 +462,7 @@ def _plain(value):
 
 def _raw_offset(file, dataset, dtype: str, stored: np.dtype, size: int) -> int | None:
     """Where a float32/float64 dataset's bytes lie in the file, in one piece and as they are; None otherwise."""
-    if (dtype not in ("float32", "float64") or stored != np.dtype(dtype) or not stored.isnative
+    if (dtype not in ("float32", "float64", "uint8") or stored != np.dtype(dtype) or not stored.isnative
             or size == 0 or dataset.shape == () or dataset.chunks is not None):  # filters need chunks
         return None
     try:

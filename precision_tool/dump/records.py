@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MODULE_TYPE_PREFIX = "module."  # the type of a module-boundary record: module.<class name>
 
 

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import json
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from precision_tool.dump import layout
-from precision_tool.dump.records import OpRecord, TensorRecord, TensorStats
+from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, TensorRecord, TensorStats
 from precision_tool.engine.hooks import DIRECTIONS
+
+
+class TensorLocation(NamedTuple):
+    """Where a recorded tensor's values are: its op group (schema 1, or a large tensor) or a pack."""
+
+    op: int  # the op's row in ``op_index``
+    dtype: str
+    has_data: bool
+    size: int  # number of values
+    shape: tuple
+    pack: int  # layout.NOT_PACKED, or the ``packs/`` dataset holding its bytes
+    offset: int  # byte offset in that pack
 
 
 class StepIndex:
@@ -21,10 +34,10 @@ class StepIndex:
         self.tensor_rows = tensor_rows
         self._long_shapes = long_shapes
         self._records: list[OpRecord] | None = None
-        self._by_exec: dict[int, int] | None = None
+        self._slots: dict[tuple[int, int, int], int] | None = None
 
     @classmethod
-    def read(cls, step: int, group) -> "StepIndex":
+    def read(cls, step: int, group, schema: int = SCHEMA_VERSION) -> "StepIndex":
         """Read and check the tables of a step group (an h5py Group); `DamagedDump` names what is wrong."""
         where = f"/{layout.STEPS}/{layout.step_name(step)}"
         long_shapes = _long_shapes(group.attrs.get("long_shapes"), where)
@@ -32,13 +45,14 @@ class StepIndex:
         if not has_ops and not has_index:  # the step recorded no op: then it has no tensor data either
             if layout.OPS in group and len(group[layout.OPS]):
                 raise DamagedDump(f"{where}/{layout.OP_INDEX}", "missing, though the step holds tensor data")
-            return cls(step, np.zeros(0, layout.op_row_dtype((1, 1, 1, 1))), np.zeros(0, layout.tensor_row_dtype()), {})
+            return cls(step, np.zeros(0, layout.op_row_dtype((1, 1, 1, 1))), np.zeros(0, layout.tensor_row_dtype(schema)),
+                       {})
         if not (has_ops and has_index):
             missing = layout.INDEX if has_ops else layout.OP_INDEX
             raise DamagedDump(f"{where}/{missing}", "missing (the step has "
                               f"{layout.OP_INDEX if has_ops else layout.INDEX} without it)")
         op_rows = _table(group, layout.OP_INDEX, where, _OP_FIELDS)
-        tensor_rows = _table(group, layout.INDEX, where, _TENSOR_FIELDS)
+        tensor_rows = _table(group, layout.INDEX, where, _TENSOR_FIELDS if schema >= 2 else _TENSOR_FIELDS_V1)
         check_tables(op_rows, tensor_rows, where, long_shapes)
         return cls(step, op_rows, tensor_rows, long_shapes)
 
@@ -62,29 +76,44 @@ class StepIndex:
         first, count = row[5], row[6]
         return self._record(row, {i: t for i, t in zip(range(first, first + count), self._tensors(first, count))})
 
-    def tensor_location(self, exec_index: int, slot: str) -> tuple[str, str, bool, int]:
-        """(op group name, dtype, has_data, number of values) of a tensor; KeyError when not recorded."""
-        if self._by_exec is None:
-            self._by_exec = {int(e): i for i, e in enumerate(self.op_rows["exec_index"])} if self.op_rows.size else {}
-        position = self._by_exec.get(int(exec_index))
-        if position is None:
-            raise KeyError(f"step {self.step}: no op with execution index {exec_index} recorded")
-        row = self.op_rows[position]
+    def tensor_location(self, exec_index: int, slot: str) -> TensorLocation:
+        """Where a tensor's values are; KeyError when it was not recorded."""
+        if self._slots is None:
+            self._slots = self._slot_rows()
         kind, index = layout.parse_slot(slot)
-        first, count = int(row["first_tensor"]), int(row["n_tensors"])
-        for offset, t in enumerate(self.tensor_rows[first:first + count]):
-            if t["kind"] == kind and t["slot"] == index:
-                name = row["name"].decode("utf-8")
-                shape = self._long_shapes.get(first + offset) or t["shape"][:t["ndim"]].tolist()
-                return (layout.op_group_name(int(exec_index), name), t["dtype"].decode(), bool(t["has_data"]),
-                        math.prod(shape))
-        raise KeyError(f"step {self.step}: op {exec_index} has no tensor {slot}")
+        row = self._slots.get((int(exec_index), kind, index))
+        if row is None:
+            if int(exec_index) not in self.op_rows["exec_index"]:
+                raise KeyError(f"step {self.step}: no op with execution index {exec_index} recorded")
+            raise KeyError(f"step {self.step}: op {exec_index} has no tensor {slot}")
+        op, dtype, has_data, ndim, shape, pack, offset = (column[row] for column in self._columns)
+        shape = tuple(self._long_shapes.get(row) or shape[:ndim])
+        return TensorLocation(op, dtype.decode(), bool(has_data), math.prod(shape), shape, pack, offset)
+
+    def group_name(self, location: TensorLocation) -> str:
+        """The name of the ``ops/`` group holding a tensor that is not packed."""
+        row = self.op_rows[location.op]
+        return layout.op_group_name(int(row["exec_index"]), row["name"].decode("utf-8"))
+
+    def _slot_rows(self) -> dict[tuple[int, int, int], int]:
+        """(exec_index, kind, slot) -> index row for every tensor of the step; the columns a location needs
+        become lists (one pass over the table, not a numpy scalar per field per lookup)."""
+        rows = self.tensor_rows
+        packed = "pack" in rows.dtype.names
+        self._columns = [rows[name].tolist() for name in ("op", "dtype", "has_data", "ndim", "shape")] + (
+            [rows["pack"].tolist(), rows["offset"].tolist()] if packed
+            else [[layout.NOT_PACKED] * rows.size, [0] * rows.size])
+        if not rows.size:
+            return {}
+        executions = self.op_rows["exec_index"][rows["op"]].tolist()
+        keys = zip(executions, rows["kind"].tolist(), rows["slot"].tolist())
+        return {key: row for row, key in enumerate(keys)}
 
     def _tensors(self, first: int = 0, count: int | None = None) -> list[TensorRecord]:
         rows = self.tensor_rows if count is None else self.tensor_rows[first:first + count]
         result = []
         for offset, t in enumerate(rows.tolist()):
-            (_, kind, index, dtype, has_data, ndim, shape, n, lo, hi, mean, std, norm, nan, inf, sat) = t
+            (_, kind, index, dtype, has_data, ndim, shape, n, lo, hi, mean, std, norm, nan, inf, sat, *_) = t
             row = first + offset
             full_shape = self._long_shapes.get(row) or tuple(int(d) for d in shape[:ndim])
             try:
@@ -147,8 +176,9 @@ class DamagedDump(ValueError):
 _OP_FIELDS = {"exec_index": "u", "direction": "u", "overflow": "u", "inherited_nonfinite": "u", "has_group": "u",
               "first_tensor": "u", "n_tensors": "u", "name": "S", "type": "S", "compute_dtype": "S",
               "fusion": "S", "attrs": "S"}
-_TENSOR_FIELDS = {"op": "u", "kind": "u", "slot": "u", "dtype": "S", "has_data": "u", "ndim": "u", "shape": "i",
-                  **{name: layout.STATS_DTYPE[name].kind for name in layout.STATS_FIELDS}}
+_TENSOR_FIELDS_V1 = {"op": "u", "kind": "u", "slot": "u", "dtype": "S", "has_data": "u", "ndim": "u", "shape": "i",
+                     **{name: layout.STATS_DTYPE[name].kind for name in layout.STATS_FIELDS}}
+_TENSOR_FIELDS = {**_TENSOR_FIELDS_V1, "pack": "i", "offset": "u"}
 
 
 def _table(group, name: str, where: str, fields: dict) -> np.ndarray:
@@ -193,6 +223,11 @@ def check_tables(op_rows: np.ndarray, tensor_rows: np.ndarray, where: str, long_
     _at_most(index, "op", tensor_rows["op"], op_rows.shape[0] - 1, None,
              f"past the end of {layout.OP_INDEX} ({op_rows.shape[0]} rows)")
     _at_most(index, "kind", tensor_rows["kind"], len(layout.KINDS) - 1, None, "neither input (0) nor output (1)")
+    if "pack" in tensor_rows.dtype.names:
+        below = np.flatnonzero(tensor_rows["pack"] < layout.NOT_PACKED)
+        if below.size:
+            raise DamagedDump(index, f"row {int(below[0])}: pack is {int(tensor_rows['pack'][below[0]])}, "
+                                     f"not a pack number or {layout.NOT_PACKED}")
     ndim = tensor_rows["ndim"].copy()
     ndim[[row for row in long_shapes if 0 <= row < ndim.size]] = 0  # shapes of higher rank are in long_shapes
     _at_most(index, "ndim", ndim, layout.MAX_RANK, None, f"more than {layout.MAX_RANK}, and no long_shapes entry")

@@ -33,6 +33,13 @@ def container_dtype(dtype: str) -> np.dtype:
     return np.dtype(dtype)
 
 
+def stored_dtype(dtype: str) -> np.dtype:
+    """The on-disk dtype of a tensor of format ``dtype`` (TypeError for a name numpy does not know)."""
+    if dtype == "bfloat16":
+        return np.dtype(_U16)
+    return np.dtype(dtype)
+
+
 def to_storage(array: np.ndarray, dtype: str, has_nan: bool = True) -> np.ndarray:
     """``array`` as written to disk for a tensor of format ``dtype``; C-contiguous."""
     array = np.asarray(array)

@@ -66,7 +66,9 @@ TensorEntry = tuple
 class DumpWriter:
     """Writes one run to one HDF5 file; see the module docstring for the protocol."""
 
-    def __init__(self, path, metadata: dict | None = None, *, overwrite: bool = True):
+    def __init__(self, path, metadata: dict | None = None, *, overwrite: bool = True,
+                 pack_limit: int = layout.PACK_LIMIT):
+        """``pack_limit``: tensors of at most this many stored bytes are packed (negative: none is)."""
         import h5py
 
         self.path = str(path)
@@ -95,6 +97,8 @@ class DumpWriter:
         self._long_shapes: dict[int, list[int]] = {}
         self._with_data: list[int] = []  # index rows whose tensor has a dataset
         self._stored: dict[int, tuple] = {}  # id(array) -> (weakref, dtype, group, slot) written this step
+        self._packs = _Packs(self._h5)  # the step's small tensors, packed (schema 2)
+        self._pack_limit = min(int(pack_limit), layout.PACK_LIMIT)
         self._attrs_json: dict[str, tuple] = {}  # op name -> (attrs object, JSON): attrs repeat every step
         self._fusion_json: dict[str, tuple] = {}
         self._padded: dict[tuple, tuple] = {}
@@ -160,6 +164,7 @@ class DumpWriter:
         self._op_rows, self._tensor_rows, self._long_shapes, self._with_data = [], [], {}, []
         self._stats_blocks, self._loose_from = [], 0
         self._stored = {}
+        self._packs.begin(self._step_group)
 
     def end_step(self, step_record: StepRecord, extra: dict | None = None) -> None:
         """Write the step's attributes and index and flush, then commit: link it, steps_complete += 1, flush.
@@ -172,6 +177,7 @@ class DumpWriter:
             raise ValueError(f"end of step {step_record.step} while step {self._step} is open")
         group, h5 = self._step_group, self._h5
         written = None
+        self._packs.flush()
         if self._op_rows:  # a step that recorded nothing has no index tables
             op_table = self._op_table()
             previous = self._previous_op_group
@@ -317,17 +323,47 @@ class DumpWriter:
 
     def _write_arrays(self, exec_index, direction, name, op_type, compute_dtype, overflow, fusion, first: int,
                       tensors: list, stats, arrays: list):
-        """The op's group, and a dataset for each of its tensors that has an array; return the group.
+        """Store each of the op's tensors that has an array; return the op's group, or None when none was needed.
 
-        ``tensors`` are (kind, index, dtype, ...) and ``stats`` their statistics (tuples or matrix rows).
+        Small tensors go into the step's packs; a larger one gets a dataset in
+        the op's group (created on first need). ``tensors`` are (kind, index,
+        dtype, ...) and ``stats`` their statistics (tuples or matrix rows).
         """
-        group = self._op_group(exec_index, direction, name, op_type, compute_dtype, overflow, fusion)
+        group = None
         for position, (tensor, array) in enumerate(zip(tensors, arrays)):
-            if array is not None:
-                kind, index, dtype = tensor[:3]
-                self._write_tensor(group, layout.slot_name(kind, index), dtype, array, stats[position])
-                self._with_data.append(first + position)
+            if array is None:
+                continue
+            kind, index, dtype = tensor[:3]
+            row = first + position
+            self._with_data.append(row)
+            # An op's output is usually the next op's input: the same array is stored once per step, and
+            # later slots refer to it (a pack position, or a hard link to its dataset: 5 us, not ~150 us)
+            seen = self._stored.get(id(array))
+            if seen is not None and seen[0]() is array and seen[1] == dtype:
+                if seen[2] is None:
+                    self._packs.point(row, seen[3])
+                    continue
+                stored = None
+            else:
+                stored = to_storage(array, dtype, has_nan=stats[position][6] > 0)
+                if stored.nbytes <= self._pack_limit:
+                    self._remember(array, dtype, None, self._packs.add(row, stored))
+                    continue
+            if group is None:
+                group = self._op_group(exec_index, direction, name, op_type, compute_dtype, overflow, fusion)
+            slot = layout.slot_name(kind, index)
+            if stored is None:
+                group.links.create_hard(slot.encode(), seen[2], seen[3])
+            else:
+                self._write_tensor(group, slot, dtype, array, stored, stats[position])
         return group
+
+    def _remember(self, array, dtype: str, group, where) -> None:
+        """Note where ``array`` was stored this step, so that a later slot holding it refers to it."""
+        try:
+            self._stored[id(array)] = (weakref.ref(array), dtype, group, where)
+        except TypeError:  # not weak-referenceable: never referred to again
+            pass
 
     def _seal_loose_stats(self) -> None:
         """Turn the statistics tuples of the rows added by `add_op` since the last block into a block."""
@@ -380,6 +416,7 @@ class DumpWriter:
         for column, field in enumerate(layout.STATS_FIELDS):
             table[field] = values[:, column]
         table["has_data"][self._with_data] = 1
+        self._packs.fill_columns(table)
         return table
 
     def _attrs_text(self, name: str, attrs) -> bytes:
@@ -419,19 +456,9 @@ class DumpWriter:
             h5.attr(gid, "original_names", layout.dumps(names))
         return gid
 
-    def _write_tensor(self, group, slot: str, dtype: str, array, stats: tuple) -> None:
-        # An op's output is usually the next op's input: the same array is stored once per step,
-        # and later slots are hard links to its dataset (5 us instead of ~150 us, and no copy).
-        first = self._stored.get(id(array))
-        if first is not None and first[0]() is array and first[1] == dtype:
-            group.links.create_hard(slot.encode(), first[2], first[3])
-            return
-        stored = to_storage(array, dtype, has_nan=stats[6] > 0)
+    def _write_tensor(self, group, slot: str, dtype: str, array, stored: np.ndarray, stats: tuple) -> None:
         dataset = self._h5.dataset(group, slot, stored)
-        try:
-            self._stored[id(array)] = (weakref.ref(array), dtype, group, slot.encode())
-        except TypeError:  # not weak-referenceable: never linked to
-            pass
+        self._remember(array, dtype, group, slot.encode())
         # a float64[9] in STATS_FIELDS order: a compound attribute costs five times as much to write
         self._h5.attr(dataset, layout.STATS_ATTR, np.array(stats, dtype=np.float64))
         if dtype == "bfloat16":
@@ -482,6 +509,65 @@ class DumpWriter:
 
 
 _DIRECTION_CODES = layout.DIRECTION_CODES
+
+
+class _Packs:
+    """One step's small tensors, copied into a buffer and written as ``packs/NNNNNN`` byte datasets.
+
+    Each tensor starts at a multiple of `layout.PACK_ALIGN` bytes; a pack is
+    written once it would pass `layout.PACK_SEGMENT` bytes, so memory stays
+    one segment however many tensors a step has. `fill_columns` puts each
+    index row's (pack, offset) into the step's ``index`` table.
+    """
+
+    def __init__(self, h5: LowLevel):
+        self._h5 = h5
+        self._buffer = np.empty(0, np.uint8)
+        self._group = self._packs_group = None
+        self._fill = self._number = 0
+        self._rows: list[int] = []
+        self._where: list[tuple[int, int]] = []
+
+    def begin(self, step_group) -> None:
+        self._group, self._packs_group = step_group, None
+        self._fill = self._number = 0
+        self._rows, self._where = [], []
+
+    def add(self, row: int, stored: np.ndarray) -> tuple[int, int]:
+        """Copy ``stored`` (C-contiguous) into the current pack; return its (pack, offset)."""
+        size = stored.nbytes
+        if self._fill + size > layout.PACK_SEGMENT:
+            self.flush()
+        if self._buffer.size < layout.PACK_SEGMENT:
+            self._buffer = np.empty(layout.PACK_SEGMENT, np.uint8)
+        start = self._fill
+        self._buffer[start:start + size] = stored.reshape(-1).view(np.uint8)
+        self._fill = start + size + (-size) % layout.PACK_ALIGN
+        where = (self._number, start)
+        self.point(row, where)
+        return where
+
+    def point(self, row: int, where: tuple[int, int]) -> None:
+        self._rows.append(row)
+        self._where.append(where)
+
+    def flush(self) -> None:
+        """Write the current pack, if it holds anything."""
+        if not self._fill:
+            return
+        if self._packs_group is None:
+            self._packs_group = self._h5.group(self._group, layout.PACKS)
+        self._h5.dataset(self._packs_group, layout.pack_name(self._number), self._buffer[:self._fill])
+        self._number += 1
+        self._fill = 0
+
+    def fill_columns(self, table: np.ndarray) -> None:
+        table["pack"] = layout.NOT_PACKED
+        table["offset"] = 0
+        if self._rows:
+            where = np.array(self._where, dtype=np.int64)
+            table["pack"][self._rows] = where[:, 0]
+            table["offset"][self._rows] = where[:, 1]
 
 
 def _reason(exc: BaseException) -> str:

@@ -51,7 +51,7 @@ def test_table(run_cli, tmp_path):
     result = run_cli("inspect", path)
     assert result.status == 0, result.stderr
     text = result.stdout
-    for expected in ("schema 1, complete", "synthetic", "saturation", "9 ops, 24 tensors",
+    for expected in ("schema 2, complete", "synthetic", "saturation", "9 ops, 24 tensors",
                      "1 op executions in 1 steps (1)", "block/FusedThing", "loss and loss scale", "4096"):
         assert expected in text
 
@@ -113,6 +113,6 @@ def test_bad_inputs(run_cli, tmp_path):
     future = tmp_path / "future.h5"
     write_synthetic(future, steps=1)
     with h5py.File(future, "r+") as f:
-        f.attrs["schema_version"] = 2
-    _one_line_error(run_cli, future, "unknown dump schema version 2")
+        f.attrs["schema_version"] = 3
+    _one_line_error(run_cli, future, "unknown dump schema version 3")
     _one_line_error(run_cli, tmp_path, "is a directory")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from precision_tool.dump.layout import PACK_LIMIT
 from precision_tool.dump.records import OpRecord, StepRecord, TensorRecord
 from precision_tool.dump.stats import tensor_stats
 from precision_tool.dump.writer import DumpWriter
@@ -30,13 +31,13 @@ def op(step, exec_index, name, arrays: dict, dtypes: dict, direction="forward", 
                     fields.pop("compute_dtype", "float16"), overflow, tensors, **fields)
 
 
-def write_synthetic(path, steps: int = 3, complete: bool = True, metadata=None):
+def write_synthetic(path, steps: int = 3, complete: bool = True, metadata=None, pack_limit: int = PACK_LIMIT):
     """A small dump: per step a float16 MatMul, a fused bfloat16 op and a stats-only backward op."""
     rng = np.random.default_rng(0)
     arrays_by_step = {}
     writer = DumpWriter(path, {"model": "synthetic", "role": "target", "mode": "dump", "seed": 7,
                                "device": {"device": "npu", "origin_dtype": "float32"},
-                               "overflow_mode": "saturation", **(metadata or {})})
+                               "overflow_mode": "saturation", **(metadata or {})}, pack_limit=pack_limit)
     for step in range(steps):
         writer.begin_step(step)
         x = exact(rng.standard_normal((4, 8)), "float16")

@@ -8,13 +8,13 @@ from precision_tool.dump.records import StepRecord, TensorRecord
 from precision_tool.dump.stats import tensor_stats
 from precision_tool.dump.writer import DumpWriter
 
-from dumpfakes import op
+from dumpfakes import op, write_synthetic
 
 
 def test_metadata_and_state(synthetic):
     path, _ = synthetic
     with open_dump(path) as dump:
-        assert dump.schema_version == 1
+        assert dump.schema_version == 2
         assert dump.complete and dump.steps_complete == 3
         assert dump.role == "target" and dump.mode == "dump"
         assert dump.metadata["device"] == {"device": "npu", "origin_dtype": "float32"}
@@ -83,8 +83,9 @@ def test_tensors_read_back_exactly(synthetic):
     assert labels.dtype == np.int64 and np.array_equal(labels, arrays[2]["labels"])
 
 
-def test_stored_dtypes_on_disk(synthetic):
-    path, _ = synthetic
+def test_stored_dtypes_on_disk_without_packing(tmp_path):
+    path = tmp_path / "unpacked.h5"
+    write_synthetic(path, pack_limit=-1)
     with h5py.File(path, "r") as f:
         group = f["steps/000001/ops"]
         assert list(group) == ["000000__block|MatMul", "000001__block|FusedThing"]
@@ -174,13 +175,16 @@ def test_steps_without_ops_and_many_slots_and_high_rank(tmp_path):
         arrays = {**inputs, "output_0": big}
         writer.write_op(op(6, 0, "cat/Concat", arrays, {k: "float32" for k in arrays}), arrays)
         writer.end_step(StepRecord(6, 0.4, 1.0, False))
+    with DumpWriter(tmp_path / "unpacked.h5", {}, pack_limit=-1) as writer:
+        writer.write_op(op(6, 0, "cat/Concat", arrays, {k: "float32" for k in arrays}), arrays)
+        writer.end_step(StepRecord(6, 0.4, 1.0, False))
     with open_dump(path) as dump:
         assert dump.step_numbers() == [5, 6] and dump.ops(step=5) == []
         record = dump.op(6, "cat/Concat")
         assert [t.slot for t in record.tensors][:12] == [f"input_{i}" for i in range(12)]
         assert record.tensor("output_0").shape == (1,) * 9 + (2,)
         assert dump.tensor(6, 0, "output_0").shape == (1,) * 9 + (2,)
-    with h5py.File(path, "r") as f:  # members listed in creation order, not alphabetically
+    with h5py.File(tmp_path / "unpacked.h5", "r") as f:  # members listed in creation order, not alphabetically
         assert list(f["steps/000006/ops/000000__cat|Concat"])[:12] == [f"input_{i}" for i in range(12)]
 
 

@@ -24,7 +24,7 @@ def runs(tmp_path_factory):
     paths = {"golden": folder / "golden.h5", "target": folder / "target.h5"}
     for args, path in ((("--device", "golden"), paths["golden"]),
                        (("--device", "npu", "--precision-mode", "force_fp16"), paths["target"])):
-        subprocess.run(command("collect", "transformer", "--steps", "16", "-o", path, *args),
+        subprocess.run(command("collect", "transformer", "--steps", "64", "-o", path, *args),
                        check=True, capture_output=True)
     return paths
 

@@ -1,0 +1,177 @@
+"""Benchmark: many small tensors. `compare`, `check` and `vcs` against reading the same bytes with numpy.
+
+Builds a golden and a target dump of ``--ops`` ops (default 20,000), one
+float32 tensor of ``--values`` values (default 1,000) each, the target
+slightly perturbed, twice: packed (schema 2, the default writer) and with one
+HDF5 dataset per tensor (``DumpWriter(pack_limit=-1)``, the layout of schema
+1). Then, alternating the order over ``--repeats`` rounds, each in a fresh
+interpreter:
+
+* ``floor``: the same tensor bytes read with numpy from one flat file per
+  side, tensor by tensor (``np.fromfile(f, count=...)``): what reading the
+  bytes costs without any dump format;
+* ``read/datasets``: every tensor dataset of the per-dataset pair opened and
+  read with h5py;
+* ``compare``: `compare_dumps` on the packed pair and on the per-dataset pair
+  (imports excluded), with its peak memory (VmHWM);
+* the CLI end to end on the packed pair (imports included): ``compare``,
+  ``check`` and the shell's ``vcs``.
+
+It prints the medians, compare's ratio to the floor (target: within 2x for
+20,000 ops), and how peak memory moves with the number of ops (run it with
+``--ops 50000`` too). The dumps are deleted afterwards unless --keep.
+
+    python bench/bench_many.py [--ops 20000] [--values 1000] [--repeats 3] [--dir DIR] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def build(directory: Path, ops: int, values: int, pack_limit: int | None, seed: int = 0) -> tuple[Path, Path]:
+    """golden.h5 and target.h5 of ``ops`` ops, one float32 tensor of ``values`` values each."""
+    from precision_tool.dump.records import OpRecord, StepRecord, TensorRecord
+    from precision_tool.dump.stats import tensor_stats
+    from precision_tool.dump.writer import DumpWriter
+
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = directory / "golden.h5", directory / "target.h5"
+    options = {} if pack_limit is None else {"pack_limit": pack_limit}
+    writers = [DumpWriter(paths[0], {"mode": "dump", "role": "golden"}, **options),
+               DumpWriter(paths[1], {"mode": "dump", "role": "target"}, **options)]
+    flats = [open(directory / "golden.bin", "wb"), open(directory / "target.bin", "wb")]
+    for writer in writers:
+        writer.begin_step(0)
+    for index in range(ops):
+        golden = rng.standard_normal(values, dtype=np.float32)
+        target = golden + np.float32(1e-3) * rng.standard_normal(values, dtype=np.float32)
+        for writer, flat, array in zip(writers, flats, (golden, target)):
+            tensor = TensorRecord("output_0", "float32", (values,), tensor_stats(array, "float32"))
+            writer.write_op(OpRecord(0, index, f"layer{index}/MatMul", "MatMul", "forward", "float32", False,
+                                     (tensor,)), {"output_0": array})
+            flat.write(array.tobytes())
+    for writer, flat in zip(writers, flats):
+        writer.end_step(StepRecord(0, 0.0, 1.0, False, ops_recorded=ops))
+        writer.close(complete=True)
+        flat.close()
+    return paths
+
+
+_FLOOR = """
+import sys, time, numpy as np
+ops, values = int(sys.argv[2]), int(sys.argv[3])
+start = time.perf_counter()
+for name in ("golden.bin", "target.bin"):
+    with open(sys.argv[1] + "/" + name, "rb") as f:
+        for _ in range(ops):
+            np.fromfile(f, dtype=np.float32, count=values)
+print(time.perf_counter() - start)
+"""
+
+_READ = """
+import sys, time, h5py
+start = time.perf_counter()
+for name in ("golden.h5", "target.h5"):
+    with h5py.File(sys.argv[1] + "/" + name, "r") as f:
+        ops = f["steps/000000/ops"]
+        for group in ops:
+            ops[group]["output_0"][()]
+print(time.perf_counter() - start)
+"""
+
+_COMPARE = """
+import sys, time
+from precision_tool.compare.comparator import CompareOptions, compare_dumps
+start = time.perf_counter()
+report = compare_dumps(sys.argv[1] + "/golden.h5", sys.argv[1] + "/target.h5", CompareOptions())
+elapsed = time.perf_counter() - start
+assert len(report.rows) == int(sys.argv[2])
+peak = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM")]
+print(elapsed, peak[0] if peak else "nan")
+"""
+
+
+def python(code: str, *args) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def cli(*args) -> float:
+    """Seconds of one precision-tool command, imports included; output discarded."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "precision_tool", *map(str, args)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"precision-tool {' '.join(map(str, args))} failed: {done.stderr.strip()}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", type=int, default=20_000)
+    parser.add_argument("--values", type=int, default=1_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    root = args.dir or Path(tempfile.mkdtemp(prefix="bench_many_"))
+    packed, datasets = root / "packed", root / "datasets"
+    started = time.perf_counter()
+    build(packed, args.ops, args.values, None)
+    built_packed = time.perf_counter() - started
+    started = time.perf_counter()
+    build(datasets, args.ops, args.values, -1)
+    built_datasets = time.perf_counter() - started
+    size = sum((packed / n).stat().st_size for n in ("golden.h5", "target.h5"))
+    print(f"{args.ops:,d} ops x {args.values:,d} float32, two dumps of {size / 1e6:.0f} MB; written in "
+          f"{built_packed:.1f} s packed, {built_datasets:.1f} s one dataset per tensor (with the flat files)")
+    times: dict[str, list[float]] = {}
+    peaks: dict[str, list[float]] = {}
+    try:
+        for round_ in range(args.repeats):
+            jobs = [("floor", lambda: float(python(_FLOOR, packed, args.ops, args.values)[0])),
+                    ("read/datasets", lambda: float(python(_READ, datasets)[0])),
+                    ("compare/packed", lambda: _compare(packed, args.ops, peaks, "compare/packed")),
+                    ("compare/datasets", lambda: _compare(datasets, args.ops, peaks, "compare/datasets")),
+                    ("cli compare", lambda: cli("compare", packed / "golden.h5", packed / "target.h5")),
+                    ("cli check", lambda: cli("check", packed / "golden.h5", packed / "target.h5")),
+                    ("cli vcs", lambda: cli("shell", packed / "golden.h5", packed / "target.h5", "-c", "vcs"))]
+            if round_ % 2:
+                jobs.reverse()
+            for name, job in jobs:
+                times.setdefault(name, []).append(job())
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    median = {name: statistics.median(values) for name, values in times.items()}
+    floor = median["floor"]
+    print(f"\n{'':<18}{'median s':>10}{'spread':>9}{'/ floor':>9}{'peak MB':>9}")
+    for name, values in times.items():
+        peak = f"{statistics.median(peaks[name]) / 1024:>9.0f}" if name in peaks else ""
+        print(f"{name:<18}{median[name]:>10.2f}{max(values) - min(values):>9.2f}{median[name] / floor:>9.1f}{peak}")
+    print(json.dumps({"ops": args.ops, "values": args.values, "median_s": median,
+                      "peak_kb": {k: statistics.median(v) for k, v in peaks.items()}}))
+
+
+def _compare(folder: Path, ops: int, peaks: dict, name: str) -> float:
+    seconds, peak = python(_COMPARE, folder, ops)
+    peaks.setdefault(name, []).append(float(peak))
+    return float(seconds)
+
+
+if __name__ == "__main__":
+    main()
