@@ -55,7 +55,7 @@ ONE_SIDE_ZERO = "one side is all zeros"
 NO_FINITE_PAIRS = "no element is finite on both sides"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TensorMetrics:
     """The metrics of one tensor pair; ``note`` says why cosine is NaN, if it is."""
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from precision_tool.dump.records import TensorStats
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StatsDelta:
     """How two tensors' statistics differ."""
 
@@ -62,7 +62,7 @@ def extra_nonfinite(target: TensorStats, golden: TensorStats) -> int:
     return max(0, target.nan - golden.nan) + max(0, target.inf - golden.inf)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ValueCounts:
     """NaN, inf and saturated (|v| == the dtype's max) counts of one side."""
 

@@ -14,7 +14,7 @@ SCHEMA_VERSION = 2
 MODULE_TYPE_PREFIX = "module."  # the type of a module-boundary record: module.<class name>
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TensorStats:
     """Statistics of one tensor, computed in float64 accumulators.
 
@@ -44,7 +44,7 @@ class TensorStats:
         return cls(0, nan, nan, nan, nan, 0.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TensorRecord:
     """One tensor slot of one op execution.
 
@@ -68,7 +68,7 @@ class TensorRecord:
         return int(self.slot.rsplit("_", 1)[1])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OpRecord:
     """One op execution in one step, with its tensors.
 
@@ -120,7 +120,7 @@ class OpRecord:
         raise KeyError(f"{self.name} has no tensor {slot}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     """What one training step reported."""
 
