@@ -3,13 +3,16 @@
 The models are the real-model suite's (``tests/realmodels/cases.py``): tiny
 Hugging Face GPT-2, BERT and ViT configs, a small ResNet and an LSTM language
 model (oneDNN off), random init, nothing downloaded. Each configuration trains
-a freshly built model (same seed) for ``--steps`` optimizer steps; only the
-training is timed. Per model, one process runs every configuration of ours,
+a freshly built model (same seed): one optimizer step untimed inside the
+configuration (it creates the dump file and its metadata, a one-off cost),
+then ``--steps`` timed steps: the steady-state cost a long run pays per step. Per model, one process runs every configuration of ours,
 interleaved over ``--repeats`` rounds (the order rotates each round):
 
 * ``plain``: no instrumentation;
 * ``noop mode``: an empty ``TorchDispatchMode`` around the step, the floor of
   any capture that intercepts aten ops from Python;
+* ``stats module``: ``precision_tool.torch.dump(path, "stats", level="module")``,
+  module calls only, no aten op intercepted;
 * ``stats``, ``overflow``, ``dump``: ``precision_tool.torch.dump(path, mode)``;
 * ``simulate``: ``simulate_npu("allow_mix_precision")``.
 
@@ -25,7 +28,7 @@ same bytes (every tensor read back from the dump and written, one dataset
 each). ``--json FILE`` writes every figure, with the date, for the README's
 table.
 
-    python bench/bench_real.py [--models gpt2,bert,vit,resnet,lstm] [--steps 2] [--repeats 5] [--json FILE]
+    python bench/bench_real.py [--models gpt2,bert,vit,resnet,lstm] [--steps 3] [--repeats 5] [--json FILE]
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"gpt2": "gpt2-sdpa", "bert": "bert-sdpa", "vit": "vit", "resnet": "resnet", "lstm": "lstm-nodnn"}
-OURS = ("plain", "noop mode", "stats", "overflow", "dump", "simulate")
+OURS = ("plain", "noop mode", "stats module", "stats", "overflow", "dump", "simulate")
 MSPROBE = ("msprobe plain", "msprobe stats", "msprobe tensor")
 
 
@@ -57,14 +60,17 @@ def _case(model: str):
     return Case(model, "clean", "fp32")
 
 
-def _step_loop(run, steps: int, around=None) -> float:
-    """Seconds to train ``steps`` optimizer steps; ``around(step_index)`` is a context per step, if given."""
+def _step_loop(run, steps: int, around=None, warm: int = 1) -> float:
+    """Seconds to train ``steps`` optimizer steps after ``warm`` untimed ones; ``around(step_index)`` is a
+    context per step, if given."""
     import contextlib
 
     import precision_tool.torch as ptt
 
     start = time.perf_counter()
-    for index in range(steps):
+    for index in range(warm + steps):
+        if index == warm:
+            start = time.perf_counter()
         with (around(index) if around else contextlib.nullcontext()):
             loss = run.loss(run.model, run.batch)
             run.optimizer.zero_grad()
@@ -96,6 +102,8 @@ def _ours(model: str, steps: int, repeats: int, workdir: Path) -> dict:
             return Noop()
         if name == "simulate":
             return ptt.simulate_npu("allow_mix_precision")
+        if name == "stats module":
+            return ptt.dump(path, mode="stats", level="module")
         return ptt.dump(path, mode=name)
 
     times: dict[str, list[float]] = {name: [] for name in OURS}
@@ -147,50 +155,53 @@ def _raw_write_seconds(dump: Path, out: Path) -> float:
     return best
 
 
-def _msprobe(model: str, steps: int, repeats: int, workdir: Path) -> dict:
+def _msprobe(model: str, steps: int, repeats: int, workdir: Path, task: str = "statistics") -> dict:
+    """msprobe's ``task`` dump; one task per process, since its PrecisionDebugger is a process-wide singleton
+    that keeps the first configuration it was given."""
     from tests.realmodels.cases import _dnn, build
 
     case = _case(model)
-    times: dict[str, list[float]] = {name: [] for name in MSPROBE}
+    name = f"msprobe {'stats' if task == 'statistics' else task}"
+    times: dict[str, list[float]] = {"msprobe plain": [], name: []}
     with _dnn(case):
         _step_loop(build(case), steps)
         for _ in range(repeats):  # plain first: msprobe patches torch once imported and started
             times["msprobe plain"].append(_step_loop(build(case), steps))
         from msprobe.pytorch import PrecisionDebugger
 
+        config = workdir / f"{task}.json"
+        config.write_text(json.dumps({"task": task, "level": "L1", "dump_path": str(workdir / f"msprobe_{task}"),
+                                      task: {"data_mode": ["all"]}}))
+        debugger = PrecisionDebugger(config_path=str(config))
         for round_ in range(repeats + 1):
-            for task in ("statistics", "tensor"):
-                out = workdir / f"msprobe_{task}_{round_}"
-                config = workdir / f"{task}.json"
-                config.write_text(json.dumps({"task": task, "level": "L1", "dump_path": str(out),
-                                              task: {"data_mode": ["all"]}}))
-                debugger = PrecisionDebugger(config_path=str(config))
-                run = build(case)
+            run = build(case)
 
-                class Around:
-                    def __init__(self, index):
-                        pass
+            class Around:
+                def __init__(self, index):
+                    pass
 
-                    def __enter__(self):
-                        debugger.start(run.model)
+                def __enter__(self):
+                    debugger.start(run.model)
 
-                    def __exit__(self, *exc):
-                        debugger.stop()
-                        debugger.step()
+                def __exit__(self, *exc):
+                    debugger.stop()
+                    debugger.step()
 
-                seconds = _step_loop(run, steps, Around)
-                if round_:
-                    times[f"msprobe {'stats' if task == 'statistics' else 'tensor'}"].append(seconds)
-    return {"times": times}
+            seconds = _step_loop(run, steps, Around)
+            if round_:
+                times[name].append(seconds)
+    written = sum(f.stat().st_size for f in (workdir / f"msprobe_{task}").rglob("*") if f.is_file())
+    return {"times": times, "bytes": written}
 
 
 # ---- the driver ------------------------------------------------------------------------------------
 
-def _worker(kind: str, model: str, steps: int, repeats: int) -> dict:
-    code = (f"import json, sys, tempfile, pathlib; sys.path.insert(0, {str(ROOT)!r}); "
+def _worker(kind: str, model: str, steps: int, repeats: int, *extra) -> dict:
+    code = (f"import json, shutil, sys, tempfile, pathlib; sys.path.insert(0, {str(ROOT)!r}); "
             f"from bench.bench_real import _{kind}; "
             f"d = tempfile.mkdtemp(prefix='bench_real_'); "
-            f"print(json.dumps(_{kind}({model!r}, {steps}, {repeats}, pathlib.Path(d))))")
+            f"r = _{kind}({model!r}, {steps}, {repeats}, pathlib.Path(d), *{extra!r}); "
+            f"shutil.rmtree(d, ignore_errors=True); print(json.dumps(r))")
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     if done.returncode:
@@ -210,17 +221,26 @@ def _has_msprobe() -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--markdown", type=Path, default=None, metavar="JSON",
+                        help="print the table rows of docs/torch.md from a --json file, and stop")
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
     msprobe = _has_msprobe()
     results = {}
     for short in args.models.split(","):
         model = MODELS[short]
         result = _worker("ours", model, args.steps, args.repeats)
         if msprobe:
-            result["msprobe"] = _worker("msprobe", model, args.steps, args.repeats)["times"]
+            stats = _worker("msprobe", model, args.steps, args.repeats, "statistics")
+            tensor = _worker("msprobe", model, args.steps, args.repeats, "tensor")
+            result["msprobe"] = {**stats["times"], "msprobe tensor": tensor["times"]["msprobe tensor"],
+                                 "msprobe plain": stats["times"]["msprobe plain"] + tensor["times"]["msprobe plain"]}
+            result["msprobe_tensor_bytes"] = tensor["bytes"]
         results[short] = result
         _print_model(short, result, args.steps)
     if not msprobe:
@@ -251,7 +271,31 @@ def _print_model(name: str, result: dict, steps: int) -> None:
         base = statistics.median(mp["msprobe plain"])
         print(f"        msprobe (own plain {base * 1000 / steps:.1f} ms/step): statistics "
               f"{statistics.median(mp['msprobe stats']) / base:.2f}x, tensor "
-              f"{statistics.median(mp['msprobe tensor']) / base:.2f}x")
+              f"{statistics.median(mp['msprobe tensor']) / base:.2f}x "
+              f"({result.get('msprobe_tensor_bytes', 0) / 1e6:.1f} MB written)")
+
+
+def markdown(document: dict) -> str:
+    """The rows of the performance table in docs/torch.md: each ratio is a median of the saved runs."""
+    rows = []
+    for name, result in document["results"].items():
+        times = result["times"]
+        plain = statistics.median(times["plain"])
+        cells = [name, f"{plain * 1000 / document['steps']:.1f} ms"]
+        cells += [f"{statistics.median(times[c]) / plain:.2f}x" for c in ("noop mode", "stats module", "stats",
+                                                                            "overflow")]
+        added = statistics.median(times["dump"]) - plain
+        speed = result["sizes"]["dump"] / added / (result["sizes"]["dump"] / result["raw_write_s"])
+        cells.append(f"{statistics.median(times['dump']) / plain:.2f}x ({speed:.0%} of raw h5py)")
+        cells.append(f"{statistics.median(times['simulate']) / plain:.2f}x")
+        msprobe = result.get("msprobe")
+        if msprobe:
+            base = statistics.median(msprobe["msprobe plain"])
+            cells += [f"{statistics.median(msprobe[c]) / base:.2f}x" for c in ("msprobe stats", "msprobe tensor")]
+        else:
+            cells += ["-", "-"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
 
 
 def _spread(values: list[float]) -> float:

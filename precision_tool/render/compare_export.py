@@ -14,6 +14,8 @@ import json
 import math
 from dataclasses import asdict
 
+import numpy as np
+
 from precision_tool.compare.report import CompareReport, OpComparison, TensorRow, row_flags
 
 METRIC_FIELDS = ("cosine", "max_abs_err", "max_rel_err", "mean_abs_err", "mean_rel_err", "rmse",
@@ -110,6 +112,8 @@ def to_json(report: CompareReport, ops: list[OpComparison], cosine_threshold: fl
 
 
 def _csv_cell(value) -> str:
+    if isinstance(value, np.generic):  # numpy 2 writes np.float64(0.99) as its repr: a plain number instead
+        value = value.item()
     if value is None:
         return ""
     if isinstance(value, bool):

@@ -36,6 +36,7 @@ from precision_tool.torch.tensors import (EMPTY_STATS, TensorStatsCache, array_s
                                          to_numpy)
 
 MODES = ("dump", "stats", "overflow")
+LEVELS = ("op", "module")  # every aten op and module call; module calls only (no op is intercepted)
 _MODULE_ATTRS: dict = {}
 _NAN, _INF = 6, 7  # positions of the NaN and Inf counts in a statistics tuple
 ROLES = ("golden", "target", "overflow")
@@ -52,13 +53,20 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
     `simulate_npu` is active when the first step begins or ``torch.autocast``
     when the dump is entered, else ``golden``. ``model`` names the run in the metadata
     (default: the script's file name); ``metadata`` adds root attributes.
+    ``level="module"`` records only the module calls: no aten op is
+    intercepted, so capture costs a fraction of what it costs at op level
+    (the default, ``"op"``); not in overflow mode, which judges ops.
     """
 
     def __init__(self, path, mode: str = "dump", steps=None, *, role: str | None = None,
                  model: str | None = None, seed: int | None = None, record_views: bool = False,
-                 modules: bool = True, metadata: dict | None = None):
+                 modules: bool = True, metadata: dict | None = None, level: str = "op"):
         if mode not in MODES:
             raise choice_error("dump mode", mode, MODES)
+        if level not in LEVELS:
+            raise choice_error("capture level", level, LEVELS)
+        if level == "module" and (mode == "overflow" or not modules):
+            raise ValueError("level='module' records module calls: it needs modules=True and a dump or stats mode")
         if role is not None and role not in ROLES:
             raise choice_error("role", role, ROLES)
         self.path = os.fspath(path)
@@ -69,6 +77,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self.seed = seed
         self.record_views = record_views
         self.modules = modules and mode != "overflow"
+        self.level = level
         self.extra_metadata = dict(metadata or {})
         self._attrs: dict[str, tuple] = {}  # op name -> (signature of its arguments, attrs)
         self.ops_recorded = 0
@@ -119,7 +128,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         return True
 
     def wants(self, call: OpCall) -> bool:
-        return self.record_views or not call.info.is_view
+        return self.level == "op" and (self.record_views or not call.info.is_view)
 
     def before(self, call: OpCall) -> None:
         written = {id(t) for t in flat_tensors(call.info.mutated_args(call.args, call.kwargs))} \
@@ -262,7 +271,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             "device": device, "precision_mode": precision_mode, "overflow_mode": overflow_mode,
             "origin_dtype": "float32", "autocast": autocast, "torch_version": torch.__version__,
             "steps_filter": sorted(self.steps) if self.steps is not None else None,
-            "record_views": self.record_views, "modules": self.modules,
+            "record_views": self.record_views, "modules": self.modules, "capture_level": self.level,
         }
         if simulator is not None and simulator.mixlists != type(simulator.mixlists)():
             metadata["modify_mixlist"] = {k: sorted(getattr(simulator.mixlists, k)) for k in ("white", "black", "gray")}

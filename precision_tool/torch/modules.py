@@ -13,18 +13,26 @@ that never arrive (an output the loss does not use) are absent slots.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
+
+
+def without_modes():
+    """Leave the capture's dispatch mode while reading tensors; nothing to leave at module level (no mode)."""
+    return _disable_current_modes() if torch._C._len_torch_dispatch_stack() else contextlib.nullcontext()
 
 
 class PendingGradients:
     """One module call waiting for the gradients at its boundary."""
 
-    __slots__ = ("name", "module_type", "step", "waiting", "outputs", "inputs")
+    __slots__ = ("name", "module_type", "step", "waiting", "open", "outputs", "inputs")
 
     def __init__(self, name: str, module_type: str, step: int):
         self.name, self.module_type, self.step = name, module_type, step
         self.waiting = 0
+        self.open = True  # still in ModuleGradients._pending (a list: membership tests would cost O(n))
         self.outputs: dict[int, torch.Tensor] = {}  # forward input index -> gradient (backward outputs)
         self.inputs: dict[int, torch.Tensor] = {}  # forward output index -> gradient (backward inputs)
 
@@ -54,12 +62,13 @@ class ModuleGradients:
 
     def _arrived(self, pending: PendingGradients, slots: dict, index: int):
         def hook(grad):
-            if pending not in self._pending or grad is None:
+            if not pending.open or grad is None:
                 return None
-            with _disable_current_modes():  # the hook runs inside the capture: keep its reads out of it
+            with without_modes():  # the hook runs inside the capture: keep its reads out of it
                 slots[index] = grad.detach().clone() if grad.is_floating_point() else grad
             pending.waiting -= 1
             if pending.waiting == 0:
+                pending.open = False
                 self._pending.remove(pending)
                 self._write(pending)
             return None
@@ -70,5 +79,6 @@ class ModuleGradients:
         """The step ends: write what arrived for the calls still waiting, forget the rest."""
         pending, self._pending = self._pending, []
         for item in pending:
+            item.open = False
             if item.inputs or item.outputs:
                 self._write(item)

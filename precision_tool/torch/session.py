@@ -21,11 +21,11 @@ import math
 import warnings
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from precision_tool.dump.records import MODULE_TYPE_PREFIX
 from precision_tool.engine.hooks import BACKWARD
-from precision_tool.torch.modules import ModuleGradients
+from precision_tool.torch.modules import ModuleGradients, without_modes
 from precision_tool.torch.naming import Namer
 from precision_tool.torch.ops import AtenOp, dtype_name, encode_args, flat_tensors, op_info, result_tensors
 from precision_tool.torch.tensors import FORMAT_ATTR, logical_dtype
@@ -108,6 +108,7 @@ class Session:
         self.optimizer = None
         self._watching: list = []
         self._mode: _Interceptor | None = None
+        self._started = False
         self._handles: list = []
         self._warned_autocast = False
         self._gradients = ModuleGradients(self._module_gradients)
@@ -118,12 +119,12 @@ class Session:
 
     @property
     def active(self) -> bool:
-        return self._mode is not None
+        return self._started
 
     # -- contexts -------------------------------------------------------------
 
     def attach(self, recorder=None, simulator=None) -> None:
-        if self._mode is None:
+        if not self._started:
             self._start()
         if recorder is not None:
             self.recorders.append(recorder)
@@ -131,6 +132,13 @@ class Session:
                 self._watching.append(recorder)
         if simulator is not None:
             self.simulators.append(simulator)
+        if self._mode is None and self._needs_ops():
+            self._mode = _Interceptor(self)
+            self._mode.__enter__()
+
+    def _needs_ops(self) -> bool:
+        """Whether some context sees aten ops: a simulator does, and so does every recorder but a module-level one."""
+        return bool(self.simulators) or any(getattr(r, "level", "op") != "module" for r in self.recorders)
 
     def detach(self, recorder=None, simulator=None) -> None:
         if recorder is not None and recorder in self.recorders:
@@ -139,7 +147,7 @@ class Session:
                 self._watching.remove(recorder)
         if simulator is not None and simulator in self.simulators:
             self.simulators.remove(simulator)
-        if not self.recorders and not self.simulators and self._mode is not None:
+        if not self.recorders and not self.simulators and self._started:
             self._stop()
 
     def _start(self) -> None:
@@ -152,13 +160,14 @@ class Session:
         self.namer.on_leave = self._module_done
         self._handles = [optimizer.register_optimizer_step_pre_hook(self._optimizer_begins),
                          optimizer.register_optimizer_step_post_hook(self._optimizer_ends)]
-        self._mode = _Interceptor(self)
-        self._mode.__enter__()
+        self._started = True  # the dispatch mode is pushed by `attach` once a context needs ops
 
     def _stop(self) -> None:
         mode, self._mode = self._mode, None
+        self._started = False
         try:
-            mode.__exit__(None, None, None)
+            if mode is not None:
+                mode.__exit__(None, None, None)
         finally:
             for handle in self._handles:
                 handle.remove()
@@ -210,6 +219,11 @@ class Session:
 
     def _module_done(self, module, path: str, args, kwargs, output) -> None:
         """A module's forward returned: its float inputs and outputs go to the recorders that keep modules."""
+        if self._mode is None:  # module level only: no op opens or ends steps, module calls do
+            if self.pending_boundary:
+                self.end_step()
+            if not self.step_open:
+                self._open_step()
         if not self.step_open or self.pending_boundary:
             return
         if self._watching and _autocast_active():  # visible here, in Python, not inside dispatch
@@ -218,7 +232,7 @@ class Session:
         watching = [r for r in self._watching if r.modules]
         if not watching:
             return
-        with _disable_current_modes():  # reading the tensors must not dispatch through the capture itself
+        with without_modes():  # reading the tensors must not dispatch through the capture itself
             outputs = _float_leaves(output)
             if not outputs:
                 return
@@ -237,7 +251,7 @@ class Session:
         watching = [r for r in self._watching if r.modules]
         if not watching:
             return
-        with _disable_current_modes():
+        with without_modes():
             exec_index = self.exec_index
             self.exec_index += 1
             inputs, outputs = sorted(pending.inputs.items()), sorted(pending.outputs.items())

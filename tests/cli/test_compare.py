@@ -2,6 +2,7 @@ import csv
 import io
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,6 +69,18 @@ def test_csv_to_a_file(run_cli, dumps, tmp_path):
     assert result.status == 0 and result.stdout == "" and f"wrote {out}" in result.stderr
     rows = list(csv.DictReader(io.StringIO(out.read_text())))
     assert len(rows) == 16 and rows[0]["op"] == "embed/Op"
+
+
+def test_csv_numbers_are_plain_numbers_equal_to_the_json(run_cli):
+    samples = [Path(__file__).resolve().parents[2] / "sample_dumps" / name for name in ("golden.h5", "npu.h5")]
+    table = list(csv.DictReader(io.StringIO(run_cli("compare", *samples, "--all", "--format", "csv").stdout)))
+    document = json.loads(run_cli("compare", *samples, "--all", "--format", "json").stdout)["rows"]
+    assert len(table) == len(document) > 100
+    for row, expected in zip(table, document):
+        for name in ("cosine", "max_abs_err", "mean_abs_err", "mean_rel_err", "accumulated_rel_err",
+                     "kl_divergence", "rmse"):
+            if expected[name] is not None:  # null in JSON: nan or inf in CSV
+                assert float(row[name]) == expected[name], (row["op"], name, row[name])
 
 
 def test_table_to_a_file_and_a_plot(run_cli, dumps, tmp_path):

@@ -111,3 +111,38 @@ def test_backward_module_records_hold_the_gradients_at_the_module_boundary(tmp_p
         np.testing.assert_allclose(dump.tensor(0, fc2.exec_index, "input_0"), logits.grad.numpy(), rtol=1e-6)
         np.testing.assert_allclose(dump.tensor(0, fc2.exec_index, "output_0"), activated.grad.numpy(), rtol=1e-6)
         np.testing.assert_allclose(dump.tensor(0, act.exec_index, "output_0"), hidden.grad.numpy(), rtol=1e-6)
+
+
+def _module_rows(dump) -> list[tuple]:
+    return [(r.step, r.name, r.type, r.direction, tuple(t.slot for t in r.tensors),
+             tuple(t.stats for t in r.tensors)) for r in dump.ops() if r.is_module]
+
+
+@pytest.mark.parametrize("mode", ["stats", "dump"])
+def test_module_level_records_the_module_calls_of_op_level_and_nothing_else(tmp_path, mode):
+    for level in ("op", "module"):
+        with ptt.dump(tmp_path / f"{level}.h5", mode=mode, level=level):
+            losses = train(make_mlp(), steps=3)
+    with open_dump(tmp_path / "op.h5") as op_level, open_dump(tmp_path / "module.h5") as module_level:
+        assert all(r.is_module for r in module_level.ops())
+        assert len(module_level.ops()) == 3 * 6  # 4 calls forward; backward those whose input takes a gradient
+        assert _module_rows(module_level) == _module_rows(op_level)  # the same records, the same statistics
+        assert [s.step for s in module_level.steps()] == [0, 1, 2]
+        assert module_level.metadata["capture_level"] == "module"
+        if mode == "dump":
+            fc2 = module_level.op(2, "MLP/fc2")
+            np.testing.assert_array_equal(module_level.tensor(2, fc2.exec_index, "output_0"),
+                                          op_level.tensor(2, op_level.op(2, "MLP/fc2").exec_index, "output_0"))
+    assert len(losses) == 3
+
+
+def test_module_level_intercepts_no_op_and_refuses_what_it_cannot_record(tmp_path):
+    with ptt.dump(tmp_path / "m.h5", mode="stats", level="module"):
+        assert torch._C._len_torch_dispatch_stack() == 0  # no dispatch mode: aten ops run untouched
+        with ptt.simulate_npu("allow_mix_precision"):
+            assert torch._C._len_torch_dispatch_stack() == 1  # a simulator needs the ops
+    for kwargs in ({"mode": "overflow"}, {"modules": False}):
+        with pytest.raises(ValueError, match="level='module'"):
+            ptt.dump(tmp_path / "x.h5", level="module", **kwargs)
+    with pytest.raises(ValueError, match="capture level"):
+        ptt.dump(tmp_path / "x.h5", level="aten")
