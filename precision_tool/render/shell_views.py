@@ -210,10 +210,18 @@ def overflow_report(report, limit: int | None = None):
     if not report.total:
         return Text(f"No op raised the float status{_source(report)}.", style="green")
     first = report.first
-    summary = Text(f"{report.total} overflowing op executions in steps {_list(report.steps)}{_source(report)}"
-                   f"; updates skipped at steps {_list(report.skipped_steps) or 'none'}")
+    executions = "1 op execution" if report.total == 1 else f"{report.total} op executions"
+    summary = Text(f"{executions} raised the float status in step{'s' if len(report.steps) > 1 else ''} "
+                   f"{_list(report.steps)}{_source(report)}")
+    if first is not None:
+        summary.append(f"; the first: {first.name} ({first.type}), step {first.step} {first.direction}")
+    skipped = report.skipped_steps
+    summary.append(f"; updates skipped at step{'s' if len(skipped) > 1 else ''} {_list(skipped)}" if skipped
+                   else "; no update was skipped")
     if report.loss_scale:
-        summary.append(f"; loss scale {num(report.loss_scale[0])} -> {num(report.loss_scale[-1])}")
+        low, high = report.loss_scale[0], report.loss_scale[-1]
+        summary.append(f"; loss scale {num(low)} -> {num(high)}" if low != high
+                       else f"; loss scale stayed {num(low)}")
     lines = [summary, Text(f"showing {len(entries)} of {report.total}, in execution order", style="bold")]
     for number, entry in enumerate(entries, 1):
         lines.extend(_overflow_entry(number, entry, entry is first))
@@ -226,7 +234,10 @@ def _overflow_entry(number: int, entry, is_first: bool) -> list[Text]:
     head = Text.assemble(f"[{number}] ", (status[0], status[1]),
                          f"  step {entry.step} {entry.direction} #{entry.exec_index}  {entry.name} ({entry.type})"
                          f"  {entry.compute_dtype}")
-    counts = Text(f"    saturated {entry.saturated}  inf {entry.inf}  nan {entry.nan}")
+    if entry.saturated or entry.inf or entry.nan:
+        counts = Text(f"    outputs hold {entry.saturated} saturated, {entry.inf} inf, {entry.nan} nan values")
+    else:
+        counts = Text("    no output holds inf, nan or a saturated value: the overflow is inside the kernel")
     ranges = Text("    inputs " + (" ".join(_range(r) for r in entry.input_ranges) or "-")
                   + "  outputs " + (" ".join(_range(r) for r in entry.output_ranges) or "-"))
     return [head, counts, ranges, Text(f"    hint: {entry.hint}", style="cyan")]

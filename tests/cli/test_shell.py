@@ -138,7 +138,7 @@ def test_of(runner, run_cli, files):
     report = ok(runner, "of -l 2")
     assert report.total > 2 and len(report.entries) == 2 and report.source.endswith("overflow.h5")
     out = twin(run_cli, files, "of -l 2")
-    assert "overflowing op executions" in out and "hint: gradient overflow" in out and "[3]" not in out
+    assert "op executions raised the float status" in out and "hint: gradient overflow" in out and "[3]" not in out
 
 
 def test_fu(runner, run_cli, files):

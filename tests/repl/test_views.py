@@ -74,10 +74,11 @@ def test_size_mismatch_shows_the_note_only():
 def test_overflow_entries_are_short_lines_first_marked():
     report = OverflowReport([entry("attn/Exp"), entry("attn/Div", inherited=True)], 5, [0], [0], [1024.0, 512.0], "o.h5")
     out = text(shell_views.overflow_report(report), width=120)
-    assert "5 overflowing op executions in steps 0 in o.h5; updates skipped at steps 0; loss scale 1024 -> 512" in out
+    assert ("5 op executions raised the float status in step 0 in o.h5; the first: attn/Exp (Exp), step 0 "
+            "forward; updates skipped at step 0; loss scale 1024 -> 512") in " ".join(out.split())
     assert "[1] FIRST  step 0 forward #3  attn/Exp (Exp)  float16" in out
     assert "[2] inherited  step 0 forward #3  attn/Div (Exp)" in out
-    assert "saturated 12  inf 0  nan 0" in out and "inputs [-1, 11.5]  outputs [0, 65504]" in out
+    assert "outputs hold 12 saturated, 0 inf, 0 nan values" in out and "inputs [-1, 11.5]  outputs [0, 65504]" in out
     assert "hint: keep it in float32" in out
 
 
@@ -113,3 +114,12 @@ def test_verdict_and_json_form():
     document = shell_views.diagnosis_dict(diagnosis)
     assert document["verdict"]["class"] == "overflow" and document["overflow"]["loss_scale"] == [None]
     assert document["fusion"] is None and document["flagged"] == 3
+
+
+def test_an_overflow_with_clean_outputs_says_it_happened_inside_the_kernel():
+    quiet = OverflowEntry(1, 7, "norm/LayerNormFused", "LayerNormFused", "backward", "float16", False, 0, 0, 0,
+                          (Range(-0.5, 0.5),), (Range(-62592.0, 56800.0),), "switch the pass off")
+    out = " ".join(text(shell_views.overflow_report(OverflowReport([quiet], 1, [1], [], [1.0, 1.0], "o.h5"))).split())
+    assert ("1 op execution raised the float status in step 1 in o.h5; the first: norm/LayerNormFused "
+            "(LayerNormFused), step 1 backward; no update was skipped; loss scale stayed 1") in out
+    assert "no output holds inf, nan or a saturated value: the overflow is inside the kernel" in out
