@@ -95,42 +95,57 @@ COLUMNS = (("", "left"), ("step", "right"), ("#", "right"), ("op", "left"), ("ty
 _OP, _TYPE = 3, 4
 
 
+# when a terminal is too narrow for every column, these go first, in this order (type, #, max rel, rmse, dtype)
+DROP_ORDER = (4, 2, 10, 11, 7)
+
+
 class RowsTable:
     """One line per tensor pair of ``ops``; ``!`` marks the outputs that flag their op.
 
-    Numbers never fold: when the terminal is narrow, the op and type names do.
+    Nothing folds: when the terminal is narrow, op names are shortened in the
+    middle (their end, the op itself, stays), and then whole columns are left
+    out, least useful first (`DROP_ORDER`). JSON and CSV keep every name whole.
     """
 
     def __init__(self, ops: list[OpComparison], cosine_threshold: float):
         self.rows = [_row_cells(row, cosine_threshold) for op in ops for row in op.rows]
 
-    def _widths(self, max_width: int) -> list[int | None]:
-        """Column widths; None drops the type column when even folded names would not fit."""
-        widths: list[int | None] = [max([len(name), 1] + [len(_plain(cells[i])) for cells in self.rows])
-                                    for i, (name, _) in enumerate(COLUMNS)]
-        # SIMPLE_HEAD draws a one-space divider between columns
-        fixed = sum(w for i, w in enumerate(widths) if i not in (_OP, _TYPE)) + len(COLUMNS) - 1
-        room = max_width - fixed
-        if widths[_OP] + widths[_TYPE] <= room:
-            return widths
-        if room < OP_MIN_WIDTH + TYPE_MIN_WIDTH:
-            widths[_TYPE] = None
-            widths[_OP] = max(OP_MIN_WIDTH, room + 1)
-            return widths
-        widths[_TYPE] = min(widths[_TYPE], max(TYPE_MIN_WIDTH, room // 3))
-        widths[_OP] = max(OP_MIN_WIDTH, room - widths[_TYPE])
-        return widths
+    def layout(self, max_width: int) -> list[tuple[int, int]]:
+        """(column, width) of the columns shown at ``max_width``."""
+        natural = [max([len(name), 1] + [len(_plain(cells[i])) for cells in self.rows])
+                   for i, (name, _) in enumerate(COLUMNS)]
+        kept = list(range(len(COLUMNS)))
+        for dropped in (None, *DROP_ORDER):
+            if dropped is not None:
+                kept.remove(dropped)
+            others = sum(natural[i] for i in kept if i != _OP) + len(kept) - 1  # one space between columns
+            room = max_width - others
+            if room >= min(natural[_OP], OP_MIN_WIDTH):
+                break
+        return [(i, min(natural[_OP], max(room, 1)) if i == _OP else natural[i]) for i in kept]
 
     def __rich_console__(self, console, options):
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=0)
-        widths = self._widths(options.max_width)
-        kept = [i for i, width in enumerate(widths) if width is not None]
-        for i in kept:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 0, 0, 0),
+                      collapse_padding=True)
+        columns = self.layout(options.max_width)
+        for i, width in columns:
             name, justify = COLUMNS[i]
-            table.add_column(name, justify=justify, overflow="fold", width=widths[i])
+            table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis", width=width)
         for cells in self.rows:
-            table.add_row(*(cells[i] for i in kept))
+            table.add_row(*(shorten_middle(cells[i], width) if i == _OP else cells[i] for i, width in columns))
         yield table
+
+
+def shorten_middle(cell, width: int):
+    """``cell`` (str or Text) cut to ``width`` characters by dropping its start: ``…/h.1/mlp/act/aten.mul_0``."""
+    text = _plain(cell)
+    if len(text) <= width:
+        return cell
+    tail = text[len(text) - (width - 1):]
+    cut = tail.find("/")
+    if 0 <= cut < len(tail) - 8:  # start at a path boundary when that keeps enough of the name
+        tail = tail[cut:]
+    return Text("…" + tail, style=cell.style if isinstance(cell, Text) else "")
 
 
 def _plain(cell) -> str:

@@ -171,3 +171,48 @@ def test_cosines_that_round_to_one_keep_their_digits():
 
     assert [fmt_cosine(v) for v in (1.0, 0.98, 0.9999997, 1 - 1e-14, None, math.nan)] == [
         "1.000000", "0.980000", "0.9999997", "1-1.0e-14", "n/a", "nan"]
+
+
+def _sample_view(width: int) -> list[str]:
+    from pathlib import Path
+
+    from precision_tool.compare.comparator import compare_dumps
+
+    samples = Path(__file__).resolve().parents[2] / "sample_dumps"
+    report = compare_dumps(samples / "golden.h5", samples / "npu.h5")
+    console = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    console.print(compare_view(report, select_flagged(report, 0.98, 3), 0.98, 3, chart=False))
+    lines = console.export_text().splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith("  step")):]
+
+
+def test_the_table_at_80_columns_shortens_names_and_drops_columns_but_never_breaks_a_number():
+    lines = _sample_view(80)
+    assert lines[:7] == [
+        "  step op              dir tensor   dtype             cosine   max abs      rmse",
+        "────────────────────────────────────────────────────────────────────────────────",
+        "     0 …LayerNormFused fwd input_0  fp16/fp32 0.999999988939   0.01454  0.004461",
+        "     0 …LayerNormFused fwd input_1  fp16/fp32       1.000000         0         0",
+        "     0 …LayerNormFused fwd input_2  fp16/fp32       1.000000         0         0",
+        "     0 …LayerNormFused fwd input_3  fp16/fp32       1.000000 1.358e-08 1.358e-08",
+        "!    0 …LayerNormFused fwd output_0 fp16/fp32       0.203955     437.5     38.42",
+    ]
+    assert all(len(line) <= 80 for line in lines)
+
+
+def test_the_table_at_120_columns_shows_every_column_and_whole_names():
+    lines = _sample_view(120)
+    assert lines[0] == ("  step # op                    type              dir tensor   dtype             cosine   "
+                        "max abs   max rel      rmse")
+    assert lines[6] == ("!    0 0 norm/LayerNormFused   LayerNormFused    fwd output_0 fp16/fp32       0.203955     "
+                        "437.5     224.7     38.42")
+
+
+def test_names_are_shortened_in_the_middle_at_a_path_boundary():
+    from precision_tool.render.compare_view import shorten_middle
+
+    name = "GPT2LMHeadModel/transformer/h.1/mlp/act/aten.mul_0"
+    assert shorten_middle(name, 60) == name
+    assert shorten_middle(name, 26).plain == "…/h.1/mlp/act/aten.mul_0"
+    assert shorten_middle(name, 12).plain == "…/aten.mul_0"
+    assert shorten_middle(name, 8).plain == "…n.mul_0"
