@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from rich import box
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from precision_tool.compare.check import CheckResult
 from precision_tool.render.compare_export import json_number
 from precision_tool.render.compare_view import SHORT_DIRECTIONS, dtype_pair, fmt_err
+from precision_tool.render.fit_table import Column, FitTable
+
+# "why" repeats value and limit in words: on a narrow terminal it goes first, then type, dtype, #, metric
+FAILURE_COLUMNS = (Column("step", "right"), Column("#", "right", drop=4), Column("op"), Column("type", drop=2),
+                   Column("dir"), Column("tensor"), Column("dtype", drop=3), Column("metric", drop=5),
+                   Column("value", "right"), Column("limit", "right"), Column("why", drop=1))
 
 
 def footer(result: CheckResult) -> Text:
@@ -33,13 +37,10 @@ def check_view(result: CheckResult) -> Group:
     """The failures as a table in execution order, then the footer."""
     parts = []
     if result.failures:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-        for name in ("step", "#", "op", "type", "dir", "tensor", "dtype", "metric", "value", "limit", "why"):
-            table.add_column(name, overflow="fold")
-        for f in result.failures:
-            table.add_row(str(f.step), str(f.exec_index), Text(f.op), f.type, SHORT_DIRECTIONS.get(f.direction, f.direction),
-                          f.tensor, dtype_pair(f.target_dtype, f.golden_dtype), f.metric, fmt_err(f.value),
-                          fmt_err(f.limit), Text(f.message))
+        rows = [[str(f.step), str(f.exec_index), Text(f.op), f.type, SHORT_DIRECTIONS.get(f.direction, f.direction),
+                 f.tensor, dtype_pair(f.target_dtype, f.golden_dtype), f.metric, fmt_err(f.value), fmt_err(f.limit),
+                 Text(f.message)] for f in result.failures]
+        table = FitTable(FAILURE_COLUMNS, rows, name_column=2)
         parts += [Text("Failing tensors, first first:", style="bold"), table]
     if result.baseline_missing:
         parts.append(Text(f"note: {result.baseline_missing} baseline tensors were not in this comparison",

@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import math
 
-from rich import box
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from precision_tool.compare.report import CompareReport, OpComparison, TensorRow, row_flags
 from precision_tool.render.chart import ExecutionChart
+from precision_tool.render.fit_table import Column, FitTable, shorten_start
 
 SHORT_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
 SHORT_DIRECTIONS = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 LEFTOVERS_SHOWN = 10
-OP_MIN_WIDTH = 12  # on a narrow terminal, op names fold down to this width...
-TYPE_MIN_WIDTH = 8  # ... and type names to this one
 
 
 def dtype_pair(target: str, golden: str) -> str:
@@ -89,67 +86,22 @@ def _row_cells(row: TensorRow, cosine_threshold: float) -> list:
             dtype_pair(row.target_dtype, row.golden_dtype), cosine, *errors]
 
 
-COLUMNS = (("", "left"), ("step", "right"), ("#", "right"), ("op", "left"), ("type", "left"), ("dir", "left"),
-           ("tensor", "left"), ("dtype", "left"), ("cosine", "right"), ("max abs", "right"), ("max rel", "right"),
-           ("rmse", "right"))
-_OP, _TYPE = 3, 4
+COLUMNS = (Column(""), Column("step", "right"), Column("#", "right", drop=2), Column("op"), Column("type", drop=1),
+           Column("dir"), Column("tensor"), Column("dtype", drop=5), Column("cosine", "right"),
+           Column("max abs", "right"), Column("max rel", "right", drop=3), Column("rmse", "right", drop=4))
+_OP = 3
 
 
-# when a terminal is too narrow for every column, these go first, in this order (type, #, max rel, rmse, dtype)
-DROP_ORDER = (4, 2, 10, 11, 7)
-
-
-class RowsTable:
+class RowsTable(FitTable):
     """One line per tensor pair of ``ops``; ``!`` marks the outputs that flag their op.
 
-    Nothing folds: when the terminal is narrow, op names are shortened in the
-    middle (their end, the op itself, stays), and then whole columns are left
-    out, least useful first (`DROP_ORDER`). JSON and CSV keep every name whole.
+    Nothing folds: on a narrow terminal op names are shortened from their start
+    and the type, #, max rel, rmse and dtype columns leave, in that order
+    (`precision_tool.render.fit_table`).
     """
 
     def __init__(self, ops: list[OpComparison], cosine_threshold: float):
-        self.rows = [_row_cells(row, cosine_threshold) for op in ops for row in op.rows]
-
-    def layout(self, max_width: int) -> list[tuple[int, int]]:
-        """(column, width) of the columns shown at ``max_width``."""
-        natural = [max([len(name), 1] + [len(_plain(cells[i])) for cells in self.rows])
-                   for i, (name, _) in enumerate(COLUMNS)]
-        kept = list(range(len(COLUMNS)))
-        for dropped in (None, *DROP_ORDER):
-            if dropped is not None:
-                kept.remove(dropped)
-            others = sum(natural[i] for i in kept if i != _OP) + len(kept) - 1  # one space between columns
-            room = max_width - others
-            if room >= min(natural[_OP], OP_MIN_WIDTH):
-                break
-        return [(i, min(natural[_OP], max(room, 1)) if i == _OP else natural[i]) for i in kept]
-
-    def __rich_console__(self, console, options):
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 0, 0, 0),
-                      collapse_padding=True)
-        columns = self.layout(options.max_width)
-        for i, width in columns:
-            name, justify = COLUMNS[i]
-            table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis", width=width)
-        for cells in self.rows:
-            table.add_row(*(shorten_middle(cells[i], width) if i == _OP else cells[i] for i, width in columns))
-        yield table
-
-
-def shorten_middle(cell, width: int):
-    """``cell`` (str or Text) cut to ``width`` characters by dropping its start: ``…/h.1/mlp/act/aten.mul_0``."""
-    text = _plain(cell)
-    if len(text) <= width:
-        return cell
-    tail = text[len(text) - (width - 1):]
-    cut = tail.find("/")
-    if 0 <= cut < len(tail) - 8:  # start at a path boundary when that keeps enough of the name
-        tail = tail[cut:]
-    return Text("…" + tail, style=cell.style if isinstance(cell, Text) else "")
-
-
-def _plain(cell) -> str:
-    return cell.plain if isinstance(cell, Text) else str(cell)
+        super().__init__(COLUMNS, [_row_cells(row, cosine_threshold) for op in ops for row in op.rows], _OP)
 
 
 def rows_table(ops: list[OpComparison], cosine_threshold: float) -> RowsTable:

@@ -209,10 +209,33 @@ def test_the_table_at_120_columns_shows_every_column_and_whole_names():
 
 
 def test_names_are_shortened_in_the_middle_at_a_path_boundary():
-    from precision_tool.render.compare_view import shorten_middle
+    from precision_tool.render.fit_table import shorten_start as shorten_middle
 
     name = "GPT2LMHeadModel/transformer/h.1/mlp/act/aten.mul_0"
     assert shorten_middle(name, 60) == name
     assert shorten_middle(name, 26).plain == "…/h.1/mlp/act/aten.mul_0"
     assert shorten_middle(name, 12).plain == "…/aten.mul_0"
     assert shorten_middle(name, 8).plain == "…n.mul_0"
+
+
+def _sample_check(width: int) -> list[str]:
+    from pathlib import Path
+
+    from precision_tool.compare.comparator import compare_dumps
+
+    samples = Path(__file__).resolve().parents[2] / "sample_dumps"
+    result = check_report(compare_dumps(samples / "golden.h5", samples / "npu.h5"), CheckCriteria(min_cosine=0.99))
+    console = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    console.print(check_view(result))
+    return console.export_text().splitlines()
+
+
+def test_check_at_80_and_120_columns():
+    narrow, wide = _sample_check(80), _sample_check(120)
+    assert narrow[1:4] == [
+        "step  # op                         dir tensor   dtype     metric     value limit",
+        "────────────────────────────────────────────────────────────────────────────────",
+        "   0  0 norm/LayerNormFused        fwd output_0 fp16/fp32 cosine     0.204  0.99"]
+    assert wide[3].rstrip() == ("   0  0 norm/LayerNormFused    LayerNormFused       fwd output_0 fp16/fp32 cosine     "
+                                "0.204  0.99 cosine 0.203955 < 0.99")
+    assert all(len(line) <= 80 for line in narrow)
