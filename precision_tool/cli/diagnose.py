@@ -27,14 +27,17 @@ _DUMP = click.Path(dir_okay=False, path_type=str)
 @click.option("--fusion-off", "fusion_off", type=_DUMP, help="The target run dumped with fusion switched off.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="A rich table, or JSON for scripts.")
+@click.option("-a", "--all", "show_all", is_flag=True,
+              help="Every scored op in the attribution table, not only those up to the culprit.")
 @allow_incomplete_option
-def diagnose(golden, target, overflow, fusion_off, fmt, allow_incomplete):
+def diagnose(golden, target, overflow, fusion_off, fmt, show_all, allow_incomplete):
     """Name the op where error is introduced, and why.
 
     Reads the GOLDEN and TARGET dumps (and optionally an overflow-mode and a
-    fusion-off dump of the target run), and prints the overflow summary,
-    fusion suspects, comparison summary, notes and the root-cause verdict,
-    as the shell's `ac` does.
+    fusion-off dump of the target run), and prints the root-cause verdict
+    first, then the overflow summary, fusion suspects, comparison summary,
+    the attribution of the ops up to the culprit (--all: every scored op)
+    and notes, as the shell's `ac` does.
     """
     from precision_tool.analysis import diagnose as run_diagnosis
     from precision_tool.repl.session import ShellSession
@@ -54,4 +57,4 @@ def diagnose(golden, target, overflow, fusion_off, fmt, allow_incomplete):
     from precision_tool.defaults import OVERFLOW_LIMIT
     from precision_tool.render.shell_views import diagnosis as diagnosis_view
 
-    Console(highlight=False).print(diagnosis_view(result, overflow_limit=OVERFLOW_LIMIT))
+    Console(highlight=False).print(diagnosis_view(result, overflow_limit=OVERFLOW_LIMIT, show_all=show_all))

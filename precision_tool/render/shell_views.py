@@ -324,48 +324,99 @@ def flagged(selection):
 
 
 def verdict(v):
+    """The root-cause box: labels on the left, their text wrapped beside them (never back to column 0)."""
     style = "green" if v.cls == "none" else "bold red"
-    lines = [Text.assemble(("Verdict: ", "bold"), (v.cls, style))]
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(Text("Verdict:", style="bold"), Text(v.cls, style=style))
     if v.op:
         where = ", ".join(x for x in (f"step {v.step}" if v.step is not None else "", v.direction or "",
                                       v.type or "") if x)
-        lines.append(Text(f"Op: {v.op}" + (f" ({where})" if where else "")))
+        grid.add_row("Op:", Text(v.op + (f" ({where})" if where else "")))
     if getattr(v, "module", None) and v.module != v.op:
-        lines.append(Text(f"Module: {v.module}"))
-    lines += [Text(f"  - {e}") for e in v.evidence]
+        grid.add_row("Module:", Text(v.module))
+    for line in v.evidence:
+        grid.add_row("  -", Text(line))
     if v.action:
-        lines.append(Text(f"Action: {v.action}"))
-    return Panel(Group(*lines), title="root cause", title_align="left", box=box.HEAVY, expand=False)
+        grid.add_row("Action:", Text(v.action))
+    return Panel(grid, title="root cause", title_align="left", box=box.HEAVY, expand=False)
 
 
-def diagnosis(d, overflow_limit: int | None = None, flagged_rows=None):
-    parts = [Text("Overflow", style="bold underline")]
-    parts.append(overflow_report(d.overflow, overflow_limit) if d.overflow else Text("no overflow data"))
-    parts.append(Text("Fusion", style="bold underline"))
-    parts.append(fusion_report(d.fusion) if d.fusion else Text("no fusion data"))
-    parts.append(Text("Comparison", style="bold underline"))
+ATTRIBUTION_SHOWN = 8  # without --all, the attribution table shows the ops up to the culprit, this many
+
+
+def attribution_path(d, show_all: bool = False) -> list:
+    """The attributions to show: all, or the last few up to and including the verdict's op."""
+    rows = list(d.attributions)
+    if show_all or len(rows) <= ATTRIBUTION_SHOWN:
+        return rows
+    v = d.verdict
+    end = next((i + 1 for i, a in enumerate(rows) if a.name == v.op and a.step == v.step
+                and (not v.direction or a.direction == v.direction)), None)
+    if end is None:  # no culprit among them: the worst introduced errors, in execution order
+        worst = sorted(range(len(rows)), key=lambda i: -((rows[i].introduced or 0.0) - (rows[i].expected or 0.0)))
+        return [rows[i] for i in sorted(worst[:ATTRIBUTION_SHOWN])]
+    return rows[max(0, end - ATTRIBUTION_SHOWN):end]
+
+
+def _section(title: str, summary: str):
+    return Text.assemble((title, "bold underline"), f"  {summary}" if summary else "")
+
+
+def _overflow_summary(report) -> str:
+    if not report or not report.total:
+        return "no op raised the float status" if report else "no overflow data"
+    first = report.first
+    return (f"{report.total} op executions raised the float status"
+            + (f", the first {first.name} (step {first.step} {first.direction})" if first is not None else ""))
+
+
+def _fusion_summary(report) -> str:
+    if not report:
+        return "no fusion data"
+    if not report.passes:
+        return "no fusion pass was applied"
+    suspects = len(report.suspects) if report.compared else 0
+    return (f"{len(report.passes)} passes applied; " +
+            (f"{suspects} fused ops worse than their unfused ops" if suspects else
+             "no fused op worse than its unfused ops" if report.compared else "no fusion-off dump to rank them"))
+
+
+def diagnosis(d, overflow_limit: int | None = None, flagged_rows=None, show_all: bool = False):
+    """The verdict first; then the sections behind it, each headed by a one-line summary."""
+    parts = [verdict(d.verdict)]
+    parts.append(_section("Overflow", _overflow_summary(d.overflow)))
+    if d.overflow and d.overflow.total:
+        parts.append(overflow_report(d.overflow, overflow_limit))
+    parts.append(_section("Fusion", _fusion_summary(d.fusion)))
+    if d.fusion and d.fusion.passes:
+        parts.append(fusion_report(d.fusion))
     first = f"; first: {d.first_flagged}" if d.first_flagged else ""
-    parts.append(Text(f"{d.flagged} ops at or below the cosine threshold{first}"))
+    parts.append(_section("Comparison", f"{d.flagged} ops at or below the cosine threshold{first}"))
     if getattr(d, "first_module", None):
         parts.append(Text(f"first module whose output diverges beyond its inputs: {d.first_module}"))
     if flagged_rows is not None:
         parts.append(flagged(flagged_rows))
     if d.attributions:
-        table = _table("Attribution", "Op", "Step", "Dir", "Observed", "Inherited", "Introduced", "Expected")
-        _keep_whole(table, 0, [a.name for a in d.attributions])
-        for a in d.attributions:
-            table.add_row(a.name, str(a.step), SHORT_DIRECTIONS.get(a.direction, a.direction), num(a.observed, 4), num(a.inherited, 4),
-                          num(a.introduced, 4), num(a.expected, 4))
-        parts.append(_titled(table))
+        shown = attribution_path(d, show_all)
+        what = (f"{len(d.attributions)} ops scored" if len(shown) == len(d.attributions) else
+                f"{len(d.attributions)} ops scored; the {len(shown)} up to the culprit shown (--all: every one)")
+        parts.append(_section("Attribution", what))
+        table = _table(None, "Op", "Step", "Dir", "Observed", "Inherited", "Introduced", "Expected")
+        _keep_whole(table, 0, [a.name for a in shown])
+        for a in shown:
+            table.add_row(a.name, str(a.step), SHORT_DIRECTIONS.get(a.direction, a.direction), num(a.observed, 4),
+                          num(a.inherited, 4), num(a.introduced, 4), num(a.expected, 4))
+        parts.append(table)
     if d.notes:
-        parts.append(Text("Notes", style="bold underline"))
+        parts.append(_section("Notes", f"{len(d.notes)}"))
         parts += [Text(f"  - {note}") for note in d.notes]
-    parts.append(verdict(d.verdict))
     return Group(*parts)
 
 
 def auto_check(check):
-    return diagnosis(check.diagnosis, check.overflow_limit, check.flagged)
+    return diagnosis(check.diagnosis, check.overflow_limit, check.flagged, getattr(check, "show_all", False))
 
 
 def diagnosis_dict(d) -> dict:

@@ -46,7 +46,7 @@ def flagged(session, threshold: float | None, limit: int | None) -> Flagged:
     return Flagged(report, every[:limit] if limit > 0 else list(every), threshold, limit, len(every))
 
 
-def auto_check(session, compare_first: bool, limit: int | None) -> AutoCheck:
+def auto_check(session, compare_first: bool, limit: int | None, show_all: bool = False) -> AutoCheck:
     """`ac`: the diagnosis over the session's (cached) comparison; overflow entries cut to ``limit``.
 
     The verdict always needs the comparison, so it is made once and cached
@@ -60,4 +60,4 @@ def auto_check(session, compare_first: bool, limit: int | None) -> AutoCheck:
     if limit and diagnosis.overflow is not None:
         cut = dataclasses.replace(diagnosis.overflow, entries=diagnosis.overflow.entries[:limit])
         diagnosis = dataclasses.replace(diagnosis, overflow=cut)
-    return AutoCheck(diagnosis, flagged(session, None, None) if compare_first else None, limit)
+    return AutoCheck(diagnosis, flagged(session, None, None) if compare_first else None, limit, show_all)

@@ -74,8 +74,11 @@ def build_commands() -> dict[str, Command]:
                            help="Compare first if no comparison is loaded, and list the flagged ops as vcs does "
                                 "(without it the comparison the verdict needs is still made once and cached)."),
                       _opt("-l", "--limit", type=click.IntRange(min=0), default=defaults.OVERFLOW_LIMIT,
-                           help="Overflow entries to show (0: all).")),
-                lambda session, compare_first, limit: checks.auto_check(session, compare_first, limit),
+                           help="Overflow entries to show (0: all)."),
+                      _opt("-a", "--all", "show_all", is_flag=True,
+                           help="Every scored op in the attribution table, not only those up to the culprit.")),
+                lambda session, compare_first, limit, show_all: checks.auto_check(session, compare_first, limit,
+                                                                                  show_all),
                 "auto_check"),
         Command("vcs", "Ops whose output cosine is at or below -c, in execution order, at most -l.",
                 _spec("vcs", "Compare summary: ops whose output cosine against golden is at or below "

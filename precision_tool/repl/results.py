@@ -137,6 +137,7 @@ class AutoCheck:
     diagnosis: Any  # Diagnosis
     flagged: Flagged | None
     overflow_limit: int | None
+    show_all: bool = False  # every attribution row, not only those up to the culprit
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,9 @@ def test_verdict_and_json_form():
     verdict = Verdict("attn/Exp", "overflow", 0, "forward", "Exp", ("saturated 12 values",), "keep Exp in fp32")
     diagnosis = Diagnosis(verdict, OverflowReport([entry("attn/Exp")], 1, [0], [], [math.nan], ""),
                           None, [], ["precision mode allow_fp32_to_fp16"], 3, "attn/Exp")
-    out = text(shell_views.auto_check(AutoCheck(diagnosis, None, 1)))
+    raw = text(shell_views.auto_check(AutoCheck(diagnosis, None, 1)))
+    assert raw.index("root cause") < raw.index("Overflow") < raw.index("Comparison")  # the answer first
+    out = " ".join(raw.split())
     assert "Verdict: overflow" in out and "Op: attn/Exp (step 0, forward, Exp)" in out
     assert "3 ops at or below the cosine threshold; first: attn/Exp" in out and "Action: keep Exp in fp32" in out
     document = shell_views.diagnosis_dict(diagnosis)
@@ -123,3 +125,19 @@ def test_an_overflow_with_clean_outputs_says_it_happened_inside_the_kernel():
     assert ("1 op execution raised the float status in step 1 in o.h5; the first: norm/LayerNormFused "
             "(LayerNormFused), step 1 backward; no update was skipped; loss scale stayed 1") in out
     assert "no output holds inf, nan or a saturated value: the overflow is inside the kernel" in out
+
+
+def test_the_attribution_table_shows_the_ops_up_to_the_culprit_unless_all():
+    from precision_tool.analysis.results import Attribution
+
+    scored = [Attribution(0, f"layer{i}/Mul", "Mul", "forward", "float16", 0.1, 0.1, 0.01, 0.001) for i in range(20)]
+    verdict = Verdict("layer12/Mul", "precision_loss", 0, "forward", "Mul", ("evidence",), "keep it in fp32")
+    diagnosis = Diagnosis(verdict, None, None, scored, [], 1, "layer12/Mul")
+    shown = [a.name for a in shell_views.attribution_path(diagnosis)]
+    assert shown == [f"layer{i}/Mul" for i in range(5, 13)]
+    assert len(shell_views.attribution_path(diagnosis, show_all=True)) == 20
+    out = " ".join(text(shell_views.auto_check(AutoCheck(diagnosis, None, 1)), width=120).split())
+    assert "Attribution 20 ops scored; the 8 up to the culprit shown (--all: every one)" in out
+    assert "layer4/Mul" not in out and "layer13/Mul" not in out
+    everything = text(shell_views.auto_check(AutoCheck(diagnosis, None, 1, show_all=True)), width=120)
+    assert "layer0/Mul" in everything and "layer19/Mul" in everything
