@@ -239,3 +239,58 @@ def test_check_at_80_and_120_columns():
     assert wide[3].rstrip() == ("   0  0 norm/LayerNormFused    LayerNormFused       fwd output_0 fp16/fp32 cosine     "
                                 "0.204  0.99 cosine 0.203955 < 0.99")
     assert all(len(line) <= 80 for line in narrow)
+
+
+def _svg(report):
+    root = ET.fromstring(to_svg(report, 0.98))
+    ns = "{http://www.w3.org/2000/svg}"
+    return root, ns
+
+
+def _by_class(root, ns, cls):
+    return [e for e in root.iter() if e.get("class") == cls]
+
+
+def test_svg_marks_nan_cosines_and_exact_zero_errors_instead_of_drawing_fake_values(report):
+    root, ns = _svg(report)
+    nan_ops = [op for op in report.ops if op.worst_output_cosine is not None and math.isnan(op.worst_output_cosine)]
+    zero_ops = [op for op in report.ops if op.max_output_abs_err == 0.0]
+    assert nan_ops and zero_ops  # the fixture has both
+    nan_marks = [e for e in _by_class(root, ns, "nan") if e.find(f"{ns}title") is not None]
+    zero_marks = [e for e in _by_class(root, ns, "zero") if e.find(f"{ns}title") is not None]
+    assert len(nan_marks) == len(nan_ops) and len(zero_marks) == len(zero_ops)
+    assert nan_ops[0].name in nan_marks[0].find(f"{ns}title").text
+    legend = " ".join(t.text for t in _by_class(root, ns, "legend")[0].iter(f"{ns}text"))
+    assert "cosine undefined (NaN)" in legend and "error exactly 0" in legend
+    # the log axis spans the nonzero errors only: no 1e-12 floor stretching it
+    labels = [t.text for t in _by_class(root, ns, "ytick")]
+    assert "1e-12" not in labels
+
+
+def test_svg_ticks_are_integers_and_never_overprint(report):
+    root, ns = _svg(report)
+    xticks = [t.text for t in _by_class(root, ns, "xtick")]
+    assert xticks and all(t.isdigit() for t in xticks) and xticks[0] == "0"
+    ys = sorted(float(t.get("y")) for t in _by_class(root, ns, "ytick"))
+    assert all(b - a >= 14 for a, b in zip(ys, ys[1:]))
+    assert len([t for t in _by_class(root, ns, "ytick") if t.text.startswith("1e")]) <= 7
+
+
+def test_svg_step_boundaries_and_hover_titles():
+    golden, target = MemoryDump("g.h5", role="golden"), MemoryDump("t.h5", role="target")
+    for step in range(3):
+        for name in ("a/Mul", "b/Add"):
+            golden.add(name, name.split("/")[1], {"output_0": X}, step=step)
+            target.add(name, name.split("/")[1], {"output_0": X * np.float32(1.0 + 0.1 * step)}, step=step)
+    root, ns = _svg(compare_sources(golden, target))
+    assert len(_by_class(root, ns, "step")) == 2  # between steps 0|1 and 1|2
+    titles = [e.find(f"{ns}title").text for e in _by_class(root, ns, "point")]
+    assert any(t.startswith("step 2 #1 b/Add (forward): cosine") for t in titles)
+
+
+def test_integer_ticks_are_round_numbers():
+    from precision_tool.render.plot import integer_ticks
+
+    assert integer_ticks(1) == [0]
+    assert integer_ticks(28) == [0, 5, 10, 15, 20, 25]
+    assert integer_ticks(50_000)[:3] == [0, 10_000, 20_000]
