@@ -43,3 +43,60 @@ def test_importing_the_core_and_the_cli_loads_no_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports, at the top or inside a function (a deferred import that
+    only hides a cycle still makes one). A package's ``__init__`` importing its own modules is no edge back."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+    def owner(name: str) -> str:
+        while name not in modules and "." in name:
+            name = name.rsplit(".", 1)[0]
+        return name
+
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("precision_tool"):
+                targets |= {owner(f"{node.module}.{alias.name}") for alias in node.names}
+            elif isinstance(node, ast.Import):
+                targets |= {owner(a.name) for a in node.names if a.name.startswith("precision_tool")}
+        graph[name] = {t for t in targets if t != name and not name.startswith(t + ".") and t in modules}
+    return graph
+
+
+def test_no_import_cycles_in_the_package():
+    graph = import_graph()
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state:
+            cycle = visit(module)
+            assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle(monkeypatch):
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}}
+    monkeypatch.setattr(sys.modules[__name__], "import_graph", lambda: graph)
+    with pytest.raises(AssertionError, match="import cycle: a -> b -> c -> a"):
+        test_no_import_cycles_in_the_package()

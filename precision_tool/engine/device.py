@@ -6,23 +6,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from precision_tool.engine.formats import FLOAT32, FLOAT64, Format, check_overflow_mode
+from precision_tool.engine.fusion.switch import FusionSwitch, load_fusion_switch
 from precision_tool.engine.precision import MixLists, Policy, load_mixlist, policy_for
 
 DEVICES = ("golden", "npu")
-
-
-@dataclass(frozen=True)
-class FusionSwitch:
-    """Which fusion passes are off; ``all_off`` turns every pass off."""
-
-    all_off: bool = False
-    off: frozenset[str] = field(default_factory=frozenset)
-
-    def enabled(self, pass_name: str) -> bool:
-        return not self.all_off and pass_name not in self.off
-
-    def describe(self) -> dict:
-        return {"all_off": self.all_off, "off": sorted(self.off)}
 
 
 @dataclass(frozen=True)
@@ -95,8 +82,6 @@ def npu(precision_mode: str | None = None, precision_mode_v2: str | None = None,
     if fusion_switch is None:
         fusion_switch = FusionSwitch()
     elif not isinstance(fusion_switch, FusionSwitch):
-        from precision_tool.engine.fusion import load_fusion_switch
-
         fusion_switch = load_fusion_switch(fusion_switch)
     return DeviceProfile("npu", FLOAT32, precision_mode, precision_mode_v2, overflow_mode,
                          mixlists, fusion_switch)

@@ -41,46 +41,37 @@ class Value:
     def __repr__(self) -> str:
         return f"Value({self.name!r}, {self.kind})"
 
-    # Operators keep model code readable; they trace the same ops as the functional API.
+    # Operators keep model code readable; they trace the very ops the functional API does
+    # (`precision_tool.engine.functional` builds on this module, so they trace here, not through it).
     def __add__(self, other):
-        from precision_tool.engine import functional as F
-
-        return F.add(self, other)
+        return _trace("Add", self, other)
 
     def __radd__(self, other):
-        from precision_tool.engine import functional as F
-
-        return F.add(other, self)
+        return _trace("Add", other, self)
 
     def __sub__(self, other):
-        from precision_tool.engine import functional as F
-
-        return F.sub(self, other)
+        return _trace("Sub", self, other)
 
     def __rsub__(self, other):
-        from precision_tool.engine import functional as F
-
-        return F.sub(other, self)
+        return _trace("Sub", other, self)
 
     def __mul__(self, other):
-        from precision_tool.engine import functional as F
-
-        return F.mul(self, other)
+        return _trace("Mul", self, other)
 
     def __rmul__(self, other):
-        from precision_tool.engine import functional as F
-
-        return F.mul(other, self)
+        return _trace("Mul", other, self)
 
     def __truediv__(self, other):
-        from precision_tool.engine import functional as F
-
-        return F.div(self, other)
+        return _trace("RealDiv", self, other)
 
     def __matmul__(self, other):
-        from precision_tool.engine import functional as F
+        return _trace("MatMul", self, other, transpose_a=False, transpose_b=False)
 
-        return F.matmul(self, other)
+
+def _trace(op_type: str, a, b, **attrs) -> "Value":
+    """One binary op traced into the active builder, as `functional` traces it."""
+    (out,) = GraphBuilder.current().add(op_type, [a, b], attrs, float_outputs=True)
+    return out
 
 
 @dataclass

@@ -13,12 +13,26 @@ every pass, and a named pass overrides it.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from precision_tool.engine.device import FusionSwitch
 from precision_tool.errors import InputError
 
 _SECTIONS = ("GraphFusion", "UBFusion")
+
+
+@dataclass(frozen=True)
+class FusionSwitch:
+    """Which fusion passes are off; ``all_off`` turns every pass off."""
+
+    all_off: bool = False
+    off: frozenset[str] = field(default_factory=frozenset)
+
+    def enabled(self, pass_name: str) -> bool:
+        return not self.all_off and pass_name not in self.off
+
+    def describe(self) -> dict:
+        return {"all_off": self.all_off, "off": sorted(self.off)}
 
 
 def parse_fusion_switch(spec, source: str = "fusion switch") -> FusionSwitch:
