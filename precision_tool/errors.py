@@ -38,6 +38,18 @@ class InputError(PrecisionToolError):
         super().__init__(f"{self.path}: {problem}")
 
 
+class NotFoundError(PrecisionToolError, KeyError):
+    """What was asked for (a step, an op, a tensor, a node) is not there: the user's mistake, exit 2.
+
+    A KeyError too, so that code looking something up may catch either; a
+    bare KeyError from a bug is not one of these, and the front ends report
+    it as the internal error it is.
+    """
+
+    def __str__(self) -> str:  # KeyError's own would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 def choice_error(what: str, value, valid) -> ConfigError:
     """A ConfigError for a value outside a fixed set, listing the valid ones."""
     listed = ", ".join(str(v) for v in valid)

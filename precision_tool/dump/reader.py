@@ -45,7 +45,7 @@ from precision_tool.dump import layout
 from precision_tool.dump.records import SCHEMA_VERSION, DumpSummary, OpRecord, StepRecord
 from precision_tool.dump.steps import DamagedDump, StepIndex, TensorLocation
 from precision_tool.dump.storage import from_storage, stored_dtype
-from precision_tool.errors import InputError
+from precision_tool.errors import InputError, NotFoundError
 
 CHUNK_ELEMENTS = 1 << 22  # default chunk of `tensor_chunks`: 4 Mi values
 OPEN_PACKS = 4  # packs kept mapped per dump: memory stays a few segments however many ops are read
@@ -164,7 +164,7 @@ class Dump:
             for record in self._records(step):
                 if record.name == name and record.direction == direction:
                     return record
-        raise KeyError(f"no {direction} op {name!r} recorded in step {step}")
+        raise NotFoundError(f"no {direction} op {name!r} recorded in step {step}")
 
     # -- tensors ------------------------------------------------------------
 
@@ -208,10 +208,10 @@ class Dump:
     def _location(self, step: int, exec_index: int, slot: str) -> TensorLocation:
         """Where a tensor with data is; KeyError when the step, op or tensor was not recorded, or has no data."""
         if step not in self._step_names:
-            raise KeyError(f"step {step} is not a complete step of {self.path}")
+            raise NotFoundError(f"step {step} is not a complete step of {self.path}")
         location = self.step_index(step).tensor_location(exec_index, slot)
         if not location.has_data:
-            raise KeyError(f"step {step} op {exec_index} {slot}: no tensor data (statistics only)")
+            raise NotFoundError(f"step {step} op {exec_index} {slot}: no tensor data (statistics only)")
         return location
 
     def _dataset(self, step: int, location: TensorLocation, slot: str):
@@ -281,7 +281,7 @@ class Dump:
         try:
             name = self._step_names[step]
         except KeyError:
-            raise KeyError(f"step {step} is not a complete step of {self.path}") from None
+            raise NotFoundError(f"step {step} is not a complete step of {self.path}") from None
         try:
             group = self._file[f"{layout.STEPS}/{name}"]
         except (KeyError, OSError) as exc:

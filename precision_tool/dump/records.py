@@ -6,6 +6,7 @@ never through h5py directly.
 """
 
 from __future__ import annotations
+from precision_tool.errors import NotFoundError
 
 import math
 from dataclasses import dataclass, field
@@ -117,7 +118,7 @@ class OpRecord:
         for record in self.tensors:
             if record.slot == slot:
                 return record
-        raise KeyError(f"{self.name} has no tensor {slot}")
+        raise NotFoundError(f"{self.name} has no tensor {slot}")
 
 
 @dataclass(frozen=True, slots=True)

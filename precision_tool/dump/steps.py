@@ -11,6 +11,7 @@ import numpy as np
 from precision_tool.dump import layout
 from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, TensorRecord, TensorStats
 from precision_tool.engine.hooks import DIRECTIONS
+from precision_tool.errors import NotFoundError
 
 
 class TensorLocation(NamedTuple):
@@ -84,8 +85,8 @@ class StepIndex:
         row = self._slots.get((int(exec_index), kind, index))
         if row is None:
             if int(exec_index) not in self.op_rows["exec_index"]:
-                raise KeyError(f"step {self.step}: no op with execution index {exec_index} recorded")
-            raise KeyError(f"step {self.step}: op {exec_index} has no tensor {slot}")
+                raise NotFoundError(f"step {self.step}: no op with execution index {exec_index} recorded")
+            raise NotFoundError(f"step {self.step}: op {exec_index} has no tensor {slot}")
         op, dtype, has_data, ndim, shape, pack, offset = (column[row] for column in self._columns)
         shape = tuple(self._long_shapes.get(row) or shape[:ndim])
         return TensorLocation(op, dtype.decode(), bool(has_data), math.prod(shape), shape, pack, offset)

@@ -17,6 +17,7 @@ from precision_tool.engine.hooks import BACKWARD, FORWARD, HookList, OpEvent
 from precision_tool.engine.ops import KernelContext
 from precision_tool.engine.program import CompiledNode, Program
 from precision_tool.engine.status import FloatStatus, OpRef
+from precision_tool.errors import NotFoundError
 
 
 def convert(x: np.ndarray, source: Format | None, target: Format, overflow_mode: str) -> tuple[np.ndarray, bool]:
@@ -232,4 +233,4 @@ class Executor:
         for table in (graph.inputs, graph.params):
             if name in table:
                 return self._values[table[name].uid]
-        raise KeyError(name)
+        raise NotFoundError(f"no value named {name!r} in this run")

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from precision_tool.errors import ConfigError
+from precision_tool.errors import ConfigError, NotFoundError
 
 # Kinds of graph values.
 INPUT = "input"  # data fed every step
@@ -136,7 +136,7 @@ class Graph:
         for node in self.nodes:
             if node.name == name:
                 return node
-        raise KeyError(name)
+        raise NotFoundError(f"no node named {name!r} in the graph")
 
     def consumers(self) -> dict[int, list[Node]]:
         """Map each value's uid to the nodes that read it."""

@@ -9,6 +9,7 @@ from precision_tool.engine.formats import Format, get_format
 from precision_tool.engine.graph import OP, Graph, Node
 from precision_tool.engine.ops import OpDef, get_op
 from precision_tool.engine.precision import NodePrecision, decide
+from precision_tool.errors import NotFoundError
 
 
 @dataclass
@@ -35,7 +36,7 @@ class Program:
         for compiled in self.nodes:
             if compiled.node.name == name:
                 return compiled
-        raise KeyError(name)
+        raise NotFoundError(f"no node named {name!r} in the program")
 
 
 def compile_graph(graph: Graph, device: DeviceProfile) -> Program:

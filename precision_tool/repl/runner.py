@@ -68,8 +68,6 @@ class Runner:
             return self._dispatch(text)
         except PrecisionToolError as exc:
             return Outcome(text, error=str(exc))
-        except KeyError as exc:  # a dump lookup that the handler did not expect to miss
-            return Outcome(text, error=f"not found: {exc.args[0] if exc.args else exc}")
         except Exception as exc:  # the shell must survive its own bugs; the front end logs them
             return Outcome(text, error=f"internal error: {type(exc).__name__}: {exc}", internal=exc)
 

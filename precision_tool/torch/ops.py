@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from precision_tool.engine.ops.base import BLACK, GRAY, MATRIX, MOVEMENT, VECTOR, WHITE
+from precision_tool.errors import NotFoundError
 
 _MATRIX = frozenset("""
 mm addmm bmm baddbmm addbmm matmul linear mv addmv dot vdot ger outer addr einsum tensordot
@@ -167,7 +168,7 @@ def lookup(op_type: str, overload: str = "default"):
     try:
         return getattr(getattr(getattr(torch.ops, namespace), name), overload)
     except (AttributeError, RuntimeError):
-        raise KeyError(f"{op_type}.{overload} is not an op of this PyTorch ({torch.__version__})") from None
+        raise NotFoundError(f"{op_type}.{overload} is not an op of this PyTorch ({torch.__version__})") from None
 
 
 # ---- tensors in arguments and results ----------------------------------------------------------

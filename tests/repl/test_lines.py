@@ -85,5 +85,17 @@ def test_internal_errors_are_caught_and_marked(runner, monkeypatch):
     assert isinstance(outcome.internal, ZeroDivisionError)
 
 
+def test_a_missing_thing_is_the_users_error_and_a_bare_key_error_is_a_bug(runner, monkeypatch):
+    from precision_tool.errors import NotFoundError
+
+    monkeypatch.setattr("precision_tool.repl.ops.list_ops", lambda *a: (_ for _ in ()).throw(
+        NotFoundError("step 9 is not a complete step of t.h5")))
+    [outcome] = runner.run_line("ls")
+    assert outcome.error == "step 9 is not a complete step of t.h5" and outcome.internal is None
+    monkeypatch.setattr("precision_tool.repl.ops.list_ops", lambda *a: {}["oops"])
+    [outcome] = runner.run_line("ls")
+    assert outcome.error == "internal error: KeyError: 'oops'" and isinstance(outcome.internal, KeyError)
+
+
 def test_blank_line_does_nothing(runner):
     assert runner.run_line("   ") == []
