@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from prompt_toolkit import PromptSession
@@ -11,6 +12,7 @@ from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.styles import Style
 
 from precision_tool.compare.cancel import clear_interrupt
+from precision_tool.repl.runner import shorten
 from precision_tool.repl.completer import ShellCompleter
 
 PROMPT = "PrecisionTool > "
@@ -55,11 +57,32 @@ def toolbar(runner):
 
     def tokens():
         session = runner.session
-        dumps = "  ".join(f"{role}: {name}" for role, name in session.describe()) or "no dumps loaded"
         compared = "comparison loaded" if session.comparison is not None else "not compared yet"
-        return [("class:bottom-toolbar", f" {dumps} | {compared} | help · exit ")]
+        width = _columns()
+        return [("class:bottom-toolbar", toolbar_text(session.describe(), compared, width))]
 
     return tokens
+
+
+def _columns() -> int:
+    """The width of the terminal the shell draws on."""
+    try:
+        from prompt_toolkit.application import get_app
+
+        return get_app().output.get_size().columns
+    except Exception:  # no running application (tests, a pipe): the environment's idea of it
+        return shutil.get_terminal_size((100, 24)).columns
+
+
+def toolbar_text(dumps: list[tuple[str, str]], compared: str, width: int) -> str:
+    """The toolbar's line within ``width``: file names lose their middle before anything else goes."""
+    for name_width, tail in ((None, " | help · exit "), (None, ""), (24, ""), (14, "")):
+        names = "  ".join(f"{role}: {name if name_width is None else shorten(name, name_width)}"
+                          for role, name in dumps) or "no dumps loaded"
+        text = f" {names} | {compared}{tail}"
+        if len(text) <= width:
+            return text
+    return text[:max(width, 1)]
 
 
 def shell_style() -> Style:

@@ -155,9 +155,21 @@ def _ranked(prefix: str, names, meta: str) -> list[Candidate]:
     return [Candidate(n, len(prefix), meta) for n in starts + inside]
 
 
+BUILTIN_SUMMARIES = {"help": "list the commands, or one command's options", "exit": "leave the shell",
+                     "quit": "leave the shell"}
+META_WIDTH = 48  # the completion menu's description column
+
+
+def command_summary(spec: click.Command | None) -> str:
+    """What a command does, in the completion menu: its help's first line, cut to the menu's width."""
+    text = (spec.short_help or (spec.help or "").strip().split("\n")[0]) if spec is not None else ""
+    return text if len(text) <= META_WIDTH else text[:META_WIDTH - 1].rstrip() + "…"
+
+
 def _command_names(s: CommandName, catalog: Catalog) -> list[Candidate]:
-    names = [*catalog.commands, "help", "exit", "quit"]
-    return [Candidate(n, len(s.prefix), "command") for n in names if n.startswith(s.prefix)]
+    names = {**{name: command_summary(spec) or "command" for name, spec in catalog.commands.items()},
+             **BUILTIN_SUMMARIES}
+    return [Candidate(n, len(s.prefix), meta) for n, meta in names.items() if n.startswith(s.prefix)]
 
 
 def _option_names(s: OptionName, catalog: Catalog) -> list[Candidate]:

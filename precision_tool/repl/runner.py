@@ -19,6 +19,21 @@ from precision_tool.repl.results import Candidates
 HELP = "help"
 
 
+SUGGEST_CUTOFF = 0.6  # "did you mean" only for a name this close (difflib's ratio) to a command
+ERROR_WIDTH = 400  # characters of an error line; a longer one loses its middle
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` with its middle replaced by a count of what was left out, when longer than ``width``."""
+    if len(text) <= width:
+        return text
+    if width < 40:  # too narrow for a count: keep both ends around an ellipsis
+        return text[:(width - 1) // 2] + "…" + text[len(text) - (width - 1 - (width - 1) // 2):]
+    keep = width - 30
+    head, tail = text[:keep * 2 // 3], text[len(text) - keep // 3:]
+    return f"{head}…[{len(text) - len(head) - len(tail)} characters]…{tail}"
+
+
 @dataclass
 class Outcome:
     """What one command produced: a result to render, an error line, or a request to quit."""
@@ -67,7 +82,7 @@ class Runner:
         try:
             return self._dispatch(text)
         except PrecisionToolError as exc:
-            return Outcome(text, error=str(exc))
+            return Outcome(text, error=shorten(str(exc), ERROR_WIDTH))  # a pasted 100 KB name is not echoed whole
         except Exception as exc:  # the shell must survive its own bugs; the front end logs them
             return Outcome(text, error=f"internal error: {type(exc).__name__}: {exc}", internal=exc)
 
@@ -102,6 +117,6 @@ class Runner:
 
     def unknown(self, name: str) -> str:
         """"unknown command 'x'; did you mean 'y'?" with the closest command name."""
-        closest = difflib.get_close_matches(name, self.names, n=1, cutoff=0.0)
+        closest = difflib.get_close_matches(name, self.names, n=1, cutoff=SUGGEST_CUTOFF)
         hint = f"; did you mean {closest[0]!r}?" if closest else ""
-        return f"unknown command {name!r}{hint} (type 'help' for the list)"
+        return f"unknown command {shorten(name, 40)!r}{hint} (type 'help' for the list)"

@@ -73,3 +73,9 @@ def test_types_and_passes():
 
 def test_open_quote_does_not_break_completion():
     assert isinstance(texts('ni "fc'), list)
+
+
+def test_the_menu_says_what_each_command_does():
+    metas = {c.text: c.meta for c in complete("", CATALOG)}
+    assert metas["ac"].startswith("Auto check") and metas["exit"] == "leave the shell"
+    assert all(meta and meta != "command" and len(meta) <= 48 for meta in metas.values())

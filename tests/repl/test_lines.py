@@ -99,3 +99,28 @@ def test_a_missing_thing_is_the_users_error_and_a_bare_key_error_is_a_bug(runner
 
 def test_blank_line_does_nothing(runner):
     assert runner.run_line("   ") == []
+
+
+def test_did_you_mean_only_when_something_is_close(runner):
+    assert "did you mean 'vcs'" in runner.run_line("vsc")[0].error
+    assert "did you mean" not in runner.run_line("frobnicate")[0].error
+
+
+def test_a_huge_name_is_not_echoed_back_whole(runner):
+    name = "layer/" * 20_000 + "Add"
+    [outcome] = runner.run_line(f"ni {name}")
+    assert outcome.error is not None and len(outcome.error) <= 400
+    assert "characters]…" in outcome.error
+
+
+def test_the_toolbar_fits_the_terminal():
+    from precision_tool.repl.app import toolbar_text
+
+    dumps = [("golden", "golden_run_of_a_very_long_experiment_name.h5"), ("target", "npu_run_of_the_same.h5")]
+    assert toolbar_text(dumps, "not compared yet", 200) == (
+        " golden: golden_run_of_a_very_long_experiment_name.h5  target: npu_run_of_the_same.h5 | not compared yet"
+        " | help · exit ")
+    assert toolbar_text(dumps, "not compared yet", 100) == (
+        " golden: golden_run_of_a_very_long_experiment_name.h5  target: npu_run_of_the_same.h5 | not compared yet")
+    assert toolbar_text(dumps, "not compared yet", 80) == (
+        " golden: golden…name.h5  target: npu_ru…same.h5 | not compared yet")
