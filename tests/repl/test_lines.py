@@ -121,6 +121,6 @@ def test_the_toolbar_fits_the_terminal():
         " golden: golden_run_of_a_very_long_experiment_name.h5  target: npu_run_of_the_same.h5 | not compared yet"
         " | help · exit ")
     assert toolbar_text(dumps, "not compared yet", 100) == (
-        " golden: golden_run_of_a_very_long_experiment_name.h5  target: npu_run_of_the_same.h5 | not compared yet")
+        " golden: golden_run_…ment_name.h5  target: npu_run_of_the_same.h5 | not compared yet")
     assert toolbar_text(dumps, "not compared yet", 80) == (
         " golden: golden…name.h5  target: npu_ru…same.h5 | not compared yet")
