@@ -80,12 +80,19 @@ def summary_json(summary: DumpSummary) -> dict:
 
 def render_summary(summary: DumpSummary, console) -> None:
     """Print ``summary`` to a rich console: run metadata, counts, first overflows, loss history."""
+    console.print(summary_view(summary))
+
+
+def summary_view(summary: DumpSummary):
+    """``summary`` as one renderable (the batch command prints it, the shell's `inspect` returns it)."""
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     data = summary_json(summary)
     state = "complete" if summary.complete else f"INCOMPLETE ({summary.steps_complete} steps readable)"
-    console.print(f"[bold]{summary.path}[/bold]  schema {summary.schema_version}, {state}, "
-                  f"{format_size(summary.size_bytes)}")
+    parts = [Text.assemble((summary.path, "bold"), f"  schema {summary.schema_version}, {state}, "
+                                                   f"{format_size(summary.size_bytes)}")]
     run = Table.grid(padding=(0, 2))
     run.add_column(style="bold")
     run.add_column()
@@ -108,11 +115,12 @@ def render_summary(summary: DumpSummary, console) -> None:
     steps = ", ".join(map(str, summary.overflow_steps[:20])) + (" ..." if len(summary.overflow_steps) > 20 else "")
     run.add_row("overflow", f"{summary.overflow_ops:,} op executions in {len(summary.overflow_steps)} steps"
                 + (f" ({steps})" if steps else ""))
-    console.print(run)
+    parts.append(run)
     if summary.first_overflows:
-        console.print(_overflow_table(summary.first_overflows))
+        parts.append(_overflow_table(summary.first_overflows))
     if summary.loss:
-        console.print(_loss_table(summary))
+        parts.append(_loss_table(summary))
+    return Group(*parts)
 
 
 def _brief(value) -> str:

@@ -9,6 +9,7 @@ nothing above `render/`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 from rich import box
@@ -468,9 +469,19 @@ def _source(report) -> str:
     return f" in {report.source}" if getattr(report, "source", "") else ""
 
 
+def dump_summary(result):
+    """The shell's `inspect`: the batch command's view of a loaded dump, or its JSON."""
+    from precision_tool.render.inspect_view import summary_json, summary_view
+
+    if result.output_format == "json":
+        return Text(json.dumps(summary_json(result.summary), indent=2, allow_nan=False), no_wrap=True,
+                    overflow="ignore")
+    return summary_view(result.summary)
+
+
 VIEWS = {
     "op_listing": op_listing, "candidates": candidates, "op_info": op_info, "tensor_view": tensor_view,
     "tensor_comparison": tensor_comparison, "overflow_report": overflow_report, "fusion_report": fusion_report,
     "attribution": attribution, "flagged": flagged, "auto_check": auto_check, "diagnosis": diagnosis,
-    "help_index": help_index, "help_text": help_text,
+    "help_index": help_index, "help_text": help_text, "dump_summary": dump_summary,
 }

@@ -17,7 +17,8 @@ import click
 from precision_tool import defaults
 from precision_tool.cli.options import TOLERANCE
 from precision_tool.repl import checks, ops, tensor_commands
-from precision_tool.repl.results import CommandHelp, HelpIndex, HelpText
+from precision_tool.repl.results import CommandHelp, HelpIndex, HelpText, InspectResult
+from precision_tool.repl.session import ROLES, MissingDumpError
 from precision_tool.repl.tensors import GRAMMAR
 
 QUIT_WORDS = ("exit", "quit")
@@ -143,8 +144,23 @@ def build_commands() -> dict[str, Command]:
                       _step(), _direction("--direction")),
                 lambda session, op, device, step, direction: checks.rerun(session, op, device, step, direction),
                 "attribution"),
+        Command("inspect", "A loaded dump's run, counts, overflows and loss history.",
+                _spec("inspect", "A loaded dump's run metadata, steps, op and tensor counts, overflowing ops, "
+                                 "loss and loss-scale history and size, as `precision-tool inspect` shows them.",
+                      click.Argument(["role"], required=False, type=click.Choice(list(ROLES))),
+                      _opt("--format", "output_format", type=click.Choice(["table", "json"]), default="table",
+                           help="A table, or the batch command's JSON.")),
+                lambda session, role, output_format: inspect_loaded(session, role, output_format), "dump_summary"),
     ]
     return {command.name: command for command in table}
+
+
+def inspect_loaded(session, role: str | None, output_format: str) -> InspectResult:
+    """`inspect [ROLE]`: the summary of the dump loaded for ``role`` (default: the target, else the first)."""
+    role = role or session.primary_role
+    if role is None:
+        raise MissingDumpError("target", "inspect")
+    return InspectResult(role, session.dump(role, "inspect").summary(), output_format)
 
 
 def help_index(commands: dict[str, Command]) -> HelpIndex:

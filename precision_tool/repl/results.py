@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from precision_tool.compare.report import Flagged  # noqa: F401  (vcs's result; also the batch diagnose -c's)
+
 
 @dataclass(frozen=True)
 class TypeCount:
@@ -120,17 +122,6 @@ class TensorComparison:
 
 
 @dataclass
-class Flagged:
-    """`vcs`: the comparator's flagged ops, with the threshold and limit used."""
-
-    report: Any  # CompareReport
-    rows: list  # the selected OpComparisons, in execution order
-    threshold: float
-    limit: int | None
-    total: int = 0  # ops flagged at this threshold, before the limit
-
-
-@dataclass
 class AutoCheck:
     """`ac`: the diagnosis plus, when a comparison is loaded, its flagged ops."""
 
@@ -162,3 +153,12 @@ class HelpText:
 
     name: str
     text: str
+
+
+@dataclass(frozen=True)
+class InspectResult:
+    """`inspect` in the shell: one loaded dump's summary, as a table or JSON."""
+
+    role: str
+    summary: Any  # DumpSummary
+    output_format: str = "table"

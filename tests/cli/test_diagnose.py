@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +59,15 @@ def test_missing_file_is_exit_2_in_one_line(run_cli, runs, tmp_path):
 def test_unknown_format_is_a_usage_error(run_cli, runs):
     result = run_cli("diagnose", runs["golden"], runs["target"], "--format", "xml")
     assert result.status == 2 and "'xml' is not one of 'table', 'json'" in result.stderr
+
+
+def test_diagnose_is_acs_twin_with_c_l_and_all(run_cli):
+    samples = [Path(__file__).resolve().parents[2] / "sample_dumps" / n for n in ("golden.h5", "npu.h5")]
+    batch = run_cli("diagnose", *samples, "-c", "-l", "1")
+    shell = run_cli("shell", *samples, "-c", "ac -c -l 1")
+    assert batch.status == shell.status == 0, batch.stderr + shell.stderr
+    for out in (batch.stdout, shell.stdout):
+        text = " ".join(out.split())
+        assert text.startswith("┏━ root cause")  # the verdict first
+        assert "showing 1 of 2, in execution order" in text and "Flagged ops (first 10 of 13)" in text
+    assert " ".join(batch.stdout.split()) == " ".join(shell.stdout.split())

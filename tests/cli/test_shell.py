@@ -307,3 +307,13 @@ def test_screen_in_tmux(files, tmp_path):
             raise AssertionError("exit did not end the shell")
     finally:
         subprocess.run(["tmux", *socket, "kill-server"], capture_output=True)
+
+
+def test_inspect_is_reachable_from_the_shell_with_the_batch_commands_json(run_cli):
+    samples = [Path(__file__).resolve().parents[2] / "sample_dumps" / n for n in ("golden.h5", "npu.h5")]
+    shell = run_cli("shell", *samples, "-c", "inspect golden --format json")
+    batch = run_cli("inspect", samples[0], "--format", "json")
+    assert shell.status == batch.status == 0, shell.stderr
+    assert json.loads(shell.stdout) == json.loads(batch.stdout)
+    table = run_cli("shell", *samples, "-c", "inspect")  # the target by default
+    assert "npu.h5" in table.stdout and "recorded" in table.stdout and "28 ops" in table.stdout
