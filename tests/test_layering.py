@@ -8,9 +8,13 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "precision_tool"
-RANK = {"errors": 0, "outputs": 0, "defaults": 0, "native": 0, "_native": 0, "engine": 1, "session": 2, "dump": 3, "collect": 3, "compare": 4,
-        "analysis": 5, "render": 6, "torch": 3, "cli": 7, "repl": 7}
+RANK = {"errors": 0, "outputs": 0, "defaults": 0, "native": 0, "_native": 0, "engine": 1, "session": 2, "dump": 3,
+        "collect": 3, "compare": 4, "analysis": 5, "commands": 5, "render": 6, "torch": 3, "cli": 7, "repl": 7}
 CORE = ("engine", "session", "dump", "collect", "compare", "analysis")
+# commands/ holds what both front ends share: results, and click parameter types and options (click parses
+# both the batch CLI and the shell's lines), but nothing that draws or prompts
+UI_FREE = {**{layer: ("click", "rich", "prompt_toolkit", "torch") for layer in CORE},
+           "commands": ("rich", "prompt_toolkit", "torch")}
 
 
 def _imports(path: Path):
@@ -29,9 +33,8 @@ def test_a_layer_imports_only_layers_at_or_below_it(layer):
             parts = module.split(".")
             if parts[0] == "precision_tool" and len(parts) > 1 and parts[1] in RANK:
                 assert RANK[parts[1]] <= RANK[layer], f"{path.relative_to(PACKAGE)} imports {module}"
-            if layer in CORE:
-                assert parts[0] not in ("click", "rich", "prompt_toolkit", "torch"), \
-                    f"{path.relative_to(PACKAGE)} imports {module}"
+            if layer in UI_FREE:
+                assert parts[0] not in UI_FREE[layer], f"{path.relative_to(PACKAGE)} imports {module}"
 
 
 def test_importing_the_core_and_the_cli_loads_no_torch():
@@ -100,3 +103,24 @@ def test_the_cycle_finder_finds_a_cycle(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "import_graph", lambda: graph)
     with pytest.raises(AssertionError, match="import cycle: a -> b -> c -> a"):
         test_no_import_cycles_in_the_package()
+
+
+def test_the_shell_and_the_batch_cli_share_results_without_importing_each_other():
+    for path in sorted((PACKAGE / "repl").rglob("*.py")):
+        assert not [m for m in _imports(path) if m.startswith("precision_tool.cli")], path.name
+    for path in sorted((PACKAGE / "cli").rglob("*.py")):
+        reaches = [m for m in _imports(path) if m.startswith("precision_tool.repl")]
+        assert not reaches or path.name == "shell.py", f"{path.name} imports {reaches}"  # only to start the shell
+
+
+def test_every_result_type_has_a_renderer():
+    import dataclasses
+
+    from precision_tool.commands import results
+    from precision_tool.render.shell_views import RENDERERS
+
+    drawn = {t for t in RENDERERS}
+    top_level = [t for t in vars(results).values() if isinstance(t, type) and dataclasses.is_dataclass(t)
+                 and t.__module__ == results.__name__]
+    parts = {"TypeCount", "TensorMetric", "SlotView", "Mismatch", "CommandHelp"}  # drawn inside others
+    assert {t.__name__ for t in top_level} - {t.__name__ for t in drawn} == parts

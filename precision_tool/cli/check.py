@@ -13,7 +13,7 @@ import click
 
 from precision_tool.cli.compare import (DUMP, OUT_FILE, allow_incomplete_option, check_outputs, run_compare,
                                         selection_options)
-from precision_tool.cli.options import COSINE, TOLERANCE
+from precision_tool.commands.options import COSINE, TOLERANCE
 from precision_tool.defaults import CHECK_MIN_COSINE
 from precision_tool.errors import InputError
 

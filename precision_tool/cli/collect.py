@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from precision_tool.cli.options import SEED
+from precision_tool.commands.options import SEED
 from precision_tool.collect.modes import MODE_FORM, parse_modes
 from precision_tool.collect.selection import STEPS_FORM, parse_op_types, parse_steps
 from precision_tool.engine.formats import OVERFLOW_MODES

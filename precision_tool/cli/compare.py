@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from precision_tool.cli.options import COSINE
+from precision_tool.commands.options import COSINE_OPTION, LIMIT_OPTION
 from precision_tool.defaults import COMPARE_JOBS, COSINE_THRESHOLD, LIST_LIMIT
 
 DUMP = click.Path(dir_okay=False, path_type=str)
@@ -58,10 +58,8 @@ def selection_options(func):
 def listing_options(func):
     """-c, -l and --all: which ops the listing shows (the rule of the shell's vcs)."""
     func = click.option("--all", "show_all", is_flag=True, help="List every compared op, not only flagged ones.")(func)
-    func = click.option("-l", "--limit", type=click.IntRange(min=0), default=None,
-                        help=f"Show at most this many flagged ops, first first (default {LIST_LIMIT}; 0: all).")(func)
-    func = click.option("-c", "--cosine", type=COSINE, default=None,
-                        help=f"Flag an op when an output's cosine is at or below this (default {COSINE_THRESHOLD}).")(func)
+    for decls, attrs in (LIMIT_OPTION, COSINE_OPTION):  # shared with the shell's vcs
+        func = click.option(*decls, **attrs)(func)
     return func
 
 

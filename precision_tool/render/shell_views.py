@@ -1,9 +1,8 @@
 """Rich renderables for the shell's results, shared by the REPL, `shell -c` and `diagnose`.
 
-Each view takes the data a handler returned (`precision_tool.repl.results`,
-`precision_tool.analysis.results`) and returns a rich renderable; `render`
-picks one by name. The views only read attributes, so this module imports
-nothing above `render/`.
+Each view takes the data a handler returned (`precision_tool.commands.results`,
+`precision_tool.analysis.results`, the comparator's `Flagged`) and returns a
+rich renderable; `render` picks the view by the result's type (`RENDERERS`).
 """
 
 from __future__ import annotations
@@ -18,6 +17,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from precision_tool.analysis import results as analysis_results
+from precision_tool.commands import results
+from precision_tool.compare.report import Flagged
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.render.compare_view import SHORT_DIRECTIONS, SHORT_DTYPES, fmt_cosine, row_notes, rows_table
 
@@ -25,9 +27,13 @@ VALUES_PER_ROW = 8
 
 
 
-def render(view: str, result):
-    """The renderable of ``result`` by the view name a command declared."""
-    return VIEWS[view](result)
+def render(result):
+    """The renderable of ``result``, by its type (`RENDERERS`); TypeError for a type nobody draws."""
+    for kind in type(result).__mro__:
+        view = RENDERERS.get(kind)
+        if view is not None:
+            return view(result)
+    raise TypeError(f"no renderer for {type(result).__name__}")
 
 
 def num(value, digits: int = 6) -> str:
@@ -479,9 +485,11 @@ def dump_summary(result):
     return summary_view(result.summary)
 
 
-VIEWS = {
-    "op_listing": op_listing, "candidates": candidates, "op_info": op_info, "tensor_view": tensor_view,
-    "tensor_comparison": tensor_comparison, "overflow_report": overflow_report, "fusion_report": fusion_report,
-    "attribution": attribution, "flagged": flagged, "auto_check": auto_check, "diagnosis": diagnosis,
-    "help_index": help_index, "help_text": help_text, "dump_summary": dump_summary,
+RENDERERS = {
+    results.OpListing: op_listing, results.Candidates: candidates, results.OpInfo: op_info,
+    results.TensorView: tensor_view, results.TensorComparison: tensor_comparison,
+    analysis_results.OverflowReport: overflow_report, analysis_results.FusionReport: fusion_report,
+    analysis_results.Attribution: attribution, Flagged: flagged, results.AutoCheck: auto_check,
+    analysis_results.Diagnosis: diagnosis, results.HelpIndex: help_index, results.HelpText: help_text,
+    results.InspectResult: dump_summary,
 }

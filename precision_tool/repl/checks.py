@@ -6,7 +6,7 @@ import dataclasses
 
 from precision_tool import defaults
 from precision_tool.repl.ops import find_op, pick_direction
-from precision_tool.repl.results import AutoCheck, Candidates, Flagged
+from precision_tool.commands.results import AutoCheck, Candidates, Flagged
 
 
 def overflow(session, limit: int | None):

@@ -1,10 +1,11 @@
-"""The shell's command table: name -> option spec, handler returning data, and view.
+"""The shell's command table: name -> option spec and a handler returning data.
 
 Each command's option spec is a `click.Command` used only as a parser (and
 for its generated help); `vcs` takes its options from the batch `compare`
 command itself. Handlers take the session and the parsed parameters and
-return data; ``view`` names the function of `precision_tool.render.shell_views`
-that renders the result. The table is built per session (`build_commands`).
+return data (`precision_tool.commands.results` and the core's result types),
+which `precision_tool.render.shell_views.render` draws by its type. The table
+is built per session (`build_commands`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import Any, Callable
 import click
 
 from precision_tool import defaults
-from precision_tool.cli.options import TOLERANCE
+from precision_tool.commands.options import TOLERANCE, listing_params
 from precision_tool.repl import checks, ops, tensor_commands
-from precision_tool.repl.results import CommandHelp, HelpIndex, HelpText, InspectResult
+from precision_tool.commands.results import CommandHelp, HelpIndex, HelpText, InspectResult
 from precision_tool.repl.session import ROLES, MissingDumpError
 from precision_tool.repl.tensors import GRAMMAR
 
@@ -32,8 +33,7 @@ class Command:
     name: str
     summary: str
     spec: click.Command
-    handler: Callable[..., Any]  # handler(session, **params) -> data
-    view: str  # the renderer in precision_tool.render.shell_views
+    handler: Callable[..., Any]  # handler(session, **params) -> a result, drawn by its type (render.shell_views)
 
 
 def _spec(name: str, help_text: str, *params: click.Parameter) -> click.Command:
@@ -54,16 +54,6 @@ def _direction(*decls) -> click.Option:
                 help="Forward, backward or optimizer op (default: forward, else the one the op has).")
 
 
-def _vcs_params() -> list[click.Parameter]:
-    """The batch `compare` command's own -c/--cosine and -l/--limit, so `vcs` and `compare` cannot drift."""
-    from precision_tool.cli.compare import compare
-
-    params = [p for p in compare.params if p.name in ("cosine", "limit")]
-    if len(params) != 2:
-        raise RuntimeError("precision-tool compare has lost its -c/--cosine or -l/--limit option")
-    return params
-
-
 def build_commands() -> dict[str, Command]:
     """A fresh command table (help and exit/quit are handled by the runner)."""
     tensor_help = f"TENSOR: {GRAMMAR}; or a .npy file."
@@ -79,13 +69,12 @@ def build_commands() -> dict[str, Command]:
                       _opt("-a", "--all", "show_all", is_flag=True,
                            help="Every scored op in the attribution table, not only those up to the culprit.")),
                 lambda session, compare_first, limit, show_all: checks.auto_check(session, compare_first, limit,
-                                                                                  show_all),
-                "auto_check"),
+                                                                                  show_all)),
         Command("vcs", "Ops whose output cosine is at or below -c, in execution order, at most -l.",
                 _spec("vcs", "Compare summary: ops whose output cosine against golden is at or below "
                              "-c, in execution order, at most -l (the options of `precision-tool compare`).",
-                      *_vcs_params()),
-                lambda session, cosine, limit: checks.flagged(session, cosine, limit), "flagged"),
+                      *listing_params()),
+                lambda session, cosine, limit: checks.flagged(session, cosine, limit)),
         Command("ls", "List the ops of one step by substring filters; with none, counts per type.",
                 _spec("ls", "List the ops of one step whose name, type and fusion pass hold the given "
                             "substrings. With no filter: how many ops of each type.",
@@ -93,23 +82,20 @@ def build_commands() -> dict[str, Command]:
                       _opt("-t", "--type", "type_", help="Substring of the op type."),
                       _opt("-f", "--pass", "pass_", help="Substring of the fusion pass name."),
                       _step("the first recorded step")),
-                lambda session, name, type_, pass_, step: ops.list_ops(session, name, type_, pass_, step),
-                "op_listing"),
+                lambda session, name, type_, pass_, step: ops.list_ops(session, name, type_, pass_, step)),
         Command("ni", "Node info: one op on every side, its tensors, fusion, overflow, metrics.",
                 _spec("ni", "Node info: type, execution index, inputs and outputs with dtype, shape and "
                             "statistics on each side, fusion pass and original ops, overflow flag, and "
                             "metrics against golden. OP is an exact name, else a unique substring.",
                       click.Argument(["op"]), _step(), _direction()),
-                lambda session, op, step, direction: ops.node_info(session, op, step, direction),
-                "op_info"),
+                lambda session, op, step, direction: ops.node_info(session, op, step, direction)),
         Command("pt", "Print a tensor: its statistics and first values.",
                 _spec("pt", f"Print a tensor's statistics and first values. {tensor_help} "
                             "Nothing is written to disk.",
                       click.Argument(["tensor"]),
                       _opt("-p", "--print", "count", type=click.IntRange(min=0), default=defaults.PT_PRINT,
                            help="Values to show.")),
-                lambda session, tensor, count: tensor_commands.print_tensor(session, tensor, count),
-                "tensor_view"),
+                lambda session, tensor, count: tensor_commands.print_tensor(session, tensor, count)),
         Command("cp", "Compare two tensors: allclose, cosine, error ratio, first mismatches.",
                 _spec("cp", f"Compare LEFT against the reference RIGHT: allclose, cosine, error ratio and "
                             f"the first mismatching elements. {tensor_help} LEFT defaults to the target "
@@ -122,19 +108,18 @@ def build_commands() -> dict[str, Command]:
                       _opt("-rl", "--rtol", type=TOLERANCE, default=defaults.CP_RTOL,
                            help="Relative tolerance.")),
                 lambda session, left, right, count, atol, rtol:
-                    tensor_commands.compare_tensors(session, left, right, count, atol, rtol),
-                "tensor_comparison"),
+                    tensor_commands.compare_tensors(session, left, right, count, atol, rtol)),
         Command("of", "Overflow report: each overflowing op, its counts, ranges and a hint.",
                 _spec("of", "Overflow report of the overflow dump (else the target dump): each overflowing "
                             "op with its status, saturated and inf counts, input and output ranges, and a hint.",
                       _opt("-l", "--limit", type=click.IntRange(min=0), default=defaults.OVERFLOW_LIMIT,
                            help="Overflowing ops to show (0: all).")),
-                lambda session, limit: checks.overflow(session, limit), "overflow_report"),
+                lambda session, limit: checks.overflow(session, limit)),
         Command("fu", "Fusion passes applied, then the fused ops suspected of the error.",
                 _spec("fu", "Fusion passes applied (pass and count), then the fused ops whose error against "
                             "golden is clearly larger than the fusion-off run shows, each with the pass to "
                             "switch off."),
-                lambda session: checks.fusion(session), "fusion_report"),
+                lambda session: checks.fusion(session)),
         Command("rerun", "Replay one op on golden inputs: error introduced against error inherited.",
                 _spec("rerun", "Replay one op on the golden run's inputs through the shared engine and "
                                "report the error it introduces against the error it inherits.",
@@ -142,15 +127,14 @@ def build_commands() -> dict[str, Command]:
                       _opt("--device", type=click.Choice(["npu", "golden"]), default="npu",
                            help="Numerics to replay with."),
                       _step(), _direction("--direction")),
-                lambda session, op, device, step, direction: checks.rerun(session, op, device, step, direction),
-                "attribution"),
+                lambda session, op, device, step, direction: checks.rerun(session, op, device, step, direction)),
         Command("inspect", "A loaded dump's run, counts, overflows and loss history.",
                 _spec("inspect", "A loaded dump's run metadata, steps, op and tensor counts, overflowing ops, "
                                  "loss and loss-scale history and size, as `precision-tool inspect` shows them.",
                       click.Argument(["role"], required=False, type=click.Choice(list(ROLES))),
                       _opt("--format", "output_format", type=click.Choice(["table", "json"]), default="table",
                            help="A table, or the batch command's JSON.")),
-                lambda session, role, output_format: inspect_loaded(session, role, output_format), "dump_summary"),
+                lambda session, role, output_format: inspect_loaded(session, role, output_format)),
     ]
     return {command.name: command for command in table}
 

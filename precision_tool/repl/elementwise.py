@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from precision_tool.compare.metrics import compare_arrays as pair_metrics
-from precision_tool.repl.results import Mismatch, TensorComparison
+from precision_tool.commands.results import Mismatch, TensorComparison
 
 
 def compare_arrays(left: np.ndarray, right: np.ndarray, *, left_label: str, right_label: str,

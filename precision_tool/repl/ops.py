@@ -9,7 +9,7 @@ import numpy as np
 from precision_tool.errors import PrecisionToolError
 from precision_tool.compare.matching import _fused_origin as fused_origin
 from precision_tool.compare.metrics import compare_arrays as pair_metrics
-from precision_tool.repl.results import Candidates, OpInfo, OpListing, SlotView, TensorMetric, TypeCount
+from precision_tool.commands.results import Candidates, OpInfo, OpListing, SlotView, TensorMetric, TypeCount
 
 MAX_CANDIDATES = 20
 # Sides whose op names are the unfused originals: a fused target op is matched through its origins there.

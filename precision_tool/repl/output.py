@@ -28,7 +28,7 @@ class Printer:
             self.err.print(f"error: {outcome.error}", style="red", markup=False, highlight=False, soft_wrap=True)
             return
         if outcome.result is not None:
-            self.out.print(render(outcome.view, outcome.result))
+            self.out.print(render(outcome.result))
 
     def show_all(self, outcomes) -> bool:
         """Show every outcome; True when one of them asked to quit."""

@@ -14,7 +14,7 @@ from typing import Any
 from precision_tool.errors import PrecisionToolError
 from precision_tool.repl.commands import QUIT_WORDS, Command, build_commands, command_help, help_index
 from precision_tool.repl.parsing import parse_args, split_commands, split_words, wants_help
-from precision_tool.repl.results import Candidates
+from precision_tool.commands.results import Candidates
 
 HELP = "help"
 
@@ -44,7 +44,6 @@ class Outcome:
     error: str | None = None  # one line, for the user
     internal: BaseException | None = None  # set when the error is a bug in precision-tool
     quit: bool = False
-    view: str = ""  # the shell_views renderer for ``result``
 
     @property
     def ok(self) -> bool:
@@ -99,20 +98,19 @@ class Runner:
         if command is None:
             return Outcome(text, error=self.unknown(name))
         if wants_help(args):
-            return Outcome(text, command, command_help(self.commands, name), view="help_text")
+            return Outcome(text, command, command_help(self.commands, name))
         params = parse_args(command.spec, name, args)
         result = command.handler(self.session, **params)
-        view = "candidates" if isinstance(result, Candidates) else command.view
-        return Outcome(text, command, result, view=view)
+        return Outcome(text, command, result)
 
     def _help(self, text: str, args: list[str]) -> Outcome:
         if not args:
-            return Outcome(text, result=help_index(self.commands), view="help_index")
+            return Outcome(text, result=help_index(self.commands))
         name = args[0]
         if name in self.commands:
-            return Outcome(text, result=command_help(self.commands, name), view="help_text")
+            return Outcome(text, result=command_help(self.commands, name))
         if name in (HELP, *QUIT_WORDS):
-            return Outcome(text, result=help_index(self.commands), view="help_index")
+            return Outcome(text, result=help_index(self.commands))
         return Outcome(text, error=self.unknown(name))
 
     def unknown(self, name: str) -> str:

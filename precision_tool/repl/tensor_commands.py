@@ -12,7 +12,7 @@ from precision_tool.dump.stats import tensor_stats
 from precision_tool.errors import InputError, PrecisionToolError
 from precision_tool.repl.elementwise import compare_arrays
 from precision_tool.repl.ops import counterpart, find_op, pick_direction, pick_step
-from precision_tool.repl.results import Candidates, TensorView
+from precision_tool.commands.results import Candidates, TensorView
 from precision_tool.repl.tensors import TensorRef, parse_tensor
 
 

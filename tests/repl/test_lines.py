@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from precision_tool.repl.results import HelpIndex, HelpText
+from precision_tool.commands.results import HelpIndex, HelpText
 
 
 def test_help_lists_every_command_and_exit(shell):

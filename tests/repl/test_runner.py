@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from precision_tool.repl.results import Candidates, OpInfo, OpListing, TensorComparison, TensorView
+from precision_tool.commands.results import Candidates, OpInfo, OpListing, TensorComparison, TensorView
 
 
 def run(runner, line):

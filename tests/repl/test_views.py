@@ -10,7 +10,7 @@ from precision_tool.analysis.results import (Attribution, Diagnosis, FusionRepor
                                              OverflowReport, Range, Verdict)
 from precision_tool.dump.records import OpRecord, TensorRecord, TensorStats
 from precision_tool.render import shell_views
-from precision_tool.repl.results import (AutoCheck, Candidates, Mismatch, OpListing, TensorComparison, TensorView,
+from precision_tool.commands.results import (AutoCheck, Candidates, Mismatch, OpListing, TensorComparison, TensorView,
                                          TypeCount)
 
 

@@ -12,6 +12,8 @@ import math
 
 import click
 
+from precision_tool.defaults import COSINE_THRESHOLD, LIST_LIMIT
+
 
 class FiniteFloat(click.ParamType):
     """A finite float within [min, max] (either bound may be None)."""
@@ -53,3 +55,17 @@ class FiniteFloat(click.ParamType):
 COSINE = FiniteFloat(-1.0, 1.0)  # a cosine similarity threshold
 TOLERANCE = FiniteFloat(min=0.0)  # an absolute or relative error bound
 SEED = click.IntRange(0, 2**64 - 1)  # numpy seeds any size; the dump stores it as a 64-bit unsigned integer
+
+
+# -c and -l of the batch `compare` and the shell's `vcs`: one definition, (declarations, attributes) each
+COSINE_OPTION = (("-c", "--cosine"), {"type": COSINE, "default": None,
+                                      "help": "Flag an op when an output's cosine is at or below this "
+                                              f"(default {COSINE_THRESHOLD})."})
+LIMIT_OPTION = (("-l", "--limit"), {"type": click.IntRange(min=0), "default": None,
+                                    "help": f"Show at most this many flagged ops, first first (default {LIST_LIMIT}; "
+                                            "0: all)."})
+
+
+def listing_params() -> list[click.Option]:
+    """The shell's -c and -l, as click parameters."""
+    return [click.Option(list(decls), **attrs) for decls, attrs in (COSINE_OPTION, LIMIT_OPTION)]
