@@ -69,3 +69,21 @@ LIMIT_OPTION = (("-l", "--limit"), {"type": click.IntRange(min=0), "default": No
 def listing_params() -> list[click.Option]:
     """The shell's -c and -l, as click parameters."""
     return [click.Option(list(decls), **attrs) for decls, attrs in (COSINE_OPTION, LIMIT_OPTION)]
+
+
+class NameType(click.ParamType):
+    """Text naming something a dump holds (``kind``: op, tensor, type, pass): the shell completes it from its
+    dumps, so which argument takes what is said once, in the command's own parameters."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.name = kind
+
+    def convert(self, value, param, ctx):
+        return value if isinstance(value, str) else str(value)
+
+    def __repr__(self) -> str:
+        return f"NameType({self.kind!r})"
+
+
+OP_NAME, TENSOR_NAME, TYPE_NAME, PASS_NAME = NameType("op"), NameType("tensor"), NameType("type"), NameType("pass")

@@ -16,7 +16,8 @@ from typing import Any, Callable
 import click
 
 from precision_tool import defaults
-from precision_tool.commands.options import TOLERANCE, listing_params
+from precision_tool.commands.options import (OP_NAME, PASS_NAME, TENSOR_NAME, TOLERANCE, TYPE_NAME,
+                                             listing_params)
 from precision_tool.repl import checks, ops, tensor_commands
 from precision_tool.commands.results import CommandHelp, HelpIndex, HelpText, InspectResult
 from precision_tool.repl.session import ROLES, MissingDumpError
@@ -78,21 +79,21 @@ def build_commands() -> dict[str, Command]:
         Command("ls", "List the ops of one step by substring filters; with none, counts per type.",
                 _spec("ls", "List the ops of one step whose name, type and fusion pass hold the given "
                             "substrings. With no filter: how many ops of each type.",
-                      _opt("-n", "--name", help="Substring of the op name."),
-                      _opt("-t", "--type", "type_", help="Substring of the op type."),
-                      _opt("-f", "--pass", "pass_", help="Substring of the fusion pass name."),
+                      _opt("-n", "--name", type=OP_NAME, help="Substring of the op name."),
+                      _opt("-t", "--type", "type_", type=TYPE_NAME, help="Substring of the op type."),
+                      _opt("-f", "--pass", "pass_", type=PASS_NAME, help="Substring of the fusion pass name."),
                       _step("the first recorded step")),
                 lambda session, name, type_, pass_, step: ops.list_ops(session, name, type_, pass_, step)),
         Command("ni", "Node info: one op on every side, its tensors, fusion, overflow, metrics.",
                 _spec("ni", "Node info: type, execution index, inputs and outputs with dtype, shape and "
                             "statistics on each side, fusion pass and original ops, overflow flag, and "
                             "metrics against golden. OP is an exact name, else a unique substring.",
-                      click.Argument(["op"]), _step(), _direction()),
+                      click.Argument(["op"], type=OP_NAME), _step(), _direction()),
                 lambda session, op, step, direction: ops.node_info(session, op, step, direction)),
         Command("pt", "Print a tensor: its statistics and first values.",
                 _spec("pt", f"Print a tensor's statistics and first values. {tensor_help} "
                             "Nothing is written to disk.",
-                      click.Argument(["tensor"]),
+                      click.Argument(["tensor"], type=TENSOR_NAME),
                       _opt("-p", "--print", "count", type=click.IntRange(min=0), default=defaults.PT_PRINT,
                            help="Values to show.")),
                 lambda session, tensor, count: tensor_commands.print_tensor(session, tensor, count)),
@@ -100,7 +101,8 @@ def build_commands() -> dict[str, Command]:
                 _spec("cp", f"Compare LEFT against the reference RIGHT: allclose, cosine, error ratio and "
                             f"the first mismatching elements. {tensor_help} LEFT defaults to the target "
                             "side, RIGHT to the golden side; without RIGHT, LEFT's golden counterpart.",
-                      click.Argument(["left"]), click.Argument(["right"], required=False),
+                      click.Argument(["left"], type=TENSOR_NAME),
+                      click.Argument(["right"], required=False, type=TENSOR_NAME),
                       _opt("-p", "--print", "count", type=click.IntRange(min=0), default=defaults.CP_PRINT,
                            help="Mismatching elements to show."),
                       _opt("-al", "--atol", type=TOLERANCE, default=defaults.CP_ATOL,
@@ -123,7 +125,7 @@ def build_commands() -> dict[str, Command]:
         Command("rerun", "Replay one op on golden inputs: error introduced against error inherited.",
                 _spec("rerun", "Replay one op on the golden run's inputs through the shared engine and "
                                "report the error it introduces against the error it inherits.",
-                      click.Argument(["op"]),
+                      click.Argument(["op"], type=OP_NAME),
                       _opt("--device", type=click.Choice(["npu", "golden"]), default="npu",
                            help="Numerics to replay with."),
                       _step(), _direction("--direction")),

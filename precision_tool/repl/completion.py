@@ -14,14 +14,11 @@ from dataclasses import dataclass, field
 
 import click
 
+from precision_tool.commands.options import NameType
 from precision_tool.repl.parsing import split_commands
 from precision_tool.repl.tensors import SIDES
 
 # Positional arguments that name an op or a tensor, per command.
-OP_ARGUMENTS = {"ni", "rerun"}
-TENSOR_ARGUMENTS = {"pt", "cp"}
-# Option values that name something the catalog knows.
-OPTION_VALUES = {"--name": "op", "--type": "type", "--pass": "pass"}
 MAX_COMPLETIONS = 200
 
 
@@ -99,10 +96,10 @@ def suggest(text: str, commands: dict[str, click.Command | None]) -> list:
     option = _option(spec, words[-1]) if len(words) > 1 else None
     if option is not None and not option.is_flag:
         return _option_value(option, current)
-    if name in OP_ARGUMENTS:
-        return [OpName(current)]
-    if name in TENSOR_ARGUMENTS:
-        return [TensorName(current)]
+    arguments = [p for p in spec.params if isinstance(p, click.Argument)]
+    named = _named(arguments[0].type, current) if arguments else []
+    if named:
+        return named
     return [OptionName(name, current)] if _options(spec) else []
 
 
@@ -142,8 +139,15 @@ def _option(spec: click.Command, word: str) -> click.Option | None:
 def _option_value(option: click.Option, current: str) -> list:
     if isinstance(option.type, click.Choice):
         return [OptionValue(tuple(str(c) for c in option.type.choices), current)]
-    kind = next((OPTION_VALUES[o] for o in option.opts if o in OPTION_VALUES), None)
-    return {"op": [OpName(current)], "type": [TypeName(current)], "pass": [PassName(current)]}.get(kind, [])
+    return _named(option.type, current)
+
+
+def _named(kind: click.ParamType, current: str) -> list:
+    """What a parameter of `NameType` names, as a suggestion (none for other types)."""
+    if not isinstance(kind, NameType):
+        return []
+    return {"op": [OpName(current)], "tensor": [TensorName(current)], "type": [TypeName(current)],
+            "pass": [PassName(current)]}.get(kind.kind, [])
 
 
 def _ranked(prefix: str, names, meta: str) -> list[Candidate]:

@@ -1,5 +1,6 @@
 """The pure completion engine, without prompt_toolkit."""
 
+import click
 import pytest
 
 from precision_tool.repl.commands import build_commands
@@ -79,3 +80,12 @@ def test_the_menu_says_what_each_command_does():
     metas = {c.text: c.meta for c in complete("", CATALOG)}
     assert metas["ac"].startswith("Auto check") and metas["exit"] == "leave the shell"
     assert all(meta and meta != "command" and len(meta) <= 48 for meta in metas.values())
+
+
+def test_what_an_argument_names_comes_from_the_commands_own_parameters():
+    from precision_tool.commands.options import NameType
+
+    spec = {**SPECS, "mine": click.Command("mine", params=[click.Argument(["x"], type=NameType("tensor"))])}
+    assert suggest("mine fc", spec) == [TensorName("fc")]
+    plain = {**SPECS, "plain": click.Command("plain", params=[click.Argument(["x"])])}
+    assert suggest("plain fc", plain) == []
