@@ -157,8 +157,14 @@ class HelpText:
 
 @dataclass(frozen=True)
 class InspectResult:
-    """`inspect` in the shell: one loaded dump's summary, as a table or JSON."""
+    """`inspect` in the shell: one loaded dump's summary (its JSON form is a `JsonDocument`)."""
 
     role: str
     summary: Any  # DumpSummary
-    output_format: str = "table"
+
+
+@dataclass(frozen=True)
+class JsonDocument:
+    """A command's result as the JSON its batch twin prints (``--format json``)."""
+
+    document: dict

@@ -476,12 +476,9 @@ def _source(report) -> str:
 
 
 def dump_summary(result):
-    """The shell's `inspect`: the batch command's view of a loaded dump, or its JSON."""
-    from precision_tool.render.inspect_view import summary_json, summary_view
+    """The shell's `inspect`: the batch command's view of a loaded dump."""
+    from precision_tool.render.inspect_view import summary_view
 
-    if result.output_format == "json":
-        return Text(json.dumps(summary_json(result.summary), indent=2, allow_nan=False), no_wrap=True,
-                    overflow="ignore")
     return summary_view(result.summary)
 
 
@@ -492,4 +489,6 @@ RENDERERS = {
     analysis_results.Attribution: attribution, Flagged: flagged, results.AutoCheck: auto_check,
     analysis_results.Diagnosis: diagnosis, results.HelpIndex: help_index, results.HelpText: help_text,
     results.InspectResult: dump_summary,
+    results.JsonDocument: lambda result: Text(json.dumps(result.document, indent=2, allow_nan=False), no_wrap=True,
+                                              overflow="ignore"),
 }

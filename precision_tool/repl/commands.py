@@ -19,7 +19,10 @@ from precision_tool import defaults
 from precision_tool.commands.options import (OP_NAME, PASS_NAME, TENSOR_NAME, TOLERANCE, TYPE_NAME,
                                              listing_params)
 from precision_tool.repl import checks, ops, tensor_commands
-from precision_tool.commands.results import CommandHelp, HelpIndex, HelpText, InspectResult
+from precision_tool.commands.results import CommandHelp, HelpIndex, HelpText, InspectResult, JsonDocument
+from precision_tool.render.compare_export import report_dict
+from precision_tool.render.inspect_view import summary_json
+from precision_tool.render.shell_views import diagnosis_dict
 from precision_tool.repl.session import ROLES, MissingDumpError
 from precision_tool.repl.tensors import GRAMMAR
 
@@ -55,6 +58,16 @@ def _direction(*decls) -> click.Option:
                 help="Forward, backward or optimizer op (default: forward, else the one the op has).")
 
 
+def _format_option(json_is: str) -> click.Option:
+    return _opt("--format", "output_format", type=click.Choice(["table", "json"]), default="table",
+                help=f"A table, or {json_is}.")
+
+
+def _as(output_format: str, result, to_document):
+    """``result``, or its batch twin's JSON document when ``--format json``."""
+    return JsonDocument(to_document(result)) if output_format == "json" else result
+
+
 def build_commands() -> dict[str, Command]:
     """A fresh command table (help and exit/quit are handled by the runner)."""
     tensor_help = f"TENSOR: {GRAMMAR}; or a .npy file."
@@ -68,14 +81,18 @@ def build_commands() -> dict[str, Command]:
                       _opt("-l", "--limit", type=click.IntRange(min=0), default=defaults.OVERFLOW_LIMIT,
                            help="Overflow entries to show (0: all)."),
                       _opt("-a", "--all", "show_all", is_flag=True,
-                           help="Every scored op in the attribution table, not only those up to the culprit.")),
-                lambda session, compare_first, limit, show_all: checks.auto_check(session, compare_first, limit,
-                                                                                  show_all)),
+                           help="Every scored op in the attribution table, not only those up to the culprit."),
+                      _format_option("the JSON of `precision-tool diagnose --format json`")),
+                lambda session, compare_first, limit, show_all, output_format: _as(
+                    output_format, checks.auto_check(session, compare_first, limit, show_all),
+                    lambda check: diagnosis_dict(check.diagnosis))),
         Command("vcs", "Ops whose output cosine is at or below -c, in execution order, at most -l.",
                 _spec("vcs", "Compare summary: ops whose output cosine against golden is at or below "
                              "-c, in execution order, at most -l (the options of `precision-tool compare`).",
-                      *listing_params()),
-                lambda session, cosine, limit: checks.flagged(session, cosine, limit)),
+                      *listing_params(), _format_option("the JSON of `precision-tool compare --format json`")),
+                lambda session, cosine, limit, output_format: _as(
+                    output_format, checks.flagged(session, cosine, limit),
+                    lambda f: report_dict(f.report, f.rows, f.threshold, f.limit, "flagged"))),
         Command("ls", "List the ops of one step by substring filters; with none, counts per type.",
                 _spec("ls", "List the ops of one step whose name, type and fusion pass hold the given "
                             "substrings. With no filter: how many ops of each type.",
@@ -146,7 +163,8 @@ def inspect_loaded(session, role: str | None, output_format: str) -> InspectResu
     role = role or session.primary_role
     if role is None:
         raise MissingDumpError("target", "inspect")
-    return InspectResult(role, session.dump(role, "inspect").summary(), output_format)
+    summary = session.dump(role, "inspect").summary()
+    return JsonDocument(summary_json(summary)) if output_format == "json" else InspectResult(role, summary)
 
 
 def help_index(commands: dict[str, Command]) -> HelpIndex:

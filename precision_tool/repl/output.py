@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from precision_tool.commands.results import JsonDocument
 from precision_tool.render.shell_views import render
 
 
@@ -27,7 +28,9 @@ class Printer:
                     return
             self.err.print(f"error: {outcome.error}", style="red", markup=False, highlight=False, soft_wrap=True)
             return
-        if outcome.result is not None:
+        if isinstance(outcome.result, JsonDocument):  # for machines: whole lines, never wrapped or styled
+            self.out.print(render(outcome.result), soft_wrap=True, markup=False, highlight=False)
+        elif outcome.result is not None:
             self.out.print(render(outcome.result))
 
     def show_all(self, outcomes) -> bool:
