@@ -27,3 +27,5 @@ BASELINE_ERROR_GROWTH_ABS = 1e-12  # ... plus this
 SIGNIFICANT_ERROR = 1e-2  # an op introducing less than 1 % relative error is never the culprit
 INTRODUCED_EXCESS = 8.0  # introduced > this x what the compute dtype explains: the kernel, not the dtype
 FUSION_SUSPECT_RATIO = 4.0  # fused error > this x the unfused op's error in the fusion-off run
+
+OPTIMIZERS = ("sgd", "momentum", "adam")  # the training session's optimizers (`collect --optimizer`)

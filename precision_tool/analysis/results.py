@@ -15,6 +15,7 @@ dumps (`precision_tool.dump.reader.open_dump`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 VERDICT_CLASSES = ("overflow", "invalid_operation", "fusion", "precision_loss", "kernel_bug", "none")
 
@@ -153,3 +154,4 @@ class Diagnosis:
     flagged: int = 0  # ops at or below the cosine threshold
     first_flagged: str | None = None
     first_module: str | None = None  # the first module whose output diverges beyond its inputs
+    precheck: Any = None  # PrecheckResult: the two runs' settings, the first section of ac

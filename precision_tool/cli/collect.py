@@ -8,11 +8,12 @@ import sys
 
 import click
 
-from precision_tool.commands.options import SEED
 from precision_tool.collect.modes import MODE_FORM, parse_modes
 from precision_tool.collect.selection import STEPS_FORM, parse_op_types, parse_steps
 from precision_tool.engine.formats import OVERFLOW_MODES
 from precision_tool.engine.precision import PRECISION_MODES, PRECISION_MODES_V2
+from precision_tool.commands.options import SEED, FiniteFloat
+from precision_tool.defaults import OPTIMIZERS
 from precision_tool.errors import ConfigError, PrecisionToolError
 
 LOSS_SCALE_FORM = ("none | fixed:V | exponential:INIT[,INCR_EVERY_N_STEPS[,DECR_EVERY_N_NAN_OR_INF"
@@ -77,6 +78,13 @@ def _check_fusion_switch(value):
               help="Train in mixed precision first, e.g. fast|step|0.9 or fast1|loss|1.05.")
 @click.option("--fusion-switch", type=click.Path(exists=True, dir_okay=False), default=None,
               callback=_checked(_check_fusion_switch), help="A fusion_switch.cfg JSON file (npu).")
+@click.option("--modify-mixlist", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A modify_mixlist JSON moving op types between the black, white and gray lists (npu).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Batch size.  [default: the model's]")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=None, help="Optimizer.  [default: sgd]")
+@click.option("--lr", type=FiniteFloat(min=0.0), default=None, help="Learning rate.  [default: the optimizer's]")
+@click.option("--target-loss", type=FiniteFloat(min=0.0), default=None,
+              help="The loss at which a loss-triggered --accelerate-train-mode switches back.")
 @click.option("--dump-steps", default=None, callback=_checked(parse_steps), metavar="LIST",
               help=f"Steps to record: {STEPS_FORM}.  [default: all]")
 @click.option("--ops", multiple=True, metavar="GLOB",
@@ -87,7 +95,8 @@ def _check_fusion_switch(value):
 @click.option("--force", is_flag=True,
               help="Replace an existing dump at OUTPUT (once the new one is closed; never one being written).")
 def collect(model, output, device, mode, steps, seed, precision_mode, precision_mode_v2, overflow_mode,
-            loss_scale, accelerate_train_mode, fusion_switch, dump_steps, ops, op_types, no_backward, force):
+            loss_scale, accelerate_train_mode, fusion_switch, modify_mixlist, batch_size, optimizer, lr, target_loss,
+            dump_steps, ops, op_types, no_backward, force):
     """Train MODEL on a device and record its ops to an HDF5 dump.
 
     MODEL is a built-in name (mlp, mlp_regression, cnn, transformer, sensor) or
@@ -105,6 +114,7 @@ def collect(model, output, device, mode, steps, seed, precision_mode, precision_
         model=model, output=output, device=device, mode=mode or "dump", steps=steps, seed=seed,
         precision_mode=precision_mode, precision_mode_v2=precision_mode_v2, overflow_mode=overflow_mode,
         loss_scale=loss_scale, accelerate_train_mode=accelerate_train_mode, fusion_switch=fusion_switch,
+        modify_mixlist=modify_mixlist, batch_size=batch_size, optimizer=optimizer, lr=lr, target_loss=target_loss,
         dump_steps=dump_steps, ops=tuple(ops), op_types=op_types, backward=not no_backward,
         command=_command_line(click.get_current_context()), overwrite=force,
     )

@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("precision_tool.cli.check:check", "CI gate: exit 1 when a tensor fails its tolerance."),
     "baseline": ("precision_tool.cli.check:baseline", "Save per-op metrics for later `check --baseline`."),
     "diagnose": ("precision_tool.cli.diagnose:diagnose", "Name the op where error is introduced, and why."),
+    "precheck": ("precision_tool.cli.precheck:precheck_cmd",
+                 "Before tuning: do the two runs differ only where intended?"),
     "shell": ("precision_tool.cli.shell:shell", "Interactive PrecisionTool shell over dumps."),
 }
 

@@ -28,6 +28,11 @@ class CollectRequest:
     loss_scale: str | None = None
     accelerate_train_mode: str | None = None
     fusion_switch: str | None = None  # a fusion_switch.cfg path
+    modify_mixlist: str | None = None  # a modify_mixlist JSON path (npu)
+    batch_size: int | None = None
+    optimizer: str | None = None
+    lr: float | None = None
+    target_loss: float | None = None
     dump_steps: str | None = None
     ops: tuple[str, ...] = ()
     op_types: str | None = None
@@ -70,11 +75,13 @@ def plan_collect(request: CollectRequest) -> CollectPlan:
 
     modes = M.parse_modes(request.mode)
     selection = Selection.build(request.dump_steps, request.ops, request.op_types, request.backward)
-    inputs = [request.fusion_switch, _model_file(request.model)]
+    inputs = [request.fusion_switch, request.modify_mixlist, _model_file(request.model)]
     for written in (request.output, partial_path(request.output)):
         refuse_inputs(written, inputs)
     check_target(request.output, request.overwrite)
-    kwargs = {k: v for k, v in (("steps", request.steps), ("seed", request.seed)) if v is not None}
+    kwargs = {k: v for k, v in (("steps", request.steps), ("seed", request.seed), ("batch_size", request.batch_size),
+                                ("optimizer", request.optimizer), ("lr", request.lr),
+                                ("target_loss", request.target_loss)) if v is not None}
     config = SessionConfig(model=request.model, device=build_device(request, modes),
                            loss_scale=request.loss_scale, accelerate_train_mode=request.accelerate_train_mode,
                            **kwargs)
@@ -92,7 +99,8 @@ def build_device(request: CollectRequest, modes: tuple[str, ...]):
     from precision_tool.engine.device import FusionSwitch, golden, npu
 
     npu_options = {"--precision-mode": request.precision_mode, "--precision-mode-v2": request.precision_mode_v2,
-                   "--overflow-mode": request.overflow_mode, "--fusion-switch": request.fusion_switch}
+                   "--overflow-mode": request.overflow_mode, "--fusion-switch": request.fusion_switch,
+                   "--modify-mixlist": request.modify_mixlist}
     device = request.device or "npu"
     if device == "golden":
         given = [name for name, value in npu_options.items() if value is not None]
@@ -108,7 +116,7 @@ def build_device(request: CollectRequest, modes: tuple[str, ...]):
     if fusion is None and M.FUSION_OFF in modes:
         fusion = FusionSwitch(all_off=True)
     options = {"precision_mode": request.precision_mode, "precision_mode_v2": request.precision_mode_v2,
-               "fusion_switch": fusion}
+               "fusion_switch": fusion, "modify_mixlist": request.modify_mixlist}
     if request.overflow_mode is not None:
         options["overflow_mode"] = request.overflow_mode
     return npu(**options)

@@ -56,6 +56,7 @@ class DeviceProfile:
             "effective_precision_mode": self.effective_precision_mode,
             "overflow_mode": self.overflow_mode,
             "fusion": self.fusion.describe(),
+            "modify_mixlist": {name: sorted(getattr(self.mixlists, name)) for name in ("white", "black", "gray")},
         }
 
 

@@ -393,6 +393,10 @@ def _fusion_summary(report) -> str:
 def diagnosis(d, overflow_limit: int | None = None, flagged_rows=None, show_all: bool = False):
     """The verdict first; then the sections behind it, each headed by a one-line summary."""
     parts = [verdict(d.verdict)]
+    check = getattr(d, "precheck", None)
+    if check is not None:  # the pre-check first: a setting changed by mistake explains everything after it
+        parts.append(_section("Pre-check", check.summary()))
+        parts += [Text(f"  - {item.name}: {item.describe()}", style="yellow") for item in check.unexpected]
     parts.append(_section("Overflow", _overflow_summary(d.overflow)))
     if d.overflow and d.overflow.total:
         parts.append(overflow_report(d.overflow, overflow_limit))
@@ -437,7 +441,16 @@ def diagnosis_dict(d) -> dict:
         "flagged": d.flagged,
         "first_flagged": d.first_flagged,
         "first_module": getattr(d, "first_module", None),
+        "precheck": _precheck_dict(getattr(d, "precheck", None)),
     }
+
+
+def _precheck_dict(check):
+    if check is None:
+        return None
+    return {"passed": check.passed, "summary": check.summary(), "unexpected": [item.name for item in check.unexpected],
+            "items": [{"name": i.name, "status": i.status, "golden": _jsonable(i.golden), "target": _jsonable(i.target),
+                       "expected": i.expected} for i in check.items]}
 
 
 def _jsonable(value):

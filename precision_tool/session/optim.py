@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from precision_tool.defaults import OPTIMIZERS  # noqa: F401  (named once, for the CLI too)
 from precision_tool.engine.executor import Executor
 from precision_tool.engine.hooks import OPTIMIZER
 from precision_tool.errors import choice_error
 
-OPTIMIZERS = ("sgd", "momentum", "adam")
 DEFAULT_LR = {"sgd": 0.1, "momentum": 0.05, "adam": 0.01}
 MOMENTUM = 0.9
 ADAM_BETA1, ADAM_BETA2, ADAM_EPSILON = 0.9, 0.999, 1e-8
