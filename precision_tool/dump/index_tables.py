@@ -57,3 +57,34 @@ def fusion_fields(fusion) -> tuple:
         return fusion
     return (fusion.pass_name, fusion.original_names, fusion.original_types, fusion.output_origins,
             fusion.input_origins)
+
+
+class JsonColumns:
+    """op_index's ``attrs`` and ``fusion`` columns as UTF-8 JSON, encoded again only when an op's object changes.
+
+    A training loop passes each op the same attrs and fusion objects every
+    step: keyed by op name and checked by identity, each is encoded once.
+    """
+
+    def __init__(self) -> None:
+        self._attrs: dict[str, tuple] = {}  # op name -> (attrs object, JSON)
+        self._fusion: dict[str, tuple] = {}
+
+    def attrs(self, name: str, attrs) -> bytes:
+        if not attrs:
+            return b""
+        cached = self._attrs.get(name)
+        if cached is None or cached[0] is not attrs:
+            cached = self._attrs[name] = (attrs, layout.dumps(attrs).encode())
+        return cached[1]
+
+    def fusion(self, name: str, fusion) -> bytes:
+        if fusion is None:
+            return b""
+        cached = self._fusion.get(name)
+        if cached is None or cached[0] is not fusion:
+            pass_name, names, types, outputs, inputs = fusion_fields(fusion)
+            text = layout.dumps({"pass_name": pass_name, "original_names": names, "original_types": types,
+                                 "output_origins": outputs, "input_origins": inputs})
+            cached = self._fusion[name] = (fusion, text.encode())
+        return cached[1]

@@ -43,6 +43,7 @@ import numpy as np
 
 from precision_tool.dump import layout
 from precision_tool.dump.records import SCHEMA_VERSION, DumpSummary, OpRecord, StepRecord
+from precision_tool.dump.mapping import chunk_selections, mapped_chunks, raw_offset
 from precision_tool.dump.steps import DamagedDump, StepIndex, TensorLocation
 from precision_tool.dump.storage import from_storage, stored_dtype
 from precision_tool.errors import InputError, NotFoundError
@@ -198,11 +199,11 @@ class Dump:
                 yield chunk if mapped or chunk.base is None else chunk.copy()
             return
         dataset, dtype, stored, size = self._dataset(step, location, slot)
-        offset = _raw_offset(self._file, dataset, dtype, stored, size) if mapped else None
+        offset = raw_offset(self._file, dataset, dtype, stored, size) if mapped else None
         if offset is not None:
-            yield from _mapped_chunks(self._file, self.path, offset, stored, size, limit)
+            yield from mapped_chunks(self._file, self.path, offset, stored, size, limit)
             return
-        for selection in _chunk_selections(dataset.shape, limit):
+        for selection in chunk_selections(dataset.shape, limit):
             yield from_storage(np.asarray(dataset[selection]), dtype).reshape(-1)
 
     def _location(self, step: int, exec_index: int, slot: str) -> TensorLocation:
@@ -263,9 +264,9 @@ class Dump:
 
         if not isinstance(dataset, h5py.Dataset) or dataset.dtype != np.uint8 or len(dataset.shape) != 1:
             raise InputError(self.path, f"{path}: not a pack (a 1-D dataset of bytes)")
-        offset = _raw_offset(self._file, dataset, "uint8", dataset.dtype, dataset.size)
+        offset = raw_offset(self._file, dataset, "uint8", dataset.dtype, dataset.size)
         if offset is not None:
-            pack = next(_mapped_chunks(self._file, self.path, offset, dataset.dtype, dataset.size, dataset.size))
+            pack = next(mapped_chunks(self._file, self.path, offset, dataset.dtype, dataset.size, dataset.size))
         else:
             pack = np.asarray(dataset[()])
         self._packs[key] = pack
@@ -458,58 +459,3 @@ def _plain(value):
     if isinstance(value, np.generic) and value.dtype.names is None:
         return value.item()
     return value
-
-
-def _raw_offset(file, dataset, dtype: str, stored: np.dtype, size: int) -> int | None:
-    """Where a float32/float64 dataset's bytes lie in the file, in one piece and as they are; None otherwise."""
-    if (dtype not in ("float32", "float64", "uint8") or stored != np.dtype(dtype) or not stored.isnative
-            or size == 0 or dataset.shape == () or dataset.chunks is not None):  # filters need chunks
-        return None
-    try:
-        if file.driver != "sec2" or file.userblock_size or dataset.id.get_create_plist().get_external_count():
-            return None
-        return dataset.id.get_offset()  # None until the data is written
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
-def _mapped_chunks(file, path: str, offset: int, dtype: np.dtype, size: int, limit: int) -> Iterator[np.ndarray]:
-    """``size`` values of ``dtype`` at ``offset``, as read-only views of a mapping of ``limit`` values at a time."""
-    import mmap
-
-    itemsize = dtype.itemsize
-    for start in range(0, size, limit):
-        count = min(limit, size - start)
-        begin = offset + start * itemsize
-        try:
-            fd = file.id.get_vfd_handle()  # each time: raises once the dump is closed, never maps a reused fd
-        except ValueError:
-            raise InputError(path, "the dump was closed while its tensors were read") from None
-        if begin + count * itemsize > os.fstat(fd).st_size:  # a mapping past the end would fault, not fail
-            raise InputError(path, f"tensor data cut short: bytes {begin}-{begin + count * itemsize} "
-                                   f"are past the end of the file")
-        aligned = begin - begin % mmap.ALLOCATIONGRANULARITY
-        mapping = mmap.mmap(fd, begin - aligned + count * itemsize, access=mmap.ACCESS_READ, offset=aligned)
-        yield np.frombuffer(mapping, dtype, count, begin - aligned)  # the view keeps the mapping alive
-
-
-def _chunk_selections(shape: tuple[int, ...], max_elements: int) -> Iterator[tuple]:
-    """Index tuples covering ``shape`` in C order, each of at most ``max_elements`` values."""
-    if not shape:
-        yield ()
-        return
-    if 0 in shape:
-        return
-    inner = 1
-    split = len(shape)  # dims[split:] fit whole in one chunk
-    while split > 0 and inner * shape[split - 1] <= max_elements:
-        split -= 1
-        inner *= shape[split]
-    if split == 0:
-        yield tuple(slice(None) for _ in shape)
-        return
-    axis = split - 1
-    per_chunk = max(1, max_elements // inner)
-    for outer in np.ndindex(*shape[:axis]):
-        for start in range(0, shape[axis], per_chunk):
-            yield (*outer, slice(start, min(start + per_chunk, shape[axis])))

@@ -50,7 +50,8 @@ import numpy as np
 from precision_tool import __version__
 from precision_tool.dump import layout
 from precision_tool.dump.h5low import LowLevel
-from precision_tool.dump.index_tables import copy_table, describe_tensors, fusion_fields
+from precision_tool.dump.index_tables import JsonColumns, copy_table, describe_tensors, fusion_fields
+from precision_tool.dump.packs import StepPacks
 from precision_tool.dump.partial import PartialFile
 from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, StepRecord
 from precision_tool.dump.storage import to_storage
@@ -97,10 +98,9 @@ class DumpWriter:
         self._long_shapes: dict[int, list[int]] = {}
         self._with_data: list[int] = []  # index rows whose tensor has a dataset
         self._stored: dict[int, tuple] = {}  # id(array) -> (weakref, dtype, group, slot) written this step
-        self._packs = _Packs(self._h5)  # the step's small tensors, packed (schema 2)
+        self._packs = StepPacks(self._h5)  # the step's small tensors, packed (schema 2)
         self._pack_limit = min(int(pack_limit), layout.PACK_LIMIT)
-        self._attrs_json: dict[str, tuple] = {}  # op name -> (attrs object, JSON): attrs repeat every step
-        self._fusion_json: dict[str, tuple] = {}
+        self._json = JsonColumns()  # op_index's attrs and fusion columns, encoded once per op name
         self._padded: dict[tuple, tuple] = {}
         self._encoded: dict[str, bytes] = {}
         self.steps_complete = 0
@@ -318,8 +318,8 @@ class DumpWriter:
         type_bytes = encoded.get(op_type) or encoded.setdefault(op_type, op_type.encode())
         return (exec_index, _DIRECTION_CODES[direction], overflow, inherited_nonfinite, has_group, first, count,
                 name_bytes, type_bytes, compute_dtype,
-                self._fusion_text(name, fusion) if fusion is not None else b"",
-                self._attrs_text(name, attrs) if attrs else b"")
+                self._json.fusion(name, fusion) if fusion is not None else b"",
+                self._json.attrs(name, attrs) if attrs else b"")
 
     def _write_arrays(self, exec_index, direction, name, op_type, compute_dtype, overflow, fusion, first: int,
                       tensors: list, stats, arrays: list):
@@ -419,25 +419,6 @@ class DumpWriter:
         self._packs.fill_columns(table)
         return table
 
-    def _attrs_text(self, name: str, attrs) -> bytes:
-        if not attrs:
-            return b""
-        cached = self._attrs_json.get(name)
-        if cached is None or cached[0] is not attrs:
-            cached = self._attrs_json[name] = (attrs, layout.dumps(attrs).encode())
-        return cached[1]
-
-    def _fusion_text(self, name: str, fusion) -> bytes:
-        if fusion is None:
-            return b""
-        cached = self._fusion_json.get(name)
-        if cached is None or cached[0] is not fusion:
-            pass_name, names, types, outputs, inputs = fusion_fields(fusion)
-            text = layout.dumps({"pass_name": pass_name, "original_names": names, "original_types": types,
-                                 "output_origins": outputs, "input_origins": inputs})
-            cached = self._fusion_json[name] = (fusion, text.encode())
-        return cached[1]
-
     def _op_group(self, exec_index, direction, name, op_type, compute_dtype, overflow, fusion):
         h5 = self._h5
         if self._ops_group is None:
@@ -509,65 +490,6 @@ class DumpWriter:
 
 
 _DIRECTION_CODES = layout.DIRECTION_CODES
-
-
-class _Packs:
-    """One step's small tensors, copied into a buffer and written as ``packs/NNNNNN`` byte datasets.
-
-    Each tensor starts at a multiple of `layout.PACK_ALIGN` bytes; a pack is
-    written once it would pass `layout.PACK_SEGMENT` bytes, so memory stays
-    one segment however many tensors a step has. `fill_columns` puts each
-    index row's (pack, offset) into the step's ``index`` table.
-    """
-
-    def __init__(self, h5: LowLevel):
-        self._h5 = h5
-        self._buffer = np.empty(0, np.uint8)
-        self._group = self._packs_group = None
-        self._fill = self._number = 0
-        self._rows: list[int] = []
-        self._where: list[tuple[int, int]] = []
-
-    def begin(self, step_group) -> None:
-        self._group, self._packs_group = step_group, None
-        self._fill = self._number = 0
-        self._rows, self._where = [], []
-
-    def add(self, row: int, stored: np.ndarray) -> tuple[int, int]:
-        """Copy ``stored`` (C-contiguous) into the current pack; return its (pack, offset)."""
-        size = stored.nbytes
-        if self._fill + size > layout.PACK_SEGMENT:
-            self.flush()
-        if self._buffer.size < layout.PACK_SEGMENT:
-            self._buffer = np.empty(layout.PACK_SEGMENT, np.uint8)
-        start = self._fill
-        self._buffer[start:start + size] = stored.reshape(-1).view(np.uint8)
-        self._fill = start + size + (-size) % layout.PACK_ALIGN
-        where = (self._number, start)
-        self.point(row, where)
-        return where
-
-    def point(self, row: int, where: tuple[int, int]) -> None:
-        self._rows.append(row)
-        self._where.append(where)
-
-    def flush(self) -> None:
-        """Write the current pack, if it holds anything."""
-        if not self._fill:
-            return
-        if self._packs_group is None:
-            self._packs_group = self._h5.group(self._group, layout.PACKS)
-        self._h5.dataset(self._packs_group, layout.pack_name(self._number), self._buffer[:self._fill])
-        self._number += 1
-        self._fill = 0
-
-    def fill_columns(self, table: np.ndarray) -> None:
-        table["pack"] = layout.NOT_PACKED
-        table["offset"] = 0
-        if self._rows:
-            where = np.array(self._where, dtype=np.int64)
-            table["pack"][self._rows] = where[:, 0]
-            table["offset"][self._rows] = where[:, 1]
 
 
 def _reason(exc: BaseException) -> str:

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from precision_tool.compare.report import CompareReport, OpComparison, TensorRow, row_flags
 from precision_tool.render.chart import ExecutionChart
-from precision_tool.render.fit_table import Column, FitTable, shorten_start
+from precision_tool.render.fit_table import Column, FitTable
 
 SHORT_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
 SHORT_DIRECTIONS = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}

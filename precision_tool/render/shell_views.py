@@ -7,7 +7,6 @@ rich renderable; `render` picks the view by the result's type (`RENDERERS`).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
@@ -21,6 +20,9 @@ from precision_tool.analysis import results as analysis_results
 from precision_tool.commands import results
 from precision_tool.compare.report import Flagged
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
+from precision_tool.render.diagnosis_parts import diagnosis_dict  # noqa: F401  (the JSON twin, for callers)
+from precision_tool.render.diagnosis_parts import (attribution_path, fusion_summary, overflow_summary, section,
+                                                   verdict)
 from precision_tool.render.compare_view import SHORT_DIRECTIONS, SHORT_DTYPES, fmt_cosine, row_notes, rows_table
 
 VALUES_PER_ROW = 8
@@ -330,81 +332,21 @@ def flagged(selection):
     return Group(*parts)
 
 
-def verdict(v):
-    """The root-cause box: labels on the left, their text wrapped beside them (never back to column 0)."""
-    style = "green" if v.cls == "none" else "bold red"
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
-    grid.add_row(Text("Verdict:", style="bold"), Text(v.cls, style=style))
-    if v.op:
-        where = ", ".join(x for x in (f"step {v.step}" if v.step is not None else "", v.direction or "",
-                                      v.type or "") if x)
-        grid.add_row("Op:", Text(v.op + (f" ({where})" if where else "")))
-    if getattr(v, "module", None) and v.module != v.op:
-        grid.add_row("Module:", Text(v.module))
-    for line in v.evidence:
-        grid.add_row("  -", Text(line))
-    if v.action:
-        grid.add_row("Action:", Text(v.action))
-    return Panel(grid, title="root cause", title_align="left", box=box.HEAVY, expand=False)
-
-
-ATTRIBUTION_SHOWN = 8  # without --all, the attribution table shows the ops up to the culprit, this many
-
-
-def attribution_path(d, show_all: bool = False) -> list:
-    """The attributions to show: all, or the last few up to and including the verdict's op."""
-    rows = list(d.attributions)
-    if show_all or len(rows) <= ATTRIBUTION_SHOWN:
-        return rows
-    v = d.verdict
-    end = next((i + 1 for i, a in enumerate(rows) if a.name == v.op and a.step == v.step
-                and (not v.direction or a.direction == v.direction)), None)
-    if end is None:  # no culprit among them: the worst introduced errors, in execution order
-        worst = sorted(range(len(rows)), key=lambda i: -((rows[i].introduced or 0.0) - (rows[i].expected or 0.0)))
-        return [rows[i] for i in sorted(worst[:ATTRIBUTION_SHOWN])]
-    return rows[max(0, end - ATTRIBUTION_SHOWN):end]
-
-
-def _section(title: str, summary: str):
-    return Text.assemble((title, "bold underline"), f"  {summary}" if summary else "")
-
-
-def _overflow_summary(report) -> str:
-    if not report or not report.total:
-        return "no op raised the float status" if report else "no overflow data"
-    first = report.first
-    return (f"{report.total} op executions raised the float status"
-            + (f", the first {first.name} (step {first.step} {first.direction})" if first is not None else ""))
-
-
-def _fusion_summary(report) -> str:
-    if not report:
-        return "no fusion data"
-    if not report.passes:
-        return "no fusion pass was applied"
-    suspects = len(report.suspects) if report.compared else 0
-    return (f"{len(report.passes)} passes applied; " +
-            (f"{suspects} fused ops worse than their unfused ops" if suspects else
-             "no fused op worse than its unfused ops" if report.compared else "no fusion-off dump to rank them"))
-
-
 def diagnosis(d, overflow_limit: int | None = None, flagged_rows=None, show_all: bool = False):
     """The verdict first; then the sections behind it, each headed by a one-line summary."""
     parts = [verdict(d.verdict)]
     check = getattr(d, "precheck", None)
     if check is not None:  # the pre-check first: a setting changed by mistake explains everything after it
-        parts.append(_section("Pre-check", check.summary()))
+        parts.append(section("Pre-check", check.summary()))
         parts += [Text(f"  - {item.name}: {item.describe()}", style="yellow") for item in check.unexpected]
-    parts.append(_section("Overflow", _overflow_summary(d.overflow)))
+    parts.append(section("Overflow", overflow_summary(d.overflow)))
     if d.overflow and d.overflow.total:
         parts.append(overflow_report(d.overflow, overflow_limit))
-    parts.append(_section("Fusion", _fusion_summary(d.fusion)))
+    parts.append(section("Fusion", fusion_summary(d.fusion)))
     if d.fusion and d.fusion.passes:
         parts.append(fusion_report(d.fusion))
     first = f"; first: {d.first_flagged}" if d.first_flagged else ""
-    parts.append(_section("Comparison", f"{d.flagged} ops at or below the cosine threshold{first}"))
+    parts.append(section("Comparison", f"{d.flagged} ops at or below the cosine threshold{first}"))
     if getattr(d, "first_module", None):
         parts.append(Text(f"first module whose output diverges beyond its inputs: {d.first_module}"))
     if flagged_rows is not None:
@@ -413,7 +355,7 @@ def diagnosis(d, overflow_limit: int | None = None, flagged_rows=None, show_all:
         shown = attribution_path(d, show_all)
         what = (f"{len(d.attributions)} ops scored" if len(shown) == len(d.attributions) else
                 f"{len(d.attributions)} ops scored; the {len(shown)} up to the culprit shown (--all: every one)")
-        parts.append(_section("Attribution", what))
+        parts.append(section("Attribution", what))
         table = _table(None, "Op", "Step", "Dir", "Observed", "Inherited", "Introduced", "Expected")
         _keep_whole(table, 0, [a.name for a in shown])
         for a in shown:
@@ -421,50 +363,13 @@ def diagnosis(d, overflow_limit: int | None = None, flagged_rows=None, show_all:
                           num(a.inherited, 4), num(a.introduced, 4), num(a.expected, 4))
         parts.append(table)
     if d.notes:
-        parts.append(_section("Notes", f"{len(d.notes)}"))
+        parts.append(section("Notes", f"{len(d.notes)}"))
         parts += [Text(f"  - {note}") for note in d.notes]
     return Group(*parts)
 
 
 def auto_check(check):
     return diagnosis(check.diagnosis, check.overflow_limit, check.flagged, getattr(check, "show_all", False))
-
-
-def diagnosis_dict(d) -> dict:
-    """The JSON form of a Diagnosis: the verdict object first; NaN and inf become null."""
-    return {
-        "verdict": _jsonable(d.verdict.to_dict()),
-        "overflow": _jsonable(d.overflow),
-        "fusion": _jsonable(d.fusion),
-        "attributions": _jsonable(d.attributions),
-        "notes": list(d.notes),
-        "flagged": d.flagged,
-        "first_flagged": d.first_flagged,
-        "first_module": getattr(d, "first_module", None),
-        "precheck": _precheck_dict(getattr(d, "precheck", None)),
-    }
-
-
-def _precheck_dict(check):
-    if check is None:
-        return None
-    return {"passed": check.passed, "summary": check.summary(), "unexpected": [item.name for item in check.unexpected],
-            "items": [{"name": i.name, "status": i.status, "golden": _jsonable(i.golden), "target": _jsonable(i.target),
-                       "expected": i.expected} for i in check.items]}
-
-
-def _jsonable(value):
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
-        return _jsonable(value.item())
-    return value
 
 
 # -- help ------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from typing import Any
 from precision_tool.errors import PrecisionToolError
 from precision_tool.repl.commands import QUIT_WORDS, Command, build_commands, command_help, help_index
 from precision_tool.repl.parsing import parse_args, split_commands, split_words, wants_help
-from precision_tool.commands.results import Candidates
 
 HELP = "help"
 
