@@ -18,11 +18,13 @@ from rich.text import Text
 
 from precision_tool.analysis import results as analysis_results
 from precision_tool.commands import results
+from precision_tool.compare.check import CheckResult
 from precision_tool.compare.report import Flagged
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.render.diagnosis_parts import diagnosis_dict  # noqa: F401  (the JSON twin, for callers)
 from precision_tool.render.diagnosis_parts import (attribution_path, fusion_summary, overflow_summary, section,
                                                    verdict)
+from precision_tool.render.check_view import check_view
 from precision_tool.render.compare_view import SHORT_DIRECTIONS, SHORT_DTYPES, fmt_cosine, row_notes, rows_table
 
 VALUES_PER_ROW = 8
@@ -406,7 +408,7 @@ RENDERERS = {
     analysis_results.OverflowReport: overflow_report, analysis_results.FusionReport: fusion_report,
     analysis_results.Attribution: attribution, Flagged: flagged, results.AutoCheck: auto_check,
     analysis_results.Diagnosis: diagnosis, results.HelpIndex: help_index, results.HelpText: help_text,
-    results.InspectResult: dump_summary,
+    results.InspectResult: dump_summary, CheckResult: check_view,
     results.JsonDocument: lambda result: Text(json.dumps(result.document, indent=2, allow_nan=False), no_wrap=True,
                                               overflow="ignore"),
 }

@@ -61,3 +61,12 @@ def auto_check(session, compare_first: bool, limit: int | None, show_all: bool =
         cut = dataclasses.replace(diagnosis.overflow, entries=diagnosis.overflow.entries[:limit])
         diagnosis = dataclasses.replace(diagnosis, overflow=cut)
     return AutoCheck(diagnosis, flagged(session, None, None) if compare_first else None, limit, show_all)
+
+
+def check(session, min_cosine: float | None, max_abs_err: float | None, judge_inputs: bool):
+    """`check`: the CI gate's judgement of the session's (cached) comparison."""
+    from precision_tool.compare.check import CheckCriteria, check_report
+
+    criteria = CheckCriteria(min_cosine=defaults.CHECK_MIN_COSINE if min_cosine is None else min_cosine,
+                             max_abs_err=max_abs_err, judge_inputs=judge_inputs)
+    return check_report(session.compare(), criteria)

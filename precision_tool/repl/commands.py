@@ -10,19 +10,21 @@ is built per session (`build_commands`).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import click
 
 from precision_tool import defaults
-from precision_tool.commands.options import (OP_NAME, PASS_NAME, TENSOR_NAME, TOLERANCE, TYPE_NAME,
+from precision_tool.commands.options import (COSINE, OP_NAME, PASS_NAME, TENSOR_NAME, TOLERANCE, TYPE_NAME,
                                              listing_params)
-from precision_tool.repl import checks, ops, tensor_commands
 from precision_tool.commands.results import CommandHelp, HelpIndex, HelpText, InspectResult, JsonDocument
+from precision_tool.render.check_view import check_json
 from precision_tool.render.compare_export import report_dict
 from precision_tool.render.inspect_view import summary_json
 from precision_tool.render.shell_views import diagnosis_dict
+from precision_tool.repl import checks, ops, tensor_commands
 from precision_tool.repl.session import ROLES, MissingDumpError
 from precision_tool.repl.tensors import GRAMMAR
 
@@ -147,6 +149,20 @@ def build_commands() -> dict[str, Command]:
                            help="Numerics to replay with."),
                       _step(), _direction("--direction")),
                 lambda session, op, device, step, direction: checks.rerun(session, op, device, step, direction)),
+        Command("check", "The CI gate's judgement of the loaded comparison: failing tensors, PASSED/FAILED.",
+                _spec("check", "Judge every matched op output of the loaded comparison as `precision-tool check` "
+                               "does: cosine, max abs error, NaN/inf golden lacks, shape; failing tensors first "
+                               "first, then PASSED or FAILED. (The shell goes on either way; the batch command "
+                               "exits 1 on a failure.)",
+                      _opt("--min-cosine", type=COSINE, default=None,
+                           help=f"A tensor fails below this cosine (default {defaults.CHECK_MIN_COSINE})."),
+                      _opt("--max-abs-err", type=TOLERANCE, default=None,
+                           help="A tensor fails above this max absolute error (default: not checked)."),
+                      _opt("--judge-inputs", is_flag=True, help="Judge op inputs too."),
+                      _format_option("the JSON of `precision-tool check --format json`")),
+                lambda session, min_cosine, max_abs_err, judge_inputs, output_format: _as(
+                    output_format, checks.check(session, min_cosine, max_abs_err, judge_inputs),
+                    lambda result: json.loads(check_json(result)))),
         Command("inspect", "A loaded dump's run, counts, overflows and loss history.",
                 _spec("inspect", "A loaded dump's run metadata, steps, op and tensor counts, overflowing ops, "
                                  "loss and loss-scale history and size, as `precision-tool inspect` shows them.",

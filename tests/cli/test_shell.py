@@ -322,10 +322,11 @@ def test_inspect_is_reachable_from_the_shell_with_the_batch_commands_json(run_cl
 @pytest.mark.parametrize("shell_line, batch_args", [
     ("vcs -c 0.99 -l 2 --format json", ("compare", "-c", "0.99", "-l", "2", "--format", "json")),
     ("ac --format json", ("diagnose", "--format", "json")),
+    ("check --min-cosine 0.99 --format json", ("check", "--min-cosine", "0.99", "--format", "json")),
 ])
 def test_shell_twins_print_the_batch_commands_json(run_cli, shell_line, batch_args):
     samples = [Path(__file__).resolve().parents[2] / "sample_dumps" / n for n in ("golden.h5", "npu.h5")]
     shell = run_cli("shell", *samples, "-c", shell_line)
     batch = run_cli(batch_args[0], *samples, *batch_args[1:])
-    assert shell.status == 0 and batch.status == 0, shell.stderr + batch.stderr
+    assert shell.status == 0 and batch.status in (0, 1), shell.stderr + batch.stderr  # check: 1, it fails
     assert json.loads(shell.stdout) == json.loads(batch.stdout)
