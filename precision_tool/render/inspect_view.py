@@ -130,22 +130,22 @@ def _brief(value) -> str:
 
 
 def _overflow_table(records: list[OpRecord]):
-    from rich.table import Table
+    """The first overflowing ops, one line each: names shortened from the start, never folded."""
+    from rich.console import Group
+    from rich.text import Text
 
-    table = Table(title="first overflowing ops", title_justify="left")
-    table.add_column("step", justify="right", no_wrap=True)
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("op", overflow="fold", ratio=3)
-    table.add_column("type", overflow="fold", ratio=2)
-    for column in ("dir", "compute", "cause", "max |out|"):
-        table.add_column(column, no_wrap=True)
+    from precision_tool.render.fit_table import Column, FitTable
+
+    columns = (Column("step", "right"), Column("#", "right"), Column("op"), Column("type", drop=1), Column("dir"),
+               Column("compute", drop=2), Column("cause"), Column("max |out|", "right"))
+    rows = []
     for r in records:
         peak = max((max(abs(t.stats.min), abs(t.stats.max)) for t in r.outputs
                     if t.stats.count and not math.isnan(t.stats.min)), default=math.nan)
         cause = "inherited" if r.inherited_nonfinite else "here"
-        table.add_row(str(r.step), str(r.exec_index), r.name, r.type, _DIRECTIONS.get(r.direction, r.direction),
-                      r.compute_dtype, cause, f"{peak:.6g}")
-    return table
+        rows.append([str(r.step), str(r.exec_index), r.name, r.type, _DIRECTIONS.get(r.direction, r.direction),
+                     r.compute_dtype, cause, f"{peak:.6g}"])
+    return Group(Text("first overflowing ops", style="bold"), FitTable(columns, rows, name_column=2))
 
 
 def _loss_table(summary: DumpSummary):

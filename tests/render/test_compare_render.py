@@ -294,3 +294,54 @@ def test_integer_ticks_are_round_numbers():
     assert integer_ticks(1) == [0]
     assert integer_ticks(28) == [0, 5, 10, 15, 20, 25]
     assert integer_ticks(50_000)[:3] == [0, 10_000, 20_000]
+
+
+def _console_text(renderable, width: int) -> list[str]:
+    console = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    console.print(renderable)
+    return [line.rstrip() for line in console.export_text().splitlines()]
+
+
+def _samples():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[2] / "sample_dumps"
+
+
+def test_diagnose_at_80_and_120_columns_puts_the_verdict_first_and_wraps_beside_its_labels():
+    from precision_tool.analysis import diagnose
+    from precision_tool.dump.reader import open_dump
+    from precision_tool.render.shell_views import diagnosis
+
+    with open_dump(_samples() / "golden.h5") as golden, open_dump(_samples() / "npu.h5") as target:
+        result = diagnose(golden, target)
+    narrow, wide = _console_text(diagnosis(result), 80), _console_text(diagnosis(result), 120)
+    assert narrow[:5] == [
+        "┏━ root cause ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
+        "┃ Verdict: fusion                                                              ┃",
+        "┃ Op:      norm/LayerNormFused (step 0, forward, LayerNormFused)               ┃",
+        "┃ Module:  norm                                                                ┃",
+        "┃   -      observed error 38.4, inherited from its inputs 0.00136              ┃"]
+    assert narrow[9:12] == [
+        "┃ Action:  switch off LayerNormFusionPass: put {\"GraphFusion\":                 ┃",
+        "┃          {\"LayerNormFusionPass\": \"off\"}} in a fusion switch file (collect    ┃",
+        "┃          --fusion-switch FILE)                                               ┃"]
+    assert wide[7] == ("┃ Action:  switch off LayerNormFusionPass: put {\"GraphFusion\": {\"LayerNormFusionPass\": "
+                       "\"off\"}} in a fusion switch file ┃")
+    assert wide[10] == "Pre-check  1 setting differs: precision_mode (golden golden_float32, target force_fp16)"
+    assert all(len(line) <= 80 for line in narrow) and all(len(line) <= 120 for line in wide)
+
+
+def test_inspect_at_80_columns_keeps_each_overflowing_op_on_one_line():
+    from precision_tool.dump.reader import open_dump
+    from precision_tool.render.inspect_view import summary_view
+
+    with open_dump(_samples() / "npu.h5") as dump:
+        lines = _console_text(summary_view(dump.summary()), 80)
+    start = lines.index("first overflowing ops")
+    assert lines[start + 1:start + 5] == [
+        "step # op                  type           dir compute cause max |out|",
+        "─────────────────────────────────────────────────────────────────────",
+        "   0 7 norm/LayerNormFused LayerNormFused bwd float16 here   0.211426",
+        "   1 7 norm/LayerNormFused LayerNormFused bwd float16 here      62592"]
+    assert lines[start - 2] == "recorded        28 ops, 110 tensors"
