@@ -76,7 +76,7 @@ def bench_vcs(golden: Path, target: Path, repeat: int) -> None:
 
         def shown():
             [outcome] = runner.run_line("vcs -c 0.98 -l 10")
-            Console(file=io.StringIO(), width=120).print(render(outcome.view, outcome.result))
+            Console(file=io.StringIO(), width=120).print(render(outcome.result))
 
         print(f"vcs -c 0.98 -l 10 again, handler and rendering: {median_ms(shown, repeat):.1f} ms (median of {repeat})")
 

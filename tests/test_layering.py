@@ -1,6 +1,7 @@
 """The layers: lower ones never import higher ones, and the core imports no UI library or torch."""
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -119,8 +120,10 @@ def test_every_result_type_has_a_renderer():
     from precision_tool.commands import results
     from precision_tool.render.shell_views import RENDERERS
 
-    drawn = {t for t in RENDERERS}
     top_level = [t for t in vars(results).values() if isinstance(t, type) and dataclasses.is_dataclass(t)
                  and t.__module__ == results.__name__]
     parts = {"TypeCount", "TensorMetric", "SlotView", "Mismatch", "CommandHelp"}  # drawn inside others
-    assert {t.__name__ for t in top_level} - {t.__name__ for t in drawn} == parts
+    drawn = {name for module, name in RENDERERS if module == results.__name__}
+    assert {t.__name__ for t in top_level} - drawn == parts
+    for module, name in RENDERERS:  # every key names a real class
+        assert isinstance(getattr(importlib.import_module(module), name), type), (module, name)

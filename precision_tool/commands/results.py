@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from precision_tool.compare.report import Flagged  # noqa: F401  (vcs's result; also the batch diagnose -c's)
 
 
 @dataclass(frozen=True)

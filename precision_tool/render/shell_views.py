@@ -16,15 +16,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from precision_tool.analysis import results as analysis_results
-from precision_tool.commands import results
-from precision_tool.compare.check import CheckResult
-from precision_tool.compare.report import Flagged
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.render.diagnosis_parts import diagnosis_dict  # noqa: F401  (the JSON twin, for callers)
 from precision_tool.render.diagnosis_parts import (attribution_path, fusion_summary, overflow_summary, section,
                                                    verdict)
-from precision_tool.render.check_view import check_view
 from precision_tool.render.compare_view import SHORT_DIRECTIONS, SHORT_DTYPES, fmt_cosine, row_notes, rows_table
 
 VALUES_PER_ROW = 8
@@ -34,7 +29,7 @@ VALUES_PER_ROW = 8
 def render(result):
     """The renderable of ``result``, by its type (`RENDERERS`); TypeError for a type nobody draws."""
     for kind in type(result).__mro__:
-        view = RENDERERS.get(kind)
+        view = RENDERERS.get((kind.__module__, kind.__qualname__))
         if view is not None:
             return view(result)
     raise TypeError(f"no renderer for {type(result).__name__}")
@@ -402,13 +397,25 @@ def dump_summary(result):
     return summary_view(result.summary)
 
 
+def _json_document(result):
+    return Text(json.dumps(result.document, indent=2, allow_nan=False), no_wrap=True, overflow="ignore")
+
+
+# result type (module, class name) -> view. By name, so that drawing a result never imports the layer that made
+# it (the shell starts without loading the comparator or the analysis): `render` walks the result's MRO.
+_COMMANDS, _ANALYSIS = "precision_tool.commands.results", "precision_tool.analysis.results"
 RENDERERS = {
-    results.OpListing: op_listing, results.Candidates: candidates, results.OpInfo: op_info,
-    results.TensorView: tensor_view, results.TensorComparison: tensor_comparison,
-    analysis_results.OverflowReport: overflow_report, analysis_results.FusionReport: fusion_report,
-    analysis_results.Attribution: attribution, Flagged: flagged, results.AutoCheck: auto_check,
-    analysis_results.Diagnosis: diagnosis, results.HelpIndex: help_index, results.HelpText: help_text,
-    results.InspectResult: dump_summary, CheckResult: check_view,
-    results.JsonDocument: lambda result: Text(json.dumps(result.document, indent=2, allow_nan=False), no_wrap=True,
-                                              overflow="ignore"),
+    (_COMMANDS, "OpListing"): op_listing, (_COMMANDS, "Candidates"): candidates, (_COMMANDS, "OpInfo"): op_info,
+    (_COMMANDS, "TensorView"): tensor_view, (_COMMANDS, "TensorComparison"): tensor_comparison,
+    (_ANALYSIS, "OverflowReport"): overflow_report, (_ANALYSIS, "FusionReport"): fusion_report,
+    (_ANALYSIS, "Attribution"): attribution, ("precision_tool.compare.report", "Flagged"): flagged,
+    (_COMMANDS, "AutoCheck"): auto_check, (_ANALYSIS, "Diagnosis"): diagnosis, (_COMMANDS, "HelpIndex"): help_index,
+    (_COMMANDS, "HelpText"): help_text, (_COMMANDS, "InspectResult"): dump_summary,
+    ("precision_tool.compare.check", "CheckResult"): lambda result: _check_view(result),
+    (_COMMANDS, "JsonDocument"): _json_document,
 }
+
+
+def _check_view(result):
+    
+    return check_view(result)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from precision_tool import defaults
+from precision_tool.commands.results import AutoCheck, Candidates
 from precision_tool.repl.ops import find_op, pick_direction
-from precision_tool.commands.results import AutoCheck, Candidates, Flagged
 
 
 def overflow(session, limit: int | None):
@@ -37,8 +37,10 @@ def rerun(session, query: str, device: str, step: int | None, direction: str | N
     return attribute(golden, target, name, step=step, direction=direction, device=device)
 
 
-def flagged(session, threshold: float | None, limit: int | None) -> Flagged:
+def flagged(session, threshold: float | None, limit: int | None):
     """`vcs`: ops whose output cosine is at or below ``threshold``, in execution order, at most ``limit`` (0: all)."""
+    from precision_tool.compare.report import Flagged
+
     threshold = defaults.COSINE_THRESHOLD if threshold is None else threshold
     limit = defaults.LIST_LIMIT if limit is None else limit
     report = session.compare()

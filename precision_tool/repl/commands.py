@@ -20,10 +20,6 @@ from precision_tool import defaults
 from precision_tool.commands.options import (COSINE, OP_NAME, PASS_NAME, TENSOR_NAME, TOLERANCE, TYPE_NAME,
                                              listing_params)
 from precision_tool.commands.results import CommandHelp, HelpIndex, HelpText, InspectResult, JsonDocument
-from precision_tool.render.check_view import check_json
-from precision_tool.render.compare_export import report_dict
-from precision_tool.render.inspect_view import summary_json
-from precision_tool.render.shell_views import diagnosis_dict
 from precision_tool.repl import checks, ops, tensor_commands
 from precision_tool.repl.session import ROLES, MissingDumpError
 from precision_tool.repl.tensors import GRAMMAR
@@ -65,6 +61,13 @@ def _format_option(json_is: str) -> click.Option:
                 help=f"A table, or {json_is}.")
 
 
+def _render(name: str):
+    """A renderer module, imported when a command first needs it (the shell starts without them)."""
+    import importlib
+
+    return importlib.import_module(f"precision_tool.render.{name}")
+
+
 def _as(output_format: str, result, to_document):
     """``result``, or its batch twin's JSON document when ``--format json``."""
     return JsonDocument(to_document(result)) if output_format == "json" else result
@@ -87,14 +90,15 @@ def build_commands() -> dict[str, Command]:
                       _format_option("the JSON of `precision-tool diagnose --format json`")),
                 lambda session, compare_first, limit, show_all, output_format: _as(
                     output_format, checks.auto_check(session, compare_first, limit, show_all),
-                    lambda check: diagnosis_dict(check.diagnosis))),
+                    lambda check: _render("diagnosis_parts").diagnosis_dict(check.diagnosis))),
         Command("vcs", "Ops whose output cosine is at or below -c, in execution order, at most -l.",
                 _spec("vcs", "Compare summary: ops whose output cosine against golden is at or below "
                              "-c, in execution order, at most -l (the options of `precision-tool compare`).",
                       *listing_params(), _format_option("the JSON of `precision-tool compare --format json`")),
                 lambda session, cosine, limit, output_format: _as(
                     output_format, checks.flagged(session, cosine, limit),
-                    lambda f: report_dict(f.report, f.rows, f.threshold, f.limit, "flagged"))),
+                    lambda f: _render("compare_export").report_dict(f.report, f.rows, f.threshold, f.limit,
+                                                                    "flagged"))),
         Command("ls", "List the ops of one step by substring filters; with none, counts per type.",
                 _spec("ls", "List the ops of one step whose name, type and fusion pass hold the given "
                             "substrings. With no filter: how many ops of each type.",
@@ -162,7 +166,7 @@ def build_commands() -> dict[str, Command]:
                       _format_option("the JSON of `precision-tool check --format json`")),
                 lambda session, min_cosine, max_abs_err, judge_inputs, output_format: _as(
                     output_format, checks.check(session, min_cosine, max_abs_err, judge_inputs),
-                    lambda result: json.loads(check_json(result)))),
+                    lambda result: json.loads(_render("check_view").check_json(result)))),
         Command("inspect", "A loaded dump's run, counts, overflows and loss history.",
                 _spec("inspect", "A loaded dump's run metadata, steps, op and tensor counts, overflowing ops, "
                                  "loss and loss-scale history and size, as `precision-tool inspect` shows them.",
@@ -180,7 +184,9 @@ def inspect_loaded(session, role: str | None, output_format: str) -> InspectResu
     if role is None:
         raise MissingDumpError("target", "inspect")
     summary = session.dump(role, "inspect").summary()
-    return JsonDocument(summary_json(summary)) if output_format == "json" else InspectResult(role, summary)
+    if output_format == "json":
+        return JsonDocument(_render("inspect_view").summary_json(summary))
+    return InspectResult(role, summary)
 
 
 def help_index(commands: dict[str, Command]) -> HelpIndex:
