@@ -82,7 +82,7 @@ class DumpWriter:
             raise InputError(path, f"cannot create the dump: {_reason(exc)}") from None
         self._h5 = LowLevel()
         self._root = self._file.id
-        self._steps = self._h5.group(self._root, layout.STEPS)
+        self._steps = self._h5.index_group(self._root, layout.STEPS)
         self._step: int | None = None
         self._written: set[int] = set()
         self._step_group = None
