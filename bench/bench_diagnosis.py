@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.realmodels.cases import clean_cases, collect, fault_cases, judge  # noqa: E402
+from tests.realmodels.cases import clean_cases, collect, fault_cases, judge, unsupported  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -44,6 +44,9 @@ def main(argv=None) -> int:
         goldens.mkdir()
         for case in clean_cases() + fault_cases():
             if args.k not in case.id:
+                continue
+            if unsupported(case):
+                print(f"skip {case.id:37s} {unsupported(case)}", flush=True)
                 continue
             workdir = Path(tmp) / case.id
             start = time.perf_counter()

@@ -291,6 +291,29 @@ def fault_cases() -> list[Case]:
 
 # ---- running a case ----------------------------------------------------------------------------
 
+_UNSUPPORTED: dict[tuple[str, str], str | None] = {}
+
+
+def unsupported(case: Case) -> str | None:
+    """Why this CPU cannot run ``case`` at all (its torch kernel fails, with or without us), else None.
+
+    oneDNN's bf16 LSTM primitive needs AVX-512 (BF16) or AMX: on an AVX2-only
+    CPU such as an older AMD EPYC, torch's own bf16 autocast LSTM raises
+    "could not create a primitive descriptor". The case is then skipped, not failed.
+    """
+    key = (case.model, case.target)
+    if key not in _UNSUPPORTED:
+        _UNSUPPORTED[key] = None
+        if case.model == "lstm" and case.target == "bf16":
+            layer = nn.LSTM(4, 4, batch_first=True)
+            try:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    layer(torch.zeros(1, 2, 4))
+            except RuntimeError as exc:
+                _UNSUPPORTED[key] = f"torch's bf16 LSTM does not run on this CPU: {str(exc).splitlines()[0]}"
+    return _UNSUPPORTED[key]
+
+
 def build(case: Case, seed: int = 0) -> Run:
     builder, kwargs, _ = MODELS[case.model]
     torch.manual_seed(seed)

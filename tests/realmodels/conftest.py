@@ -17,9 +17,11 @@ def diagnosed(tmp_path, goldens):
     """diagnosed(case, against_itself=False): collect ``case`` and return the diagnosis of its pair."""
     from precision_tool.analysis import diagnose
     from precision_tool.dump.reader import open_dump
-    from tests.realmodels.cases import collect
+    from tests.realmodels.cases import collect, unsupported
 
     def run(case, against_itself: bool = False):
+        if unsupported(case):
+            pytest.skip(unsupported(case))
         golden, target = collect(case, tmp_path, goldens=goldens)
         with open_dump(golden) as g, open_dump(golden if against_itself else target) as t:
             return diagnose(g, t)
