@@ -29,3 +29,5 @@ INTRODUCED_EXCESS = 8.0  # introduced > this x what the compute dtype explains: 
 FUSION_SUSPECT_RATIO = 4.0  # fused error > this x the unfused op's error in the fusion-off run
 
 OPTIMIZERS = ("sgd", "momentum", "adam")  # the training session's optimizers (`collect --optimizer`)
+
+MAX_SCHEDULE = 2147483647  # Rec SDK init's bound on max_steps, train_steps, eval_steps and save_steps

@@ -112,6 +112,7 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     from precision_tool.compare.comparator import compare_dumps
     from precision_tool.compare.report import select_flagged
 
+    from precision_tool.analysis.outcome import outcome
     from precision_tool.analysis.precheck import precheck
     from precision_tool.compare.preflight import run_problems
 
@@ -122,7 +123,8 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     report = comparison if comparison is not None else compare_dumps(golden, target)
     flagged = select_flagged(report, cosine_threshold, None)
     diagnosis = Diagnosis(Verdict(None, "none", None), overflow_rep, fusion_rep, [], notes, len(flagged),
-                          flagged[0].name if flagged else None, precheck=precheck(golden, target))
+                          flagged[0].name if flagged else None, precheck=precheck(golden, target),
+                          outcome=outcome(golden, target))
     steps = target.steps()
     handled = sorted(loss_scale_handled(overflow_rep, steps))
     if handled:

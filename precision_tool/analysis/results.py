@@ -155,3 +155,4 @@ class Diagnosis:
     first_flagged: str | None = None
     first_module: str | None = None  # the first module whose output diverges beyond its inputs
     precheck: Any = None  # PrecheckResult: the two runs' settings, the first section of ac
+    outcome: Any = None  # Outcome: the loss and held-out metric each run ended with

@@ -13,7 +13,7 @@ from precision_tool.collect.selection import STEPS_FORM, parse_op_types, parse_s
 from precision_tool.engine.formats import OVERFLOW_MODES
 from precision_tool.engine.precision import PRECISION_MODES, PRECISION_MODES_V2
 from precision_tool.commands.options import SEED, FiniteFloat
-from precision_tool.defaults import OPTIMIZERS
+from precision_tool.defaults import MAX_SCHEDULE, OPTIMIZERS
 from precision_tool.errors import ConfigError, PrecisionToolError
 
 LOSS_SCALE_FORM = ("none | fixed:V | exponential:INIT[,INCR_EVERY_N_STEPS[,DECR_EVERY_N_NAN_OR_INF"
@@ -85,6 +85,19 @@ def _check_fusion_switch(value):
 @click.option("--lr", type=FiniteFloat(min=0.0), default=None, help="Learning rate.  [default: the optimizer's]")
 @click.option("--target-loss", type=FiniteFloat(min=0.0), default=None,
               help="The loss at which a loss-triggered --accelerate-train-mode switches back.")
+@click.option("--max-steps", type=click.IntRange(-1, MAX_SCHEDULE), default=None, metavar="N",
+              help="Rec SDK schedule: total training steps, -1 for --steps.  [default: -1]")
+@click.option("--train-steps", type=click.IntRange(-1, MAX_SCHEDULE), default=None, metavar="N",
+              help="Evaluate on held-out data after every N steps; -1 after the last, 0 never.  [default: -1]")
+@click.option("--eval-steps", type=click.IntRange(-1, MAX_SCHEDULE), default=None, metavar="N",
+              help="Held-out batches per evaluation; -1 the whole held-out set (8), 0 none.  [default: -1]")
+@click.option("--save-steps", type=click.IntRange(-1, MAX_SCHEDULE), default=None, metavar="N",
+              help="Checkpoint into --checkpoint-dir after every N steps; -1 after the last, 0 never.  [default: -1]")
+@click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None,
+              help="Where checkpoints go (ckpt-NNNNNNNN.h5, the state before step N); see `replay`.")
+@click.option("--if-load", is_flag=True, help="Resume from the latest checkpoint in --checkpoint-dir.")
+@click.option("--restore-model-version", type=click.IntRange(0, MAX_SCHEDULE), default=None, metavar="N",
+              help="With --if-load: resume from the checkpoint of step N instead of the latest.")
 @click.option("--dump-steps", default=None, callback=_checked(parse_steps), metavar="LIST",
               help=f"Steps to record: {STEPS_FORM}.  [default: all]")
 @click.option("--ops", multiple=True, metavar="GLOB",
@@ -96,6 +109,7 @@ def _check_fusion_switch(value):
               help="Replace an existing dump at OUTPUT (once the new one is closed; never one being written).")
 def collect(model, output, device, mode, steps, seed, precision_mode, precision_mode_v2, overflow_mode,
             loss_scale, accelerate_train_mode, fusion_switch, modify_mixlist, batch_size, optimizer, lr, target_loss,
+            max_steps, train_steps, eval_steps, save_steps, checkpoint_dir, if_load, restore_model_version,
             dump_steps, ops, op_types, no_backward, force):
     """Train MODEL on a device and record its ops to an HDF5 dump.
 
@@ -115,11 +129,13 @@ def collect(model, output, device, mode, steps, seed, precision_mode, precision_
         precision_mode=precision_mode, precision_mode_v2=precision_mode_v2, overflow_mode=overflow_mode,
         loss_scale=loss_scale, accelerate_train_mode=accelerate_train_mode, fusion_switch=fusion_switch,
         modify_mixlist=modify_mixlist, batch_size=batch_size, optimizer=optimizer, lr=lr, target_loss=target_loss,
+        max_steps=max_steps, train_steps=train_steps, eval_steps=eval_steps, save_steps=save_steps,
+        checkpoint_dir=checkpoint_dir, if_load=if_load, restore_model_version=restore_model_version,
         dump_steps=dump_steps, ops=tuple(ops), op_types=op_types, backward=not no_backward,
         command=_command_line(click.get_current_context()), overwrite=force,
     )
     plan = plan_collect(request)  # every value checked before the model is built
-    hooks = [StepProgress(plan.config.steps)] if _is_tty() else []
+    hooks = [StepProgress(plan.config.steps - (restore_model_version or 0))] if _is_tty() else []
     try:
         with StopOnInterrupt() as stop:
             result = run_collect(plan, [*hooks, stop])
@@ -214,6 +230,13 @@ def _result_line(result) -> str:
     overflow = f", overflow in {len(result.overflow_steps)} steps" if result.overflow_steps else ""
     if result.ops_recorded == 0 and result.filtered and result.mode != "overflow":
         overflow += " (no op matched the selection)"
+    if result.resumed_from is not None:
+        overflow += f", resumed from the checkpoint of step {result.resumed_from}"
+    if result.evaluations:
+        last = result.evaluations[-1]
+        overflow += f", eval {last['metric']} {last['value']:.4g} after step {last['step']}"
+    if result.checkpoints:
+        overflow += f", {len(result.checkpoints)} checkpoint{'s' * (len(result.checkpoints) != 1)} written"
     return (f"{result.path}: {result.steps_run} steps, {result.ops_recorded:,} ops and "
             f"{result.tensors_recorded:,} tensors recorded ({'+'.join(result.modes)}, role {result.role}), "
             f"{format_size(result.size_bytes)}{overflow}")

@@ -139,7 +139,7 @@ class Collector:
         if self._queued:
             self._write_queued()
         self._forget()
-        extra = {"overflow_ops": self._step_overflows}
+        extra = {"overflow_ops": self._step_overflows, "evaluation": result.extra.get("evaluation")}
         record = StepRecord(result.step, result.loss, result.loss_scale, result.overflow, result.skipped,
                             result.precision_mode)
         writer.end_step(record, extra)
@@ -148,7 +148,8 @@ class Collector:
     def on_run_end(self, summary: dict) -> None:
         if self.writer is not None and not self.closed:
             self.writer.set_metadata(accelerate_switch_step=summary.get("accelerate_switch_step"),
-                                     global_step=summary.get("global_step"))
+                                     global_step=summary.get("global_step"),
+                                     evaluations=summary.get("evaluations") or [])
         self.close(complete=True)
 
     # -- lifecycle ----------------------------------------------------------

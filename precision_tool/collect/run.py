@@ -33,6 +33,13 @@ class CollectRequest:
     optimizer: str | None = None
     lr: float | None = None
     target_loss: float | None = None
+    max_steps: int | None = None
+    train_steps: int | None = None
+    eval_steps: int | None = None
+    save_steps: int | None = None
+    checkpoint_dir: str | None = None
+    if_load: bool = False
+    restore_model_version: int | None = None
     dump_steps: str | None = None
     ops: tuple[str, ...] = ()
     op_types: str | None = None
@@ -56,6 +63,9 @@ class CollectResult:
     size_bytes: int
     overflow_steps: list[int] = field(default_factory=list)
     accelerate_switch_step: int | None = None
+    evaluations: list[dict] = field(default_factory=list)
+    checkpoints: list[str] = field(default_factory=list)
+    resumed_from: int | None = None
     filtered: bool = False  # --dump-steps, --ops, --op-types or --no-backward narrowed what was recorded
 
 
@@ -81,10 +91,19 @@ def plan_collect(request: CollectRequest) -> CollectPlan:
     check_target(request.output, request.overwrite)
     kwargs = {k: v for k, v in (("steps", request.steps), ("seed", request.seed), ("batch_size", request.batch_size),
                                 ("optimizer", request.optimizer), ("lr", request.lr),
-                                ("target_loss", request.target_loss)) if v is not None}
+                                ("target_loss", request.target_loss), ("max_steps", request.max_steps),
+                                ("train_steps", request.train_steps), ("eval_steps", request.eval_steps),
+                                ("save_steps", request.save_steps), ("checkpoint_dir", request.checkpoint_dir),
+                                ("restore_model_version", request.restore_model_version)) if v is not None}
+    if request.steps is not None and request.max_steps not in (None, -1) and request.steps != request.max_steps:
+        raise ConfigError(f"--steps {request.steps} and --max-steps {request.max_steps} disagree; give one")
     config = SessionConfig(model=request.model, device=build_device(request, modes),
                            loss_scale=request.loss_scale, accelerate_train_mode=request.accelerate_train_mode,
-                           **kwargs)
+                           if_load=request.if_load, **kwargs)
+    if config.saves_checkpoints:  # before the dump is created: a fresh run never replaces another's checkpoints
+        from precision_tool.session.checkpoint import refuse_foreign_checkpoints
+
+        refuse_foreign_checkpoints(config.checkpoint_dir, resuming=config.if_load)
     return CollectPlan(request, config, modes, selection)
 
 
@@ -142,5 +161,6 @@ def run_collect(request: CollectRequest | CollectPlan, hooks=()) -> CollectResul
         complete=True, steps_run=collector.steps_run, ops_recorded=collector.ops_recorded,
         tensors_recorded=collector.tensors_recorded, size_bytes=collector.size_bytes,
         overflow_steps=list(summary.overflow_steps), accelerate_switch_step=summary.accelerate_switch_step,
-        filtered=not plan.selection.everything,
+        evaluations=list(summary.evaluations), checkpoints=list(summary.checkpoints),
+        resumed_from=summary.resumed_from, filtered=not plan.selection.everything,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from precision_tool.engine.formats import FLOAT32, FLOAT64, Format, check_overflow_mode
+from precision_tool.engine.formats import FLOAT32, FLOAT64, Format, check_overflow_mode, get_format
 from precision_tool.engine.fusion.switch import FusionSwitch, load_fusion_switch
 from precision_tool.engine.precision import MixLists, Policy, load_mixlist, policy_for
 
@@ -58,6 +58,26 @@ class DeviceProfile:
             "fusion": self.fusion.describe(),
             "modify_mixlist": {name: sorted(getattr(self.mixlists, name)) for name in ("white", "black", "gray")},
         }
+
+
+def device_from_description(description: dict) -> DeviceProfile:
+    """The profile `DeviceProfile.describe` wrote (a checkpoint's or dump's); ValueError if it cannot be one."""
+    kind = description.get("device")
+    if kind not in DEVICES:
+        raise ValueError(f"unknown device {kind!r}; valid: {', '.join(DEVICES)}")
+    origin = get_format(description.get("origin_dtype", FLOAT32.name))
+    if kind == "golden":
+        return DeviceProfile("golden", origin)
+    policy_for(description.get("precision_mode") or None, description.get("precision_mode_v2") or None)
+    overflow_mode = description.get("overflow_mode", "saturation")
+    check_overflow_mode(overflow_mode)
+    fusion = description.get("fusion") or {}
+    lists = description.get("modify_mixlist") or {}
+    mixlists = MixLists(**{name: frozenset(lists.get(name, ())) for name in ("white", "black", "gray")})
+    return DeviceProfile("npu", origin, description.get("precision_mode") or None,
+                         description.get("precision_mode_v2") or None, overflow_mode, mixlists,
+                         FusionSwitch(all_off=bool(fusion.get("all_off", False)),
+                                      off=frozenset(fusion.get("off", ()))))
 
 
 def golden(float64: bool = False) -> DeviceProfile:

@@ -84,6 +84,7 @@ def diagnosis_dict(d) -> dict:
         "first_flagged": d.first_flagged,
         "first_module": getattr(d, "first_module", None),
         "precheck": precheck_dict(getattr(d, "precheck", None)),
+        "outcome": _jsonable(getattr(d, "outcome", None)),
     }
 
 

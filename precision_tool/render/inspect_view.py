@@ -83,6 +83,14 @@ def render_summary(summary: DumpSummary, console) -> None:
     console.print(summary_view(summary))
 
 
+def evaluation_text(evaluation: dict) -> str:
+    """``accuracy 0.539 after step 7`` from one of a run's evaluations."""
+    try:
+        return f"{evaluation['metric']} {float(evaluation['value']):.4g} after step {evaluation['step']}"
+    except (KeyError, TypeError, ValueError):
+        return str(evaluation)
+
+
 def summary_view(summary: DumpSummary):
     """``summary`` as one renderable (the batch command prints it, the shell's `inspect` returns it)."""
     from rich.console import Group
@@ -110,11 +118,17 @@ def summary_view(summary: DumpSummary):
         run.add_row("accelerate", f"{meta['accelerate_train_mode']} (switched at step {switch})"
                     if switch is not None else str(meta["accelerate_train_mode"]))
     planned = data.get("steps_planned")
-    run.add_row("steps", f"{summary.steps_complete}" + (f" of {planned}" if planned else ""))
+    resumed = meta.get("resumed_from")
+    run.add_row("steps", f"{summary.steps_complete}" + (f" of {planned}" if planned else "")
+                + (f", resumed from the checkpoint of step {resumed}" if resumed is not None else ""))
     run.add_row("recorded", f"{summary.ops:,} ops, {summary.tensors:,} tensors")
     steps = ", ".join(map(str, summary.overflow_steps[:20])) + (" ..." if len(summary.overflow_steps) > 20 else "")
     run.add_row("overflow", f"{summary.overflow_ops:,} op executions in {len(summary.overflow_steps)} steps"
                 + (f" ({steps})" if steps else ""))
+    evaluations = meta.get("evaluations") or []
+    if evaluations:
+        run.add_row("evaluation", "; ".join(evaluation_text(e) for e in evaluations[-3:])
+                    + (f" ({len(evaluations)} evaluations)" if len(evaluations) > 3 else ""))
     parts.append(run)
     if summary.first_overflows:
         parts.append(_overflow_table(summary.first_overflows))

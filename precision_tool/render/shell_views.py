@@ -332,6 +332,8 @@ def flagged(selection):
 def diagnosis(d, overflow_limit: int | None = None, flagged_rows=None, show_all: bool = False):
     """The verdict first; then the sections behind it, each headed by a one-line summary."""
     parts = [verdict(d.verdict)]
+    if getattr(d, "outcome", None) is not None:  # the symptom the verdict explains
+        parts.append(section("Outcome", d.outcome.summary()))
     check = getattr(d, "precheck", None)
     if check is not None:  # the pre-check first: a setting changed by mistake explains everything after it
         parts.append(section("Pre-check", check.summary()))

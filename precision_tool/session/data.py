@@ -26,6 +26,8 @@ from precision_tool.errors import ConfigError
 TOKEN_GROUPS = 4  # token groups of the tokens/regression task
 TOKEN_BIAS = 0.4  # share of a sequence drawn from its leaning group
 _TEACHER_KEY = (0x5EED, 0xDA7A, 1)  # never equal to a (seed, step) pair, even zero-padded
+_EVAL_KEY = (0x5EED, 0xE7A1)  # held-out batches: [seed, *_EVAL_KEY, index], apart from training and teacher
+EVAL_SET_BATCHES = 8  # the held-out set an evaluation with eval_steps -1 covers
 
 
 def batch_rng(seed: int, step: int) -> np.random.Generator:
@@ -57,7 +59,13 @@ class SyntheticData:
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """The inputs of step ``step``: float32 or int64 ``x``; int64 or float32 ``labels``."""
-        rng = batch_rng(self.seed, step)
+        return self._batch(batch_rng(self.seed, step))
+
+    def eval_batch(self, index: int) -> dict[str, np.ndarray]:
+        """Held-out batch ``index``: the same task, never a training batch."""
+        return self._batch(np.random.default_rng([self.seed, *_EVAL_KEY, index]))
+
+    def _batch(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         x, labels = getattr(self, f"_{self.spec.kind}_batch")(rng)
         labels = labels.astype(np.int64) if self.classification else labels.astype(np.float32)
         return {"x": x, "labels": labels}

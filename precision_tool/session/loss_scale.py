@@ -65,6 +65,16 @@ class LossScaleManager:
         """The constructor arguments, JSON-serialisable, with ``kind``."""
         raise NotImplementedError
 
+    def state(self) -> dict:
+        """What changes as it runs (scale and counters), JSON-serialisable; exact for the float32 scale."""
+        return {key: value.item() if isinstance(value, np.generic) else value for key, value in vars(self).items()}
+
+    def load_state(self, state: dict) -> None:
+        """Continue from a `state` of a manager with the same config."""
+        for key, value in state.items():
+            current = getattr(self, key)
+            setattr(self, key, type(current)(value))
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "kind")
         return f"{type(self).__name__}({args})"
@@ -233,6 +243,20 @@ def _number(text: str) -> float:
     if power:
         return float(power.group(1)) ** float(power.group(2))
     return float(text)
+
+
+def loss_scale_from_config(config: dict | None) -> LossScaleManager | None:
+    """The manager `LossScaleManager.config` describes (a checkpoint's), in its initial state."""
+    if config is None:
+        return None
+    values = dict(config)
+    kind = values.pop("kind", None)
+    if kind not in LOSS_SCALE_KINDS:
+        raise ConfigError(f"unknown loss scale kind {kind!r}; valid: {', '.join(LOSS_SCALE_KINDS)}")
+    try:
+        return LOSS_SCALE_KINDS[kind][0](**values)
+    except TypeError as exc:
+        raise ConfigError(f"bad {kind} loss scale settings {config}: {exc}") from None
 
 
 def parse_loss_scale(spec: str) -> LossScaleManager | None:

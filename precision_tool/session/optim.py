@@ -77,6 +77,15 @@ class Optimizer:
     def config(self) -> dict:
         return {"optimizer": self.name, "lr": self.lr}
 
+    def scalar_state(self) -> dict[str, float]:
+        """The float32 scalars that change as it trains (Adam's beta powers), for checkpoints."""
+        return {key: float(value) for key, value in vars(self).items() if isinstance(value, np.floating)}
+
+    def load_scalar_state(self, state: dict[str, float]) -> None:
+        for key, value in state.items():
+            current = getattr(self, key)
+            setattr(self, key, type(current)(value))
+
 
 class SGD(Optimizer):
     name = "sgd"

@@ -21,6 +21,12 @@ step's loss was multiplied by (as MindSpore's TrainOneStepWithLossScaleCell
 returns it); ``StepResult.extra`` adds ``next_loss_scale``, ``global_step``
 and ``first_overflow_op`` (the op that first raised the float status).
 
+After the update, on the schedule of `SessionConfig` (Rec SDK's), the step
+may evaluate the model on held-out batches (``StepResult.extra["evaluation"]``
+and `RunSummary.evaluations`) and write a checkpoint (`checkpoint`); a
+session built with ``if_load`` first restores one and continues from it bit
+for bit.
+
 With ``accelerate_train_mode`` the graph is compiled for the low-precision
 device first; when the trigger fires after a step, ``session.device``,
 ``session.program`` and ``session.executor`` are replaced once by ones for the
@@ -31,7 +37,7 @@ recorded as ``accelerate_switch_step``.
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -44,8 +50,10 @@ from precision_tool.engine.program import Program, compile_graph
 from precision_tool.engine.status import FloatStatus
 from precision_tool.errors import ConfigError
 from precision_tool.session.accelerate import AccelerateTrainMode
+from precision_tool.session.checkpoint import (Checkpoint, find_checkpoint, load_checkpoint,
+                                               refuse_foreign_checkpoints, save_checkpoint)
 from precision_tool.session.config import SessionConfig
-from precision_tool.session.data import SyntheticData
+from precision_tool.session.data import EVAL_SET_BATCHES, SyntheticData
 from precision_tool.session.models import load_model
 from precision_tool.session.optim import DEFAULT_LR, make_optimizer
 
@@ -61,6 +69,9 @@ class RunSummary:
     skipped_steps: list[int] = field(default_factory=list)
     accelerate_switch_step: int | None = None  # the first step run at the original precision
     global_step: int = 0  # applied optimizer updates
+    evaluations: list[dict] = field(default_factory=list)  # held-out metric after the steps the schedule says
+    checkpoints: list[str] = field(default_factory=list)  # files written, in order
+    resumed_from: int | None = None  # the checkpoint step this session started from
 
     def to_dict(self) -> dict:
         """JSON-serialisable form, passed to ``on_run_end``."""
@@ -72,6 +83,9 @@ class RunSummary:
             "skipped_steps": list(self.skipped_steps),
             "accelerate_switch_step": self.accelerate_switch_step,
             "global_step": self.global_step,
+            "evaluations": list(self.evaluations),
+            "checkpoints": list(self.checkpoints),
+            "resumed_from": self.resumed_from,
             "results": [asdict(r) for r in self.results],
         }
 
@@ -102,10 +116,17 @@ class Session:
         self.results: list[StepResult] = []
         self.accelerate_switch_step: int | None = None
         self._switched = False  # recompiled at the original precision, no step run there yet
+        self.evaluations: list[dict] = []
+        self.checkpoints: list[str] = []
+        self.resumed_from: int | None = None
         self.device: DeviceProfile
         self.program: Program
         self.executor: Executor
         self._compile(self.accelerate.device if self.accelerate else config.device)
+        if config.saves_checkpoints:  # before anything is written: a fresh run never replaces another's
+            refuse_foreign_checkpoints(config.checkpoint_dir, resuming=config.if_load)
+        if config.if_load:
+            self.restore(load_checkpoint(find_checkpoint(config.checkpoint_dir, config.restore_model_version)))
 
     def _compile(self, device: DeviceProfile) -> None:
         self.device = device
@@ -142,6 +163,10 @@ class Session:
             "accelerate_train_mode": self.accelerate.spec.spec if self.accelerate is not None else None,
             "accelerate": accelerate,
             "target_loss": cfg.target_loss,
+            "schedule": {"max_steps": cfg.max_steps, "train_steps": cfg.train_steps, "eval_steps": cfg.eval_steps,
+                         "save_steps": cfg.save_steps},
+            "checkpoint_dir": cfg.checkpoint_dir,
+            "resumed_from": self.resumed_from,
             "parameters": {name: list(value.shape) for name, value in self.params.items()},
         }
 
@@ -179,12 +204,111 @@ class Session:
         extra = {"global_step": self.global_step,
                  "next_loss_scale": self.loss_scale.scale if self.loss_scale is not None else 1.0,
                  "first_overflow_op": first.name if first is not None else None}
+        if _on_schedule(self.config.train_steps, step, self.config.steps) and self.config.eval_steps != 0:
+            extra["evaluation"] = self.evaluate(step)
+            self.evaluations.append(extra["evaluation"])
         result = StepResult(step, loss, overflow, scale, skipped, self.device.effective_precision_mode, extra)
         self.results.append(result)
         self.next_step = step + 1
         self.hooks.on_step_end(result)
         self._tell_accelerate(step, loss)
+        if self.config.saves_checkpoints and _on_schedule(self.config.save_steps, step, self.config.steps):
+            self.checkpoints.append(str(save_checkpoint(self.config.checkpoint_dir, self.checkpoint())))
         return loss, overflow, scale
+
+    def evaluate(self, step: int) -> dict:
+        """The model's metric on held-out batches, in forward only, on the device it trains on now.
+
+        Accuracy for classification, mean squared error for regression; the
+        mean loss too. No hook sees these ops and the float status is the
+        evaluation's own, so the training record is untouched.
+        """
+        batches = self.config.eval_steps if self.config.eval_steps > 0 else EVAL_SET_BATCHES
+        executor = Executor(self.program, HookList(), FloatStatus(), seed=self.config.seed)
+        losses, scores, count = [], 0.0, 0
+        classification = self.data.classification
+        for index in range(batches):
+            executor.begin_step(index)
+            batch = self.data.eval_batch(index)
+            outputs = executor.forward(batch, self.params)
+            losses.append(float(outputs["loss"]))
+            logits = np.asarray(outputs["logits"], dtype=np.float64)
+            labels = batch["labels"]
+            if classification:
+                scores += float(np.sum(np.argmax(logits.reshape(len(labels), -1), axis=1) == labels))
+                count += len(labels)
+            else:
+                scores += float(np.sum((logits.reshape(labels.shape) - labels) ** 2))
+                count += labels.size
+        return {"step": step, "metric": "accuracy" if classification else "mse", "value": scores / count,
+                "loss": float(np.mean(losses)), "batches": batches}
+
+    # -- checkpoints --------------------------------------------------------
+
+    def rebuild_config(self) -> dict:
+        """What `config_from_checkpoint` needs to build this session again (JSON)."""
+        cfg = self.config
+        return {
+            "model": cfg.model, "steps": cfg.steps, "seed": cfg.seed, "batch_size": self.batch_size,
+            "optimizer": cfg.optimizer, "lr": self.lr, "device": cfg.device.describe(),
+            "loss_scale": cfg.loss_scale.config() if cfg.loss_scale is not None else None,
+            "accelerate_train_mode": cfg.accelerate_train_mode, "target_loss": cfg.target_loss,
+            "max_steps": cfg.max_steps, "train_steps": cfg.train_steps, "eval_steps": cfg.eval_steps,
+            "save_steps": cfg.save_steps,
+        }
+
+    def checkpoint(self) -> Checkpoint:
+        """The state before step ``next_step``: weights, optimizer, loss scale, schedule, the next batch."""
+        accelerate = None
+        if self.accelerate is not None:
+            accelerate = {"recovered": self.accelerate.recovered, "switch_step": self.accelerate_switch_step,
+                          "pending_switch": self._switched}
+        loss_scale = None
+        if self.loss_scale is not None:
+            loss_scale = {"config": self.loss_scale.config(), "state": self.loss_scale.state()}
+        return Checkpoint(
+            step=self.next_step, global_step=self.global_step, config=self.rebuild_config(),
+            params={name: value.copy() for name, value in self.params.items()},
+            slots={name: {slot: a.copy() for slot, a in slots.items()}
+                   for name, slots in self.optimizer.slots.items()},
+            inputs=self.data.batch(self.next_step), metadata=self.metadata(),
+            optimizer=self.optimizer.scalar_state(), loss_scale=loss_scale, accelerate=accelerate,
+            history=[asdict(r) for r in self.results], evaluations=list(self.evaluations),
+            rng={"seed": self.config.seed, "next_step": self.next_step,
+                 "data": "numpy default_rng([seed, step]) per step", "ops": "(seed, step, op) per random op"})
+
+    def restore(self, checkpoint: Checkpoint) -> None:
+        """Continue from ``checkpoint``: the same model and optimizer; the rest as this session is configured."""
+        where = checkpoint.path or "checkpoint"
+        saved = {name: tuple(a.shape) for name, a in checkpoint.params.items()}
+        mine = {name: tuple(a.shape) for name, a in self.params.items()}
+        if saved != mine:
+            raise ConfigError(f"{where}: its parameters do not match model {self.config.model!r} "
+                              f"({len(saved)} saved, {len(mine)} in the model)")
+        if checkpoint.config.get("optimizer") != self.config.optimizer:
+            raise ConfigError(f"{where}: saved with optimizer {checkpoint.config.get('optimizer')!r}, "
+                              f"this run uses {self.config.optimizer!r}")
+        if checkpoint.step > self.config.steps:
+            raise ConfigError(f"{where}: it is the state after {checkpoint.step} steps, "
+                              f"beyond this run's {self.config.steps}")
+        self.params = {name: np.array(a, dtype=np.float32) for name, a in checkpoint.params.items()}
+        self.optimizer.slots = {name: {slot: np.array(a) for slot, a in slots.items()}
+                                for name, slots in checkpoint.slots.items()}
+        self.optimizer.load_scalar_state(checkpoint.optimizer)
+        if self.loss_scale is not None and checkpoint.loss_scale is not None \
+                and checkpoint.loss_scale["config"] == self.loss_scale.config():
+            self.loss_scale.load_state(checkpoint.loss_scale["state"])
+        if self.accelerate is not None and checkpoint.accelerate is not None:
+            self.accelerate_switch_step = checkpoint.accelerate["switch_step"]
+            self._switched = bool(checkpoint.accelerate["pending_switch"])
+            if checkpoint.accelerate["recovered"]:
+                self.accelerate.recovered = True
+                self._compile(self.accelerate.original)
+        names = {f.name for f in fields(StepResult)}
+        self.results = [StepResult(**{k: v for k, v in r.items() if k in names}) for r in checkpoint.history]
+        self.evaluations = list(checkpoint.evaluations)
+        self.global_step = checkpoint.global_step
+        self.next_step = self.resumed_from = checkpoint.step
 
     def _overflowed(self, grads: dict[str, np.ndarray]) -> bool:
         device = self.device
@@ -214,7 +338,17 @@ class Session:
             skipped_steps=[r.step for r in self.results if r.skipped],
             accelerate_switch_step=self.accelerate_switch_step,
             global_step=self.global_step,
+            evaluations=list(self.evaluations),
+            checkpoints=list(self.checkpoints),
+            resumed_from=self.resumed_from,
         )
+
+
+def _on_schedule(every: int, step: int, steps: int) -> bool:
+    """Whether a Rec SDK style ``*_steps`` setting fires after ``step``: every N steps, -1 after the last, 0 never."""
+    if every > 0:
+        return (step + 1) % every == 0
+    return every == -1 and step + 1 == steps
 
 
 def unscale(grads: dict[str, np.ndarray], scale: float) -> dict[str, np.ndarray]:

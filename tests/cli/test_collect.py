@@ -84,3 +84,39 @@ def test_help_names_every_builtin_model(run_cli):
     text = " ".join(run_cli("collect", "--help").stdout.split())
     for name in MODELS:
         assert name in text
+
+
+def test_collect_runs_the_rec_sdk_schedule_and_resumes_from_a_checkpoint(run_cli, tmp_path):
+    ckpts = tmp_path / "ckpts"
+    whole = run_cli("collect", "mlp", "-o", tmp_path / "whole.h5", "--max-steps", "6", "--train-steps", "3",
+                    "--save-steps", "2", "--checkpoint-dir", ckpts)
+    assert whole.status == 0, whole.stderr
+    assert whole.stdout.strip().endswith("eval accuracy 0.543 after step 5, 3 checkpoints written")  # 139/256
+    assert sorted(p.name for p in ckpts.iterdir()) == ["ckpt-00000002.h5", "ckpt-00000004.h5", "ckpt-00000006.h5"]
+    again = run_cli("collect", "mlp", "-o", tmp_path / "again.h5", "--max-steps", "6", "--save-steps", "2",
+                    "--checkpoint-dir", ckpts)
+    assert again.status == 2 and not (tmp_path / "again.h5").exists()
+    assert again.stderr.strip().endswith("resume from them (if_load, --if-load) or choose an empty directory")
+    resumed = run_cli("collect", "mlp", "-o", tmp_path / "resumed.h5", "--max-steps", "6", "--train-steps", "3",
+                      "--checkpoint-dir", ckpts, "--save-steps", "2", "--if-load", "--restore-model-version", "2")
+    assert resumed.status == 0, resumed.stderr
+    assert "4 steps" in resumed.stdout and "resumed from the checkpoint of step 2" in resumed.stdout
+    with open_dump(tmp_path / "whole.h5") as w, open_dump(tmp_path / "resumed.h5") as r:
+        assert [s.loss for s in w.steps()][2:] == [s.loss for s in r.steps()]
+        assert w.metadata["evaluations"] == r.metadata["evaluations"]
+        assert r.metadata["resumed_from"] == 2 and r.metadata["schedule"]["save_steps"] == 2
+        assert [s.step for s in r.steps()] == [2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-steps", "0", "--train-steps", "0", "--eval-steps", "0"], "cannot all be 0"),
+    (["--steps", "4", "--max-steps", "5"], "--steps 4 and --max-steps 5 disagree; give one"),
+    (["--save-steps", "2"], "save_steps 2 needs checkpoint_dir"),
+    (["--if-load"], "if_load needs checkpoint_dir"),
+    (["--max-steps", "-2"], "Invalid value for '--max-steps'"),
+    (["--restore-model-version", "1", "--checkpoint-dir", "x"], "restore_model_version needs if_load"),
+])
+def test_a_bad_schedule_is_one_line_with_exit_2(run_cli, tmp_path, args, message):
+    result = run_cli("collect", "mlp", "-o", tmp_path / "x.h5", *args)
+    assert result.status == 2 and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.h5").exists()
