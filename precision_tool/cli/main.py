@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diagnose": ("precision_tool.cli.diagnose:diagnose", "Name the op where error is introduced, and why."),
     "precheck": ("precision_tool.cli.precheck:precheck_cmd",
                  "Before tuning: do the two runs differ only where intended?"),
+    "replay": ("precision_tool.cli.replay:replay", "Dump one step of a run from its checkpoint and diagnose it."),
     "shell": ("precision_tool.cli.shell:shell", "Interactive PrecisionTool shell over dumps."),
 }
 

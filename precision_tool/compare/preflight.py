@@ -126,17 +126,24 @@ def _completeness(side: str, dump, allow_incomplete: bool) -> list[Problem]:
     planned, committed = meta.get("steps"), getattr(dump, "steps_complete", None)
     if committed is None:  # an in-memory dump: nothing was cut short
         return []
+    start = meta.get("resumed_from")  # a run resumed from a checkpoint (or a replay) holds the steps after it
+    if _whole(planned) and _whole(start):
+        planned -= start
     being_written = bool(getattr(dump, "being_written", False))
     complete = bool(getattr(dump, "complete", True))
-    short = isinstance(planned, int) and not isinstance(planned, bool) and committed < planned
+    short = _whole(planned) and committed < planned
     if complete and not short and not being_written:
         return []
-    of = f" of {planned}" if isinstance(planned, int) and not isinstance(planned, bool) else ""
+    of = f" of {planned}" if _whole(planned) else ""
     why = "is still being written by another process" if being_written else "is incomplete (killed or failed)"
     message = f"{_path(dump)}: the {side} run {why}: {committed}{of} steps committed"
     if allow_incomplete:
         return [Problem("incomplete", WARNING, message + "; only those are compared", side)]
     return [Problem("incomplete", ERROR, message + "; --allow-incomplete compares those only", side)]
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _replacement(side: str, dump, allow_incomplete: bool) -> list[Problem]:

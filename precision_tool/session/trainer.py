@@ -179,8 +179,11 @@ class Session:
         self.hooks.on_run_end(summary.to_dict())
         return summary
 
-    def step(self) -> tuple[float, bool, float]:
-        """Train one step; return ``(loss, overflow, loss_scale)``."""
+    def step(self, batch: dict[str, np.ndarray] | None = None) -> tuple[float, bool, float]:
+        """Train one step; return ``(loss, overflow, loss_scale)``.
+
+        ``batch`` replaces the step's synthetic batch (a replay feeds the one its checkpoint stored).
+        """
         step = self.next_step
         if self._switched:
             self.accelerate_switch_step = step
@@ -189,7 +192,7 @@ class Session:
         executor = self.executor
         executor.begin_step(step)
         self.status.clear()
-        outputs = executor.forward(self.data.batch(step), self.params)
+        outputs = executor.forward(batch if batch is not None else self.data.batch(step), self.params)
         loss = float(outputs["loss"])
         scale = self.loss_scale.scale if self.loss_scale is not None else 1.0
         grads = unscale(executor.backward({"loss": np.float32(scale)}), scale)

@@ -106,6 +106,10 @@ def test_collect_runs_the_rec_sdk_schedule_and_resumes_from_a_checkpoint(run_cli
         assert w.metadata["evaluations"] == r.metadata["evaluations"]
         assert r.metadata["resumed_from"] == 2 and r.metadata["schedule"]["save_steps"] == 2
         assert [s.step for s in r.steps()] == [2, 3, 4, 5]
+    golden = run_cli("collect", "mlp", "--device", "golden", "-o", tmp_path / "golden.h5", "--max-steps", "6")
+    assert golden.status == 0, golden.stderr
+    compared = run_cli("compare", tmp_path / "golden.h5", tmp_path / "resumed.h5")  # not taken for a cut-short run
+    assert compared.status == 0 and "incomplete" not in compared.stderr + compared.stdout, compared.stderr
 
 
 @pytest.mark.parametrize("args, message", [
