@@ -52,6 +52,7 @@ class CompareOptions:
     ops: str | None = None  # glob on op names (or the names a fused op replaced)
     chunk_elements: int = COMPARE_CHUNK_ELEMENTS
     jobs: int = COMPARE_JOBS
+    scheduler: object = None  # a Dask scheduler address (or distributed.Client): score the pairs on its workers
 
     def __post_init__(self):
         if self.jobs < 1:
@@ -132,6 +133,15 @@ def _score_pairs(pairs: list[TensorPair], golden: DumpSource, target: DumpSource
             progress(done, total)
 
     rows = []
+    if options.scheduler is not None:
+        from precision_tool.compare.cluster import score_on_cluster
+
+        scales = [1.0] * len(pairs)
+        if ratios:
+            scales = [gradient_scale(p.target, p.golden, ratios.get(p.target_op.step, 1.0))
+                      if p.target_op.direction == "backward" else 1.0 for p in pairs]
+        return score_on_cluster(options.scheduler, pairs, scales, golden, target, options.chunk_elements,
+                                [_size(p) for p in pairs], report)
     if options.jobs == 1 or len(pairs) < 2 or total < COMPARE_POOL_MIN_ELEMENTS * len(pairs):
         for pair in pairs:
             rows.append(score(pair))
