@@ -44,8 +44,10 @@ from precision_tool.engine.program import Program, compile_graph
 from precision_tool.engine.status import FloatStatus
 from precision_tool.errors import ConfigError
 from precision_tool.session.accelerate import AccelerateTrainMode
+from precision_tool.session.boost import Boost
 from precision_tool.session.config import SessionConfig
 from precision_tool.session.data import SyntheticData
+from precision_tool.session.loss_scale import unscale
 from precision_tool.session.models import load_model
 from precision_tool.session.optim import DEFAULT_LR, make_optimizer
 
@@ -84,6 +86,8 @@ class Session:
         self.hooks = hooks if isinstance(hooks, HookList) else HookList(hooks)
         loaded = load_model(config.model, np.random.default_rng(config.seed))
         self.model = loaded.model
+        # -- boost: rewrites the model before it is traced (LessBN), replaces the update (see session.boost) --
+        self.boost = Boost(config.boost, self.model, config.seed) if config.boost else None
         self.graph = trace(self.model)
         _check_graph(self.graph)
         self.batch_size = config.batch_size or loaded.batch_size
@@ -106,6 +110,8 @@ class Session:
         self.program: Program
         self.executor: Executor
         self._compile(self.accelerate.device if self.accelerate else config.device)
+        if self.boost is not None:
+            self.boost.attach(self)
 
     def _compile(self, device: DeviceProfile) -> None:
         self.device = device
@@ -142,8 +148,17 @@ class Session:
             "accelerate_train_mode": self.accelerate.spec.spec if self.accelerate is not None else None,
             "accelerate": accelerate,
             "target_loss": cfg.target_loss,
+            **self._boost_metadata(),
             "parameters": {name: list(value.shape) for name, value in self.params.items()},
         }
+
+    def _boost_metadata(self) -> dict:
+        """``boost_level`` and the resolved ``boost`` config; both None when nothing was configured."""
+        cfg = self.config
+        if cfg.boost_level == "O0" and not cfg.boost_config:
+            return {"boost_level": None, "boost": None}
+        boost = self.boost.metadata(cfg.steps) if self.boost is not None else cfg.boost.to_dict()
+        return {"boost_level": cfg.boost_level, "boost": boost}
 
     def run(self) -> RunSummary:
         """Run the configured steps that have not run yet; hooks see the run begin and end."""
@@ -164,7 +179,8 @@ class Session:
         executor = self.executor
         executor.begin_step(step)
         self.status.clear()
-        outputs = executor.forward(self.data.batch(step), self.params)
+        batch = self.data.batch(step)
+        outputs = executor.forward(batch, self.params)
         loss = float(outputs["loss"])
         scale = self.loss_scale.scale if self.loss_scale is not None else 1.0
         grads = unscale(executor.backward({"loss": np.float32(scale)}), scale)
@@ -174,7 +190,10 @@ class Session:
         if self.loss_scale is not None:
             self.loss_scale.update(overflow if self.loss_scale.check_overflow else False)
         if not skipped:
-            self.optimizer.apply(executor, self.params, grads)
+            if self.boost is not None:  # boost hook: the boost train step's update
+                self.boost.update(self, step, grads, batch, scale, loss)
+            else:
+                self.optimizer.apply(executor, self.params, grads)
             self.global_step += 1
         extra = {"global_step": self.global_step,
                  "next_loss_scale": self.loss_scale.scale if self.loss_scale is not None else 1.0,
@@ -215,17 +234,6 @@ class Session:
             accelerate_switch_step=self.accelerate_switch_step,
             global_step=self.global_step,
         )
-
-
-def unscale(grads: dict[str, np.ndarray], scale: float) -> dict[str, np.ndarray]:
-    """Float32 gradients divided by ``scale``: times float32(1/scale), the reciprocal in float64."""
-    result = {}
-    with np.errstate(all="ignore"):
-        inv_scale = np.float32(np.float64(1.0) / np.float64(scale))
-        for name, grad in grads.items():
-            grad = grad.astype(np.float32, copy=False)
-            result[name] = grad if scale == 1.0 else grad * inv_scale
-    return result
 
 
 def _check_graph(graph) -> None:
