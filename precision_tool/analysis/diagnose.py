@@ -14,10 +14,16 @@ data for it) is reported as **overflow**; gradient overflows that loss
 scaling handled (updates skipped, scale lowered) are a note; otherwise the
 class is **none**: nothing is flagged, or no single op introduces error
 beyond what its dtype explains (accumulated rounding).
+
+When golden and target differ in boost (mindspore.boost in the session), a
+divergence that starts at a boost change (a BatchNorm LessBN removed, the FN
+head, a frozen group, ...) is **boost** unless a culprit comes before it
+(`analysis.boost`).
 """
 
 from __future__ import annotations
 
+from precision_tool.analysis.boost import explain_boost
 from precision_tool.analysis.fusion import fusion_report, switch_off_action
 from precision_tool.analysis.notes import precision_notes
 from precision_tool.analysis.overflow import overflow_report
@@ -151,5 +157,7 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     if verdict is None:
         verdict = Verdict(None, "none", None, evidence=(f"no op at or below cosine {cosine_threshold} and no "
                                                         "unhandled overflow",), action="nothing to do")
+    verdict, boost_notes = explain_boost(golden, target, verdict, flagged[0].name if flagged else None)
+    notes.extend(boost_notes)
     diagnosis.verdict = verdict
     return diagnosis

@@ -39,6 +39,8 @@ class CollectRequest:
     backward: bool = True
     command: str = ""
     overwrite: bool = False  # replace an existing dump at ``output`` (collect --force)
+    boost_level: str | None = None  # mindspore.boost level O0/O1/O2
+    boost_config: str | None = None  # a boost config JSON path
 
 
 @dataclass
@@ -75,13 +77,14 @@ def plan_collect(request: CollectRequest) -> CollectPlan:
 
     modes = M.parse_modes(request.mode)
     selection = Selection.build(request.dump_steps, request.ops, request.op_types, request.backward)
-    inputs = [request.fusion_switch, request.modify_mixlist, _model_file(request.model)]
+    inputs = [request.fusion_switch, request.modify_mixlist, _model_file(request.model), request.boost_config]
     for written in (request.output, partial_path(request.output)):
         refuse_inputs(written, inputs)
     check_target(request.output, request.overwrite)
     kwargs = {k: v for k, v in (("steps", request.steps), ("seed", request.seed), ("batch_size", request.batch_size),
                                 ("optimizer", request.optimizer), ("lr", request.lr),
-                                ("target_loss", request.target_loss)) if v is not None}
+                                ("target_loss", request.target_loss), ("boost_level", request.boost_level),
+                                ("boost_config", request.boost_config)) if v is not None}
     config = SessionConfig(model=request.model, device=build_device(request, modes),
                            loss_scale=request.loss_scale, accelerate_train_mode=request.accelerate_train_mode,
                            **kwargs)
