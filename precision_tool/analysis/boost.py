@@ -142,15 +142,28 @@ def _evidence(placed: Placed) -> str:
     return f"{c.algorithm} adds {placed.op} at step {placed.step}: {c.what}"
 
 
+def _first_common_step(golden, target) -> int | None:
+    golden_steps = {s.step for s in golden.steps()}
+    return min((s.step for s in target.steps() if s.step in golden_steps), default=None)
+
+
+def boost_start(golden, target) -> int | None:
+    """The step where the first boost change takes effect, when the runs differ in boost; else None."""
+    if _setting(golden) == _setting(target):
+        return None
+    first = _first_common_step(golden, target)
+    placed = place_changes(golden, target, first) if first is not None else []
+    return placed[0].step if placed else None
+
+
 def explain_boost(golden, target, verdict: Verdict, first_flagged: str | None) -> tuple[Verdict, list[str]]:
     """The verdict, replaced by a **boost** one when the runs' divergence starts at a boost change."""
     if _setting(golden) == _setting(target):
         return verdict, []
-    golden_steps = {s.step for s in golden.steps()}
-    steps = sorted(s.step for s in target.steps() if s.step in golden_steps)
-    if not steps:
+    first_step = _first_common_step(golden, target)
+    if first_step is None:
         return verdict, []
-    placed = place_changes(golden, target, steps[0])
+    placed = place_changes(golden, target, first_step)
     sides = f"golden runs {_describe(golden)}, the target {_describe(target)}"
     if not placed:
         return verdict, [f"{sides}; no recorded boost change takes effect in the compared steps"]

@@ -23,7 +23,7 @@ head, a frozen group, ...) is **boost** unless a culprit comes before it
 
 from __future__ import annotations
 
-from precision_tool.analysis.boost import explain_boost
+from precision_tool.analysis.boost import boost_start, explain_boost
 from precision_tool.analysis.fusion import fusion_report, switch_off_action
 from precision_tool.analysis.notes import precision_notes
 from precision_tool.analysis.overflow import overflow_report
@@ -136,7 +136,8 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
         notes.append(f"overflow in {shown} went away as loss scaling skipped steps or lowered the scale: "
                      "expected with dynamic loss scaling")
     scan = Scanner(golden, target, overflow_rep, fusion_off, set(handled),
-                   lambda entry, record, extra: _overflow_verdict(entry, overflow_rep, record, fusion_off, extra)).run()
+                   lambda entry, record, extra: _overflow_verdict(entry, overflow_rep, record, fusion_off, extra),
+                   until_step=boost_start(golden, target)).run()
     verdict = scan.verdict
     diagnosis.attributions = scan.attributions
     diagnosis.first_module = (verdict.module if verdict is not None else None) or scan.first_module
