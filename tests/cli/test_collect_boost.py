@@ -74,3 +74,17 @@ def test_diagnose_names_the_first_frozen_step(run_cli, tmp_path):
     assert (verdict["class"], verdict["op"], verdict["step"]) == ("boost", "boost/grad_freeze/FreezeIndex", 1)
     assert "grad_freeze froze parameter groups at step 1 (freeze index 1: only 2 of 6 parameters updated)" \
         in verdict["evidence"][1]
+
+
+def test_diagnose_names_the_fn_head_and_keeps_runs_with_the_same_boost(run_cli, tmp_path):
+    config = tmp_path / "less_bn.json"
+    config.write_text(json.dumps({"boost": {"mode": "manual", "less_bn": True}, "less_bn": {"gc_flag": False}}))
+    paths = [tmp_path / f"{name}.h5" for name in ("g", "t", "t2")]
+    for path, extra in zip(paths, ([], ["--boost-config", config], ["--boost-config", config])):
+        result = run_cli("collect", "mlp", "-o", path, "--device", "golden", "--steps", "2", *extra)
+        assert result.status == 0, result.stderr
+    verdict = json.loads(run_cli("diagnose", paths[0], paths[1], "--format", "json").stdout)["verdict"]
+    assert (verdict["class"], verdict["op"], verdict["module"]) == ("boost", "head/MatMul", "head")
+    assert verdict["evidence"][1].startswith("the runs first differ where fn_head changed the run")
+    same = json.loads(run_cli("diagnose", paths[1], paths[2], "--format", "json").stdout)["verdict"]
+    assert same["class"] == "none"
