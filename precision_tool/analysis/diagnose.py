@@ -14,10 +14,16 @@ data for it) is reported as **overflow**; gradient overflows that loss
 scaling handled (updates skipped, scale lowered) are a note; otherwise the
 class is **none**: nothing is flagged, or no single op introduces error
 beyond what its dtype explains (accumulated rounding).
+
+When golden and target differ in boost (mindspore.boost in the session), a
+divergence that starts at a boost change (a BatchNorm LessBN removed, the FN
+head, a frozen group, ...) is **boost** unless a culprit comes before it
+(`analysis.boost`).
 """
 
 from __future__ import annotations
 
+from precision_tool.analysis.boost import boost_start, explain_boost
 from precision_tool.analysis.fusion import fusion_report, switch_off_action
 from precision_tool.analysis.notes import precision_notes
 from precision_tool.analysis.overflow import overflow_report
@@ -132,7 +138,8 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
         notes.append(f"overflow in {shown} went away as loss scaling skipped steps or lowered the scale: "
                      "expected with dynamic loss scaling")
     scan = Scanner(golden, target, overflow_rep, fusion_off, set(handled),
-                   lambda entry, record, extra: _overflow_verdict(entry, overflow_rep, record, fusion_off, extra)).run()
+                   lambda entry, record, extra: _overflow_verdict(entry, overflow_rep, record, fusion_off, extra),
+                   until_step=boost_start(golden, target)).run()
     verdict = scan.verdict
     diagnosis.attributions = scan.attributions
     diagnosis.first_module = (verdict.module if verdict is not None else None) or scan.first_module
@@ -153,5 +160,7 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     if verdict is None:
         verdict = Verdict(None, "none", None, evidence=(f"no op at or below cosine {cosine_threshold} and no "
                                                         "unhandled overflow",), action="nothing to do")
+    verdict, boost_notes = explain_boost(golden, target, verdict, flagged[0].name if flagged else None)
+    notes.extend(boost_notes)
     diagnosis.verdict = verdict
     return diagnosis

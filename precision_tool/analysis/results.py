@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-VERDICT_CLASSES = ("overflow", "invalid_operation", "fusion", "precision_loss", "kernel_bug", "none")
+VERDICT_CLASSES = ("overflow", "invalid_operation", "fusion", "precision_loss", "kernel_bug", "boost", "none")
 
 
 @dataclass(frozen=True)

@@ -78,10 +78,11 @@ class Scanner:
     """One scan over a golden/target pair; `run` returns the first culprit and what was seen on the way."""
 
     def __init__(self, golden, target, report: OverflowReport, fusion_off=None, handled: set[str] = frozenset(),
-                 overflow_verdict=None):
+                 overflow_verdict=None, until_step: int | None = None):
         self.golden, self.target = golden, target
         self.report, self.fusion_off, self.handled = report, fusion_off, handled
         self.overflow_verdict = overflow_verdict  # (entry, record, extra evidence) -> Verdict
+        self.until_step = until_step  # the last step scanned (a boost change makes later steps differ anyway)
         self.result = ScanResult()
         self.replays = 0
         self._absorbed: set[str] = set()
@@ -91,7 +92,8 @@ class Scanner:
 
     def run(self) -> ScanResult:
         golden_steps = {s.step for s in self.golden.steps()}
-        steps = [s.step for s in self.target.steps() if s.step in golden_steps]
+        steps = [s.step for s in self.target.steps() if s.step in golden_steps
+                 and (self.until_step is None or s.step <= self.until_step)]
         if steps:
             mismatch = self.leaf_mismatch(steps[0])
             if mismatch is not None:

@@ -105,12 +105,16 @@ def _check_fusion_switch(value):
 @click.option("--op-types", default=None, callback=_checked(parse_op_types), metavar="T,...",
               help="Record only ops of these types (a fused op matches through its original types).")
 @click.option("--no-backward", is_flag=True, help="Do not record backward ops.")
+@click.option("--boost-level", type=click.Choice(["O0", "O1", "O2"]), default=None,
+              help="mindspore.boost level: O0 off, O1 less_bn+grad_freeze, O2 adds adasum.  [default: O0]")
+@click.option("--boost-config", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A mindspore.boost config JSON (boost mode and flags, per-algorithm settings).")
 @click.option("--force", is_flag=True,
               help="Replace an existing dump at OUTPUT (once the new one is closed; never one being written).")
 def collect(model, output, device, mode, steps, seed, precision_mode, precision_mode_v2, overflow_mode,
             loss_scale, accelerate_train_mode, fusion_switch, modify_mixlist, batch_size, optimizer, lr, target_loss,
             max_steps, train_steps, eval_steps, save_steps, checkpoint_dir, if_load, restore_model_version,
-            dump_steps, ops, op_types, no_backward, force):
+            dump_steps, ops, op_types, no_backward, boost_level, boost_config, force):
     """Train MODEL on a device and record its ops to an HDF5 dump.
 
     MODEL is a built-in name (mlp, mlp_regression, cnn, transformer, sensor) or
@@ -133,6 +137,7 @@ def collect(model, output, device, mode, steps, seed, precision_mode, precision_
         checkpoint_dir=checkpoint_dir, if_load=if_load, restore_model_version=restore_model_version,
         dump_steps=dump_steps, ops=tuple(ops), op_types=op_types, backward=not no_backward,
         command=_command_line(click.get_current_context()), overwrite=force,
+        boost_level=boost_level, boost_config=boost_config,
     )
     plan = plan_collect(request)  # every value checked before the model is built
     hooks = [StepProgress(plan.config.steps - (restore_model_version or 0))] if _is_tty() else []

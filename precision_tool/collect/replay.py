@@ -119,7 +119,8 @@ def replay(request: ReplayRequest, hooks=()) -> ReplayResult:
             model=recorded["model"], steps=checkpoint.step + 1, seed=recorded["seed"],
             batch_size=recorded["batch_size"], optimizer=recorded["optimizer"], lr=recorded["lr"],
             loss_scale=_loss_scale(recorded.get("loss_scale")), target_loss=recorded.get("target_loss"),
-            train_steps=0, eval_steps=0, save_steps=0)
+            train_steps=0, eval_steps=0, save_steps=0, boost_level=recorded.get("boost_level") or "O0",
+            boost_config=recorded.get("boost_config"))
     except KeyError as exc:
         raise InputError(path, f"its run settings lack {exc}") from None
     accelerate = recorded.get("accelerate_train_mode") if target.kind == "npu" else None

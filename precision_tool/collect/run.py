@@ -46,6 +46,8 @@ class CollectRequest:
     backward: bool = True
     command: str = ""
     overwrite: bool = False  # replace an existing dump at ``output`` (collect --force)
+    boost_level: str | None = None  # mindspore.boost level O0/O1/O2
+    boost_config: str | None = None  # a boost config JSON path
 
 
 @dataclass
@@ -85,7 +87,7 @@ def plan_collect(request: CollectRequest) -> CollectPlan:
 
     modes = M.parse_modes(request.mode)
     selection = Selection.build(request.dump_steps, request.ops, request.op_types, request.backward)
-    inputs = [request.fusion_switch, request.modify_mixlist, _model_file(request.model)]
+    inputs = [request.fusion_switch, request.modify_mixlist, _model_file(request.model), request.boost_config]
     for written in (request.output, partial_path(request.output)):
         refuse_inputs(written, inputs)
     check_target(request.output, request.overwrite)
@@ -94,7 +96,9 @@ def plan_collect(request: CollectRequest) -> CollectPlan:
                                 ("target_loss", request.target_loss), ("max_steps", request.max_steps),
                                 ("train_steps", request.train_steps), ("eval_steps", request.eval_steps),
                                 ("save_steps", request.save_steps), ("checkpoint_dir", request.checkpoint_dir),
-                                ("restore_model_version", request.restore_model_version)) if v is not None}
+                                ("restore_model_version", request.restore_model_version),
+                                ("boost_level", request.boost_level),
+                                ("boost_config", request.boost_config)) if v is not None}
     if request.steps is not None and request.max_steps not in (None, -1) and request.steps != request.max_steps:
         raise ConfigError(f"--steps {request.steps} and --max-steps {request.max_steps} disagree; give one")
     config = SessionConfig(model=request.model, device=build_device(request, modes),

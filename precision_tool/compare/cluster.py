@@ -46,10 +46,9 @@ def _open_on_worker(path: str):
         return dump
 
 
-def _score_batch(golden_path: str, target_path: str, batch: list, chunk_elements: int) -> list:
-    """Runs on a worker: the rows of ``batch``'s (pair, loss scale) items."""
-    from precision_tool.compare.comparator import score_pair
-
+def _score_batch(score_pair: Callable, golden_path: str, target_path: str, batch: list,
+                 chunk_elements: int) -> list:
+    """Runs on a worker: the rows of ``batch``'s (pair, loss scale) items (``score_pair`` travels by name)."""
     golden, target = _open_on_worker(golden_path), _open_on_worker(target_path)
     lock = threading.Lock()  # one reader per dump file at a time, as on one machine
     return [score_pair(pair, golden, target, chunk_elements, lock, None, scale) for pair, scale in batch]
@@ -94,9 +93,9 @@ def connect(address: str):
         raise ConfigError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
 
 
-def score_on_cluster(address, pairs: list, scales: list[float], golden, target, chunk_elements: int,
-                     sizes: list[int], report: Callable[[object], None]) -> list:
-    """The rows of ``pairs`` scored on the cluster at ``address`` (an address or a ``distributed.Client``)."""
+def score_on_cluster(address, score_pair: Callable, pairs: list, scales: list[float], golden, target,
+                     chunk_elements: int, sizes: list[int], report: Callable[[object], None]) -> list:
+    """The rows of ``pairs`` scored by ``score_pair`` on the cluster at ``address`` (or a ``distributed.Client``)."""
     from precision_tool.compare.cancel import raise_if_interrupted
 
     golden_path, target_path = _path(golden, "golden"), _path(target, "target")
@@ -104,7 +103,7 @@ def score_on_cluster(address, pairs: list, scales: list[float], golden, target, 
     try:
         workers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
         plan = batches(pairs, sizes, workers)
-        futures = [client.submit(_score_batch, golden_path, target_path,
+        futures = [client.submit(_score_batch, score_pair, golden_path, target_path,
                                  [(pairs[i], scales[i]) for i in batch], chunk_elements, pure=False)
                    for batch in plan]
         index = {future.key: n for n, future in enumerate(futures)}

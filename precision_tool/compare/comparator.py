@@ -140,7 +140,7 @@ def _score_pairs(pairs: list[TensorPair], golden: DumpSource, target: DumpSource
         if ratios:
             scales = [gradient_scale(p.target, p.golden, ratios.get(p.target_op.step, 1.0))
                       if p.target_op.direction == "backward" else 1.0 for p in pairs]
-        return score_on_cluster(options.scheduler, pairs, scales, golden, target, options.chunk_elements,
+        return score_on_cluster(options.scheduler, score_pair, pairs, scales, golden, target, options.chunk_elements,
                                 [_size(p) for p in pairs], report)
     if options.jobs == 1 or len(pairs) < 2 or total < COMPARE_POOL_MIN_ELEMENTS * len(pairs):
         for pair in pairs:

@@ -102,12 +102,25 @@ def _model_problems(golden, target, g: dict, t: dict) -> list[Problem]:
     if isinstance(shapes[0], dict) and isinstance(shapes[1], dict) and shapes[0] != shapes[1]:
         differing = sorted(set(shapes[0]) ^ set(shapes[1])) or sorted(
             k for k in shapes[0] if shapes[0][k] != shapes[1].get(k))
+        rewritten = boost_rewritten_modules(g) | boost_rewritten_modules(t)
+        differing = [name for name in differing if not any(name.startswith(m + "/") for m in rewritten)]
+    else:
+        differing = []
+    if differing:
         return [Problem("different-model", ERROR, f"the dumps are of different models: their parameters differ "
                                                   f"(first: {differing[0]}) ({both})")]
     if None not in names and names[0] != names[1]:
         return [Problem("different-model-name", WARNING, f"the dumps name different models: golden "
                                                          f"{names[0]!r}, target {names[1]!r}")]
     return []
+
+
+def boost_rewritten_modules(meta: dict) -> set[str]:
+    """Module paths a boost algorithm removed or replaced (metadata ``boost.changes``): their parameters
+    may differ between two runs of one model."""
+    boost = meta.get("boost")
+    changes = boost.get("changes") if isinstance(boost, dict) else None
+    return {m for c in changes or () if isinstance(c, dict) for m in c.get("modules", ()) if isinstance(m, str)}
 
 
 def _role_problems(golden, target, g: dict, t: dict) -> list[Problem]:

@@ -192,6 +192,16 @@ class GraphBuilder:
         finally:
             self._scope.pop()
 
+    @contextlib.contextmanager
+    def prefixed(self, *prefix: str) -> Iterator[None]:
+        """Name the ops traced inside ``prefix/<current scope>/...``: ops a graph rewrite introduced."""
+        saved = self._scope
+        self._scope = [*prefix, *saved]
+        try:
+            yield
+        finally:
+            self._scope = saved
+
     def unique_name(self, base: str) -> str:
         """``base`` itself the first time, then ``base_1``, ``base_2``, ..."""
         count = self._used_names.get(base, 0)

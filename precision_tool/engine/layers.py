@@ -71,6 +71,32 @@ class Module:
     def parameters(self) -> list[Parameter]:
         return [p for _, p in self.named_parameters()]
 
+    def replace_child(self, name: str, module: "Module") -> None:
+        """Put ``module`` where the sub-module ``name`` is, keeping the order (a graph rewrite)."""
+        members = self.__dict__["_members"]
+        if not isinstance(members.get(name), Module):
+            raise ConfigError(f"{type(self).__name__} has no sub-module {name!r}")
+        object.__setattr__(module, "_scope_name", name)
+        object.__setattr__(self, name, module)
+        self.__dict__["_members"] = {k: (module if k == name else v) for k, v in members.items()}
+
+    def module(self, path: str) -> "Module":
+        """The sub-module at the "/"-joined attribute ``path`` ("" is this module)."""
+        module = self
+        for part in filter(None, path.split("/")):
+            child = module.__dict__.get("_members", {}).get(part)
+            if not isinstance(child, Module):
+                raise ConfigError(f"no sub-module {path!r} in {type(self).__name__}")
+            module = child
+        return module
+
+    def named_modules(self, prefix: str = "") -> list[tuple[str, "Module"]]:
+        """This module and every sub-module with its "/"-joined path, depth first in assignment order."""
+        found = [(prefix, self)]
+        for name, child in self.children():
+            found += child.named_modules(f"{prefix}/{name}" if prefix else name)
+        return found
+
     def name_parameters(self) -> None:
         """Name every parameter after its path, as graph tracing requires."""
         for path, param in self.named_parameters():

@@ -10,6 +10,7 @@ from precision_tool.defaults import MAX_SCHEDULE
 from precision_tool.engine.device import DeviceProfile, golden
 from precision_tool.errors import ConfigError
 from precision_tool.session.accelerate import AccelerateSpec, check_precision_mode, parse_accelerate
+from precision_tool.session.boost.config import BoostConfig, resolve_boost
 from precision_tool.session.loss_scale import LossScaleManager, parse_loss_scale
 from precision_tool.session.models import check_model_name
 from precision_tool.session.optim import OPTIMIZERS
@@ -27,7 +28,9 @@ class SessionConfig:
     ``loss_scale`` is a manager, a `parse_loss_scale` spec, or None (no
     scaling: overflow is reported but the update is applied);
     ``accelerate_train_mode`` is ``"fast|step|0.9"`` style, and a ``loss``
-    trigger needs ``target_loss``. Invalid values raise `ConfigError`.
+    trigger needs ``target_loss``; ``boost_level`` (O0, O1, O2) and
+    ``boost_config`` (a mindspore.boost config dict or a JSON file's path)
+    resolve into ``boost``. Invalid values raise `ConfigError`.
 
     The schedule follows Rec SDK's ``init`` (-1 to 2147483647 each):
     ``max_steps`` is the run length, overriding ``steps`` unless -1;
@@ -56,6 +59,10 @@ class SessionConfig:
     checkpoint_dir: str | None = None
     if_load: bool = False
     restore_model_version: int | None = None
+    # -- boost (precision_tool.session.boost) --
+    boost_level: str = "O0"
+    boost_config: dict | str | None = None
+    boost: BoostConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_model_name(self.model)
@@ -75,6 +82,7 @@ class SessionConfig:
         elif self.loss_scale is not None and not isinstance(self.loss_scale, LossScaleManager):
             raise ConfigError(f"loss_scale must be a LossScaleManager or a spec, got {type(self.loss_scale).__name__}")
         self._check_accelerate()
+        self.boost = resolve_boost(self.boost_level, self.boost_config)
 
     def _check_accelerate(self) -> None:
         if self.target_loss is not None and not (isinstance(self.target_loss, numbers.Real)

@@ -284,3 +284,14 @@ def parse_loss_scale(spec: str) -> LossScaleManager | None:
         raise ConfigError(f"bad loss scale {spec!r}: {exc}") from None
     except (ValueError, OverflowError):
         raise ConfigError(f"bad loss scale {spec!r}; expected {form} with numbers") from None
+
+
+def unscale(grads: dict[str, np.ndarray], scale: float) -> dict[str, np.ndarray]:
+    """Float32 gradients divided by ``scale``: times float32(1/scale), the reciprocal in float64."""
+    result = {}
+    with np.errstate(all="ignore"):
+        inv_scale = np.float32(np.float64(1.0) / np.float64(scale))
+        for name, grad in grads.items():
+            grad = grad.astype(np.float32, copy=False)
+            result[name] = grad if scale == 1.0 else grad * inv_scale
+    return result

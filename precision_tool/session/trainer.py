@@ -50,10 +50,12 @@ from precision_tool.engine.program import Program, compile_graph
 from precision_tool.engine.status import FloatStatus
 from precision_tool.errors import ConfigError
 from precision_tool.session.accelerate import AccelerateTrainMode
+from precision_tool.session.boost import Boost
 from precision_tool.session.checkpoint import (Checkpoint, find_checkpoint, load_checkpoint,
                                                refuse_foreign_checkpoints, save_checkpoint)
 from precision_tool.session.config import SessionConfig
 from precision_tool.session.data import EVAL_SET_BATCHES, SyntheticData
+from precision_tool.session.loss_scale import unscale
 from precision_tool.session.models import load_model
 from precision_tool.session.optim import DEFAULT_LR, make_optimizer
 
@@ -98,6 +100,8 @@ class Session:
         self.hooks = hooks if isinstance(hooks, HookList) else HookList(hooks)
         loaded = load_model(config.model, np.random.default_rng(config.seed))
         self.model = loaded.model
+        # -- boost: rewrites the model before it is traced (LessBN), replaces the update (see session.boost) --
+        self.boost = Boost(config.boost, self.model, config.seed) if config.boost else None
         self.graph = trace(self.model)
         _check_graph(self.graph)
         self.batch_size = config.batch_size or loaded.batch_size
@@ -123,6 +127,10 @@ class Session:
         self.program: Program
         self.executor: Executor
         self._compile(self.accelerate.device if self.accelerate else config.device)
+        if self.boost is not None:
+            self.boost.attach(self)
+        if config.saves_checkpoints or config.if_load:
+            _check_boost_checkpoints(config)
         if config.saves_checkpoints:  # before anything is written: a fresh run never replaces another's
             refuse_foreign_checkpoints(config.checkpoint_dir, resuming=config.if_load)
         if config.if_load:
@@ -167,8 +175,17 @@ class Session:
                          "save_steps": cfg.save_steps},
             "checkpoint_dir": cfg.checkpoint_dir,
             "resumed_from": self.resumed_from,
+            **self._boost_metadata(),
             "parameters": {name: list(value.shape) for name, value in self.params.items()},
         }
+
+    def _boost_metadata(self) -> dict:
+        """``boost_level`` and the resolved ``boost`` config; both None when nothing was configured."""
+        cfg = self.config
+        if cfg.boost_level == "O0" and not cfg.boost_config:
+            return {"boost_level": None, "boost": None}
+        boost = self.boost.metadata(cfg.steps) if self.boost is not None else cfg.boost.to_dict()
+        return {"boost_level": cfg.boost_level, "boost": boost}
 
     def run(self) -> RunSummary:
         """Run the configured steps that have not run yet; hooks see the run begin and end."""
@@ -192,7 +209,8 @@ class Session:
         executor = self.executor
         executor.begin_step(step)
         self.status.clear()
-        outputs = executor.forward(batch if batch is not None else self.data.batch(step), self.params)
+        batch = batch if batch is not None else self.data.batch(step)
+        outputs = executor.forward(batch, self.params)
         loss = float(outputs["loss"])
         scale = self.loss_scale.scale if self.loss_scale is not None else 1.0
         grads = unscale(executor.backward({"loss": np.float32(scale)}), scale)
@@ -202,7 +220,10 @@ class Session:
         if self.loss_scale is not None:
             self.loss_scale.update(overflow if self.loss_scale.check_overflow else False)
         if not skipped:
-            self.optimizer.apply(executor, self.params, grads)
+            if self.boost is not None:  # boost hook: the boost train step's update
+                self.boost.update(self, step, grads, batch, scale, loss)
+            else:
+                self.optimizer.apply(executor, self.params, grads)
             self.global_step += 1
         extra = {"global_step": self.global_step,
                  "next_loss_scale": self.loss_scale.scale if self.loss_scale is not None else 1.0,
@@ -257,7 +278,7 @@ class Session:
             "loss_scale": cfg.loss_scale.config() if cfg.loss_scale is not None else None,
             "accelerate_train_mode": cfg.accelerate_train_mode, "target_loss": cfg.target_loss,
             "max_steps": cfg.max_steps, "train_steps": cfg.train_steps, "eval_steps": cfg.eval_steps,
-            "save_steps": cfg.save_steps,
+            "save_steps": cfg.save_steps, "boost_level": cfg.boost_level, "boost_config": _boost_config(cfg),
         }
 
     def checkpoint(self) -> Checkpoint:
@@ -347,22 +368,37 @@ class Session:
         )
 
 
+# boost algorithms whose state lives outside the weights and the optimizer: checkpoints do not hold it yet
+STATEFUL_BOOST = ("grad_accumulation", "adasum", "dim_reduce", "loss_scale_group")
+
+
+def _check_boost_checkpoints(config: SessionConfig) -> None:
+    stateful = [name for name in (config.boost.active if config.boost else ()) if name in STATEFUL_BOOST]
+    if stateful:
+        raise ConfigError(f"checkpoints do not hold the state of boost {', '.join(stateful)} yet "
+                          "(less_bn and grad_freeze resume exactly): turn them off or do not checkpoint")
+
+
+def _boost_config(config: SessionConfig):
+    """The run's boost config as JSON: a file's content rather than its path, which may be gone by replay."""
+    value = config.boost_config
+    if value is None or isinstance(value, dict):
+        return value
+    import json
+    from pathlib import Path
+
+    try:
+        return json.loads(Path(value).read_text())
+    except (OSError, ValueError):
+        return str(value)
+
+
 def _on_schedule(every: int, step: int, steps: int) -> bool:
     """Whether a Rec SDK style ``*_steps`` setting fires after ``step``: every N steps, -1 after the last, 0 never."""
     if every > 0:
         return (step + 1) % every == 0
     return every == -1 and step + 1 == steps
 
-
-def unscale(grads: dict[str, np.ndarray], scale: float) -> dict[str, np.ndarray]:
-    """Float32 gradients divided by ``scale``: times float32(1/scale), the reciprocal in float64."""
-    result = {}
-    with np.errstate(all="ignore"):
-        inv_scale = np.float32(np.float64(1.0) / np.float64(scale))
-        for name, grad in grads.items():
-            grad = grad.astype(np.float32, copy=False)
-            result[name] = grad if scale == 1.0 else grad * inv_scale
-    return result
 
 
 def _check_graph(graph) -> None:

@@ -36,6 +36,8 @@ RUNS = {
     "adam-exponential-overflow": {"model": "cnn", "optimizer": "adam", "device": npu(precision_mode="force_fp16"),
                                   "loss_scale": "exponential:2**24,2,1,2,0.5"},
     "accelerate": {"model": "mlp", "optimizer": "adam", "device": npu(), "accelerate_train_mode": "fast|step|0.5"},
+    "boost-o1-freeze": {"model": "cnn", "optimizer": "momentum", "device": npu(), "boost_level": "O1",
+                        "boost_config": {"grad_freeze": {"param_groups": 2}}},
     "transformer-gradscaler": {"model": "transformer", "optimizer": "adam", "device": npu(),
                                "loss_scale": "gradscaler:2**16,2,0.5,2"},
 }
@@ -62,6 +64,13 @@ def test_the_overflow_case_really_overflows_and_the_accelerate_case_really_switc
     summary = Session(SessionConfig(**RUNS["adam-exponential-overflow"], steps=8)).run()
     assert summary.overflow_steps and len(set(summary.loss_scale_history)) > 1
     assert Session(SessionConfig(**RUNS["accelerate"], steps=8)).run().accelerate_switch_step == 4
+
+
+def test_boost_state_that_checkpoints_do_not_hold_is_refused_up_front(tmp_path):
+    config = {"model": "mlp", "boost_config": {"boost": {"mode": "manual", "grad_accumulation": True}}}
+    with pytest.raises(ConfigError, match="checkpoints do not hold the state of boost grad_accumulation yet"):
+        Session(SessionConfig(**config, checkpoint_dir=tmp_path))
+    assert not list(tmp_path.iterdir())
 
 
 def test_restore_model_version_resumes_from_that_step(tmp_path):
