@@ -23,8 +23,9 @@ arguments count but get no slot), as in msprobe's file names
 (``...forward.input.2.pt`` is ``input_2``). Entries whose parent in
 ``construct.json`` is ``optimizer`` are optimizer ops. Statistics are
 msprobe's Max, Min, Mean and Norm; the standard deviation follows from the
-norm and the mean; a NaN among them means the tensor holds NaN, an infinite
-Max, Min or Norm that it holds inf (counted as one: msprobe records no count).
+norm and the mean; a NaN Max or Min means the tensor holds NaN, an infinite
+one that it holds inf (counted as one: msprobe records no count; a tensor
+dump's values give the exact counts, `precision_tool.dump.msprobe`).
 """
 
 from __future__ import annotations
@@ -212,8 +213,8 @@ def spec_stats(spec: dict, count: int) -> TensorStats:
     hi, lo, mean, norm = (_number(spec.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
     if not any(key in spec for key in ("Max", "Min", "Mean", "Norm")):  # md5 or no summary: values unknown
         return TensorStats(count, math.nan, math.nan, math.nan, math.nan, math.nan)
-    nan = int(any(math.isnan(v) for v in (hi, lo, mean, norm)))
-    inf = int(not nan and (math.isinf(hi) or math.isinf(lo) or math.isinf(norm)))
+    nan = int(math.isnan(hi) or math.isnan(lo))  # max and min propagate NaN; a mean of +inf and -inf is NaN too
+    inf = int(not nan and (math.isinf(hi) or math.isinf(lo)))  # a norm overflows on finite fp16 values
     if nan or inf:
         lo, hi = (v if math.isfinite(v) else math.nan for v in (lo, hi))  # ours are over the finite values
         return TensorStats(count, lo, hi, math.nan, math.nan, math.nan, nan, inf)
