@@ -260,6 +260,9 @@ def test_compare_check_diagnose_inspect_and_shell(run_cli, tmp_path):
     assert diagnose.status == 0, diagnose.stderr
     inspect = run_cli("inspect", golden / "step1" / "rank0", "--format", "json")
     assert inspect.status == 0 and json.loads(inspect.stdout)["ops"] == 3
+    table = run_cli("inspect", golden)
+    assert table.status == 0 and table.stdout.startswith(f"{golden}  msprobe dump (pytorch, tensor, mix, rank0), "
+                                                         "complete, ")
     shell = run_cli("shell", "--golden", golden, "--target", target, "-c", "vcs")
     assert shell.status == 0, shell.stderr
     refused = run_cli("shell", golden, target, "-c", "vcs")
