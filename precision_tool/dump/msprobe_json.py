@@ -31,6 +31,7 @@ dump's values give the exact counts, `precision_tool.dump.msprobe`).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from precision_tool.dump.records import MODULE_TYPE_PREFIX, OpRecord, TensorRecord, TensorStats
@@ -156,8 +157,6 @@ class EntryParser:
         return TensorRecord(slot, dtype, shape, stats, has_data)
 
     def _file(self, name: str, data_name: str) -> str:
-        import os
-
         if os.path.basename(data_name) != data_name or data_name in (".", ".."):
             raise InputError(self.source, f"entry {name!r}: data_name {data_name!r} is not a file name")
         path = os.path.join(self.data_dir, data_name)
