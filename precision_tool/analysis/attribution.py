@@ -188,6 +188,8 @@ def _replays(record: OpRecord, inputs: list[np.ndarray], target_dump, device: st
     numerics = _numerics(record, target_dump, device)
     if target_dump.metadata.get("framework") == "torch":
         return _torch_replays(record, inputs, target_dump, numerics, device)
+    if target_dump.metadata.get("framework") == "msprobe":
+        return _msprobe_replays(record, inputs, numerics)
     seed = int(target_dump.metadata.get("seed", 0) or 0)
     return replay_forward(record, inputs, numerics, seed)[0], ideal_forward(record, inputs, numerics, seed)
 
@@ -210,6 +212,26 @@ def _torch_replays(record: OpRecord, inputs: list[np.ndarray], target_dump, nume
         ideal = [numerics.output.round(np.asarray(y, np.float32), numerics.overflow_mode)[0]
                  if np.asarray(y).dtype.kind == "f" else y
                  for y in replay(record, rounded, device="golden", exact=True)]
+    except TorchNotReplayable as exc:
+        raise NotReplayable(str(exc)) from None
+    return replayed, ideal
+
+
+def _msprobe_replays(record: OpRecord, inputs: list[np.ndarray], numerics: Numerics):
+    """msprobe dumps replay the PyTorch API a record names: in its recorded dtypes, and exactly (float64) on
+    inputs rounded as the target held them, the outputs rounded once (as `_torch_replays`)."""
+    try:
+        from precision_tool.torch.msprobe_replay import replay_msprobe
+        from precision_tool.torch.replay import NotReplayable as TorchNotReplayable
+    except ImportError:
+        raise NotReplayable(f"{record.name}: replaying an msprobe API call needs PyTorch "
+                            "(pip install 'precision-tool[torch]')") from None
+    try:
+        replayed = replay_msprobe(record, inputs)
+        rounded = [_as_held(a, tensor.dtype, numerics) for a, tensor in zip(inputs, record.inputs)]
+        ideal = [numerics.output.round(np.asarray(y, np.float32), numerics.overflow_mode)[0]
+                 if np.asarray(y).dtype.kind == "f" else y
+                 for y in replay_msprobe(record, rounded, exact=True)]
     except TorchNotReplayable as exc:
         raise NotReplayable(str(exc)) from None
     return replayed, ideal

@@ -18,7 +18,7 @@ import click
 from precision_tool.commands.options import COSINE_OPTION, LIMIT_OPTION
 from precision_tool.defaults import COMPARE_JOBS, COSINE_THRESHOLD, LIST_LIMIT
 
-DUMP = click.Path(dir_okay=False, path_type=str)
+DUMP = click.Path(path_type=str)  # a dump file, or an msprobe dump directory or dump.json
 OUT_FILE = click.Path(dir_okay=False, writable=True, path_type=str)
 FORMATS = ("table", "csv", "json")
 

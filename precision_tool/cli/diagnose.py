@@ -18,7 +18,7 @@ import click
 
 from precision_tool.cli.compare import allow_incomplete_option, preflight
 
-_DUMP = click.Path(dir_okay=False, path_type=str)
+_DUMP = click.Path(path_type=str)  # a dump file, or an msprobe dump directory or dump.json
 
 
 @click.command("diagnose", context_settings={"help_option_names": ["-h", "--help"]})

@@ -12,7 +12,7 @@ import click
 from precision_tool.analysis.precheck import SETTING_NAMES
 from precision_tool.compare.check import RegressionFound
 
-_DUMP = click.Path(dir_okay=False, path_type=str)
+_DUMP = click.Path(path_type=str)  # a dump file, or an msprobe dump directory or dump.json
 
 
 def _names(ctx, param, values):

@@ -14,7 +14,7 @@ import click
 
 from precision_tool.errors import ExitStatus, PrecisionToolError
 
-_DUMP = click.Path(dir_okay=False, path_type=str)
+_DUMP = click.Path(path_type=str)  # a dump file, or an msprobe dump directory or dump.json
 
 
 @click.command("shell", context_settings={"help_option_names": ["-h", "--help"]})

@@ -53,7 +53,15 @@ OPEN_PACKS = 4  # packs kept mapped per dump: memory stays a few segments howeve
 
 
 def open_dump(path) -> "Dump":
-    """Open a dump read-only; InputError names the file and what is wrong with it."""
+    """Open a dump read-only; InputError names the file and what is wrong with it.
+
+    A directory or a ``.json`` file is read as an msprobe dump (`precision_tool.dump.msprobe`), through an
+    adapter with this reader's interface.
+    """
+    from precision_tool.dump.msprobe import is_msprobe_path, open_msprobe
+
+    if is_msprobe_path(path):
+        return open_msprobe(path)
     return Dump(path)
 
 

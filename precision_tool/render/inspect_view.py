@@ -99,8 +99,11 @@ def summary_view(summary: DumpSummary):
 
     data = summary_json(summary)
     state = "complete" if summary.complete else f"INCOMPLETE ({summary.steps_complete} steps readable)"
-    parts = [Text.assemble((summary.path, "bold"), f"  schema {summary.schema_version}, {state}, "
-                                                   f"{format_size(summary.size_bytes)}")]
+    meta = summary.metadata
+    form = f"schema {summary.schema_version}" if meta.get("format") != "msprobe" else \
+        "msprobe dump (" + ", ".join(str(meta[k]) for k in ("msprobe_framework", "msprobe_task", "msprobe_level", "rank")
+                                    if meta.get(k)) + ")"
+    parts = [Text.assemble((summary.path, "bold"), f"  {form}, {state}, {format_size(summary.size_bytes)}")]
     run = Table.grid(padding=(0, 2))
     run.add_column(style="bold")
     run.add_column()
@@ -110,7 +113,6 @@ def summary_view(summary: DumpSummary):
         value = data.get(key)
         if value not in (None, "", []):
             run.add_row(label, ",".join(value) if isinstance(value, list) else str(value))
-    meta = summary.metadata
     if meta.get("loss_scale"):
         run.add_row("loss scale", _brief(meta["loss_scale"]))
     if meta.get("accelerate_train_mode"):
