@@ -7,7 +7,6 @@ opened on first use, read-only, and closed when the source is.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Callable
 
 
@@ -99,7 +98,3 @@ class DumpFiles:
 def _key(options):
     """What tells two comparisons apart (the thread count does not change a result)."""
     return None if options is None else (options.steps, options.ops)
-
-
-def display(path) -> str:
-    return Path(str(path)).name

@@ -95,6 +95,11 @@ def precheck_dict(check):
                        "expected": i.expected} for i in check.items]}
 
 
+def jsonable(value):
+    """``value`` (dataclasses, containers, numpy scalars) as JSON-ready data; NaN and inf become None."""
+    return _jsonable(value)
+
+
 def _jsonable(value):
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}

@@ -27,7 +27,7 @@ def deliver(result, inputs=(), fmt: str = "table", output: str | None = None, pl
     if plot is not None:
         exports["plot"](result, plot, inputs)
         wrote.append(plot)
-    if fmt != "table":
+    if fmt != "table" and fmt in exports:  # a result with no such form (an ambiguous op's candidates) is drawn
         text = exports[fmt](result)
         if output is None:
             return Delivered(TextDocument(text), tuple(wrote))
@@ -131,8 +131,18 @@ def _baseline_json(saved) -> str:
     return _lines({"tensors": saved.tensors, "ops": saved.ops, "output": saved.output})
 
 
-_COMMANDS = "precision_tool.commands.results"
+def _analysis_json(result) -> str:
+    """`of`, `fu`, `rerun`: the section of `diagnose --format json` the result is (NaN and inf as null)."""
+    from precision_tool.render.diagnosis_parts import jsonable
+
+    return _lines(jsonable(result))
+
+
+_COMMANDS, _ANALYSIS = "precision_tool.commands.results", "precision_tool.analysis.results"
 EXPORTS = {
+    (_ANALYSIS, "OverflowReport"): {"json": _analysis_json},
+    (_ANALYSIS, "FusionReport"): {"json": _analysis_json},
+    (_ANALYSIS, "Attribution"): {"json": _analysis_json},
     (_COMMANDS, "Comparison"): {"json": _comparison_json, "csv": _comparison_csv, "plot": _comparison_plot,
                                 "table": comparison_table, "summary": _comparison_summary},
     (_COMMANDS, "AutoCheck"): {"json": _auto_check_json},

@@ -3,7 +3,6 @@ twins' handlers: `precision_tool.commands.handlers`)."""
 
 from __future__ import annotations
 
-from precision_tool import defaults
 from precision_tool.commands.results import Candidates
 from precision_tool.repl.ops import find_op, pick_direction
 

@@ -17,7 +17,8 @@ from typing import Any, Callable
 import click
 
 from precision_tool import defaults
-from precision_tool.commands.options import OP_NAME, PASS_NAME, STEP, TENSOR_NAME, TOLERANCE, TYPE_NAME, option
+from precision_tool.commands.options import (OP_NAME, PASS_NAME, STEP, TENSOR_NAME, TOLERANCE, TYPE_NAME, format_param,
+                                             option)
 from precision_tool.commands.results import CommandHelp, HelpIndex, HelpText
 from precision_tool.commands.spec import SHELL, CommandSpec, Registry
 from precision_tool.repl import checks, ops, tensor_commands
@@ -64,8 +65,13 @@ def _direction(*decls) -> click.Option:
 _TENSOR_HELP = f"TENSOR: {GRAMMAR}; or a .npy file."
 
 
-def _shell_spec(name, summary, help_text, handler, *params) -> CommandSpec:
-    return CommandSpec(name, summary, help_text, handler, params=params, front_ends=_SHELL_ONLY)
+def _shell_spec(name, summary, help_text, handler, *params, delivered=()) -> CommandSpec:
+    return CommandSpec(name, summary, help_text, handler, params=params, front_ends=_SHELL_ONLY, delivered=delivered)
+
+
+def _json_option(section: str) -> click.Option:
+    return format_param(help_text=f"A table, or JSON (the {section!r} section of `precision-tool diagnose "
+                                  "--format json`).")
 
 
 SHELL_SPECS = Registry().add(
@@ -106,11 +112,12 @@ SHELL_SPECS = Registry().add(
                 "status, saturated and inf counts, input and output ranges, and a hint.",
                 lambda source, limit: checks.overflow(source, limit),
                 option("-l", "--limit", type=click.IntRange(min=0), default=defaults.OVERFLOW_LIMIT,
-                       help="Overflowing ops to show (0: all).")),
+                       help="Overflowing ops to show (0: all)."),
+                _json_option("overflow"), delivered=("fmt",)),
     _shell_spec("fu", "Fusion passes applied, then the fused ops suspected of the error.",
                 "Fusion passes applied (pass and count), then the fused ops whose error against golden is "
                 "clearly larger than the fusion-off run shows, each with the pass to switch off.",
-                lambda source: checks.fusion(source)),
+                lambda source: checks.fusion(source), _json_option("fusion"), delivered=("fmt",)),
     _shell_spec("rerun", "Replay one op on golden inputs: error introduced against error inherited.",
                 "Replay one op on the golden run's inputs through the shared engine and report the error it "
                 "introduces against the error it inherits.",
@@ -118,7 +125,7 @@ SHELL_SPECS = Registry().add(
                 click.Argument(["op"], type=OP_NAME),
                 option("--device", type=click.Choice(["npu", "golden"]), default="npu",
                        help="Numerics to replay with."),
-                _step(), _direction("--direction")),
+                _step(), _direction("--direction"), _json_option("attributions"), delivered=("fmt",)),
 )
 
 # The shell's commands in the order `help` lists them: the twins of the batch commands first, as before.

@@ -180,3 +180,21 @@ def test_help_for_a_generated_command_is_its_specs(run_cli):
     assert result.status == 0, result.stderr
     for option in ("--steps", "--ops", "--jobs", "--all", "--plot", "-o, --output", "csv", "--expect"):
         assert option in result.stdout
+
+
+def test_of_and_fu_print_the_sections_of_diagnoses_json(run_cli):
+    import json
+
+    batch = json.loads(run_cli("diagnose", *SAMPLES, "--format", "json").stdout)
+    shell = run_cli("shell", *SAMPLES, "-c", "of -l 0 --format json; fu --format json")
+    assert shell.status == 0, shell.stderr
+    decoder, text = json.JSONDecoder(), shell.stdout
+    overflow, end = decoder.raw_decode(text)
+    fusion, _ = decoder.raw_decode(text[end:].lstrip())
+    assert overflow == batch["overflow"] and fusion == batch["fusion"]
+
+
+def test_an_ambiguous_op_under_format_json_lists_the_candidates(run_cli):
+    result = run_cli("shell", *SAMPLES, "-c", "rerun MatMul --format json")
+    assert result.status == 0, result.stderr
+    assert "MatMul" in result.stdout
