@@ -91,7 +91,9 @@ class CommandSpec:
         """Refuse outputs that are inputs (before any work), then call the handler: (result, delivered values)."""
         handler_values, delivered = self.split(values)
         inputs = (*source.inputs, *(values[name] for name in self.reads if values.get(name) is not None))
-        check_outputs(inputs, **{name: values.get(name) for name in self.outputs})
+        outputs = {name: values[name] for name in self.outputs if values.get(name) is not None}
+        if outputs:
+            check_outputs(inputs, **outputs)
         return self.resolve()(source, **handler_values), delivered, inputs
 
 

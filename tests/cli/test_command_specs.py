@@ -198,3 +198,18 @@ def test_an_ambiguous_op_under_format_json_lists_the_candidates(run_cli):
     result = run_cli("shell", *SAMPLES, "-c", "rerun MatMul --format json")
     assert result.status == 0, result.stderr
     assert "MatMul" in result.stdout
+
+
+def test_vcs_all_lists_every_compared_op():
+    with ShellSession.open([str(p) for p in SAMPLES]) as session:
+        runner = Runner(session)
+        [outcome] = runner.run_line("vcs --all")
+        assert outcome.error is None, outcome.error
+        assert outcome.result.rows == list(session.comparison.ops)
+    from precision_tool.render.shell_views import render
+    from rich.console import Console
+    import io
+
+    out = io.StringIO()
+    Console(file=out, width=120).print(render(outcome.result))
+    assert out.getvalue().startswith(f"All {len(outcome.result.rows)} compared ops")
