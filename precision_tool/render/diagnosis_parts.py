@@ -109,6 +109,8 @@ def _jsonable(value):
         return [_jsonable(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if getattr(value, "ndim", 0) and hasattr(value, "tolist"):  # numpy arrays (pt's first values)
+        return _jsonable(value.tolist())
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
         return _jsonable(value.item())
     return value

@@ -132,7 +132,8 @@ def _baseline_json(saved) -> str:
 
 
 def _analysis_json(result) -> str:
-    """`of`, `fu`, `rerun`: the section of `diagnose --format json` the result is (NaN and inf as null)."""
+    """`of`, `fu`, `rerun`: the section of `diagnose --format json` the result is (NaN and inf as null); `ls`,
+    `ni`, `pt`, `cp`: their result's fields."""
     from precision_tool.render.diagnosis_parts import jsonable
 
     return _lines(jsonable(result))
@@ -143,6 +144,8 @@ EXPORTS = {
     (_ANALYSIS, "OverflowReport"): {"json": _analysis_json},
     (_ANALYSIS, "FusionReport"): {"json": _analysis_json},
     (_ANALYSIS, "Attribution"): {"json": _analysis_json},
+    **{(_COMMANDS, name): {"json": _analysis_json}
+       for name in ("OpListing", "OpInfo", "TensorView", "TensorComparison", "Candidates")},
     (_COMMANDS, "Comparison"): {"json": _comparison_json, "csv": _comparison_csv, "plot": _comparison_plot,
                                 "table": comparison_table, "summary": _comparison_summary},
     (_COMMANDS, "AutoCheck"): {"json": _auto_check_json},

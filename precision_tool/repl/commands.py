@@ -69,7 +69,9 @@ def _shell_spec(name, summary, help_text, handler, *params, delivered=()) -> Com
     return CommandSpec(name, summary, help_text, handler, params=params, front_ends=_SHELL_ONLY, delivered=delivered)
 
 
-def _json_option(section: str) -> click.Option:
+def _json_option(section: str | None = None) -> click.Option:
+    if section is None:
+        return format_param(help_text="A table, or JSON.")
     return format_param(help_text=f"A table, or JSON (the {section!r} section of `precision-tool diagnose "
                                   "--format json`).")
 
@@ -82,19 +84,19 @@ SHELL_SPECS = Registry().add(
                 option("-n", "--name", type=OP_NAME, help="Substring of the op name."),
                 option("-t", "--type", "type_", type=TYPE_NAME, help="Substring of the op type."),
                 option("-f", "--pass", "pass_", type=PASS_NAME, help="Substring of the fusion pass name."),
-                _step("the first recorded step")),
+                _step("the first recorded step"), _json_option(), delivered=("fmt",)),
     _shell_spec("ni", "Node info: one op on every side, its tensors, fusion, overflow, metrics.",
                 "Node info: type, execution index, inputs and outputs with dtype, shape and statistics on each "
                 "side, fusion pass and original ops, overflow flag, and metrics against golden. OP is an exact "
                 "name, else a unique substring.",
                 lambda source, op, step, direction: ops.node_info(source, op, step, direction),
-                click.Argument(["op"], type=OP_NAME), _step(), _direction()),
+                click.Argument(["op"], type=OP_NAME), _step(), _direction(), _json_option(), delivered=("fmt",)),
     _shell_spec("pt", "Print a tensor: its statistics and first values.",
                 f"Print a tensor's statistics and first values. {_TENSOR_HELP} Nothing is written to disk.",
                 lambda source, tensor, count: tensor_commands.print_tensor(source, tensor, count),
                 click.Argument(["tensor"], type=TENSOR_NAME),
                 option("-p", "--print", "count", type=click.IntRange(min=0), default=defaults.PT_PRINT,
-                       help="Values to show.")),
+                       help="Values to show."), _json_option(), delivered=("fmt",)),
     _shell_spec("cp", "Compare two tensors: allclose, cosine, error ratio, first mismatches.",
                 f"Compare LEFT against the reference RIGHT: allclose, cosine, error ratio and the first "
                 f"mismatching elements. {_TENSOR_HELP} LEFT defaults to the target side, RIGHT to the golden "
@@ -106,7 +108,8 @@ SHELL_SPECS = Registry().add(
                 option("-p", "--print", "count", type=click.IntRange(min=0), default=defaults.CP_PRINT,
                        help="Mismatching elements to show."),
                 option("-al", "--atol", type=TOLERANCE, default=defaults.CP_ATOL, help="Absolute tolerance."),
-                option("-rl", "--rtol", type=TOLERANCE, default=defaults.CP_RTOL, help="Relative tolerance.")),
+                option("-rl", "--rtol", type=TOLERANCE, default=defaults.CP_RTOL, help="Relative tolerance."),
+                _json_option(), delivered=("fmt",)),
     _shell_spec("of", "Overflow report: each overflowing op, its counts, ranges and a hint.",
                 "Overflow report of the overflow dump (else the target dump): each overflowing op with its "
                 "status, saturated and inf counts, input and output ranges, and a hint.",

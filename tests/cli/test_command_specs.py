@@ -213,3 +213,18 @@ def test_vcs_all_lists_every_compared_op():
     out = io.StringIO()
     Console(file=out, width=120).print(render(outcome.result))
     assert out.getvalue().startswith(f"All {len(outcome.result.rows)} compared ops")
+
+
+@pytest.mark.parametrize("line, keys", [
+    ("ls -t Soft --format json", {"source", "step", "filters", "ops", "counts"}),
+    ("ni fc1/MatMulBiasAddRelu --format json", {"role", "op", "sides", "slots", "metrics_source"}),
+    ("pt fc1/MatMulBiasAddRelu:output_0 -p 3 --format json", {"label", "dtype", "shape", "stats", "values"}),
+    ("cp fc1/MatMulBiasAddRelu:output_0 -p 2 --format json", {"left", "right", "allclose", "cosine", "mismatches"}),
+    ("ni MatMul --format json", {"query", "names", "total"}),  # several ops match: the candidates
+])
+def test_the_shells_own_commands_that_read_dumps_print_json(run_cli, line, keys):
+    import json
+
+    result = run_cli("shell", *SAMPLES, "-c", line)
+    assert result.status == 0, result.stderr
+    assert keys <= set(json.loads(result.stdout))
