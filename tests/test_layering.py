@@ -114,6 +114,31 @@ def test_the_shell_and_the_batch_cli_share_results_without_importing_each_other(
         assert not reaches or path.name == "shell.py", f"{path.name} imports {reaches}"  # only to start the shell
 
 
+def test_both_front_ends_build_on_the_command_layer():
+    """cli/ and repl/ both take their commands from commands/ (the specs), and neither draws on the other."""
+    for front_end in ("cli", "repl"):
+        imported = {m for path in (PACKAGE / front_end).rglob("*.py") for m in _imports(path)}
+        assert {"precision_tool.commands.spec", "precision_tool.commands.registry"} <= imported, front_end
+
+
+def test_the_batch_commands_that_read_dumps_are_generated_from_their_specs():
+    """No module of cli/ declares one of the registry's commands itself: they all come from the specs."""
+    from precision_tool.commands.registry import SPECS
+
+    for path in sorted((PACKAGE / "cli").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "command" and node.args:
+                name = getattr(node.args[0], "value", None)
+                assert name not in SPECS, f"{path.name} declares {name!r}, which its spec generates"
+
+
+def test_the_command_layer_imports_neither_front_end_nor_a_ui_library():
+    for path in sorted((PACKAGE / "commands").rglob("*.py")):
+        for module in _imports(path):
+            assert not module.startswith(("precision_tool.cli", "precision_tool.repl", "precision_tool.render",
+                                          "rich", "prompt_toolkit")), f"{path.name} imports {module}"
+
+
 def test_every_result_type_has_a_renderer():
     import dataclasses
 

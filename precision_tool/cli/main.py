@@ -22,24 +22,25 @@ import click
 from precision_tool import __version__
 from precision_tool.errors import ExitStatus, PrecisionToolError
 
-# name -> (module:attribute, one-line help shown by --help without importing)
+# name -> (module:attribute, one-line help shown by --help without importing). The commands that read dumps
+# are generated from their specs (`precision_tool.commands.registry`, through `precision_tool.cli.batch`): their
+# entries name the spec ("spec:compare"); the summary is the spec's (a test checks they agree).
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("precision_tool.cli.demo:demo", "Run the whole flow on the embedded sample and diagnose its fault."),
     "collect": ("precision_tool.cli.collect:collect", "Train a model on a device and record per-op tensors to HDF5."),
-    "inspect": ("precision_tool.cli.inspect:inspect_cmd", "Summarise a dump: metadata, steps, ops, overflow, loss."),
-    "compare": ("precision_tool.cli.compare:compare", "Score every op of a target dump against a golden dump."),
-    "check": ("precision_tool.cli.check:check", "CI gate: exit 1 when a tensor fails its tolerance."),
-    "baseline": ("precision_tool.cli.check:baseline", "Save per-op metrics for later `check --baseline`."),
-    "diagnose": ("precision_tool.cli.diagnose:diagnose", "Name the op where error is introduced, and why."),
-    "precheck": ("precision_tool.cli.precheck:precheck_cmd",
-                 "Before tuning: do the two runs differ only where intended?"),
+    "inspect": ("spec:inspect", "Summarise a dump: metadata, steps, ops, overflow, loss."),
+    "compare": ("spec:compare", "Score every op of a target dump against a golden dump."),
+    "check": ("spec:check", "CI gate: exit 1 when a tensor fails its tolerance."),
+    "baseline": ("spec:baseline", "Save per-op metrics for later `check --baseline`."),
+    "diagnose": ("spec:diagnose", "Name the op where error is introduced, and why."),
+    "precheck": ("spec:precheck", "Before tuning: do the two runs differ only where intended?"),
     "replay": ("precision_tool.cli.replay:replay", "Dump one step of a run from its checkpoint and diagnose it."),
     "shell": ("precision_tool.cli.shell:shell", "Interactive PrecisionTool shell over dumps."),
 }
 
 
 class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use."""
+    """A group whose subcommands are imported (or generated from their specs) on first use."""
 
     def list_commands(self, ctx):
         return list(COMMANDS)
@@ -49,6 +50,10 @@ class LazyGroup(click.Group):
             return None
         target, _ = COMMANDS[name]
         module_name, attr = target.split(":")
+        if module_name == "spec":
+            from precision_tool.cli.batch import command
+
+            return command(attr)
         return getattr(importlib.import_module(module_name), attr)
 
     def format_commands(self, ctx, formatter):

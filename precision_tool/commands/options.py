@@ -87,3 +87,85 @@ class NameType(click.ParamType):
 
 
 OP_NAME, TENSOR_NAME, TYPE_NAME, PASS_NAME = NameType("op"), NameType("tensor"), NameType("type"), NameType("pass")
+
+
+class StepType(click.IntRange):
+    """A step number (>= 0): the shell completes it from the steps its dumps recorded."""
+
+    name = "step"
+    kind = "step"
+
+    def __init__(self):
+        super().__init__(min=0)
+
+    def __repr__(self) -> str:
+        return "StepType()"
+
+
+STEP = StepType()
+
+# -- what the dump-reading commands share -------------------------------------------------------------------
+DUMP = click.Path(path_type=str)  # a dump the batch command reads: a file, or an msprobe directory or dump.json
+READ_FILE = click.Path(dir_okay=False, path_type=str)  # another file a command reads (check --baseline)
+OUT_FILE = click.Path(dir_okay=False, writable=True, path_type=str)
+
+
+def _steps_callback(ctx, param, value):
+    from precision_tool.compare.selection import parse_steps
+    from precision_tool.errors import ConfigError
+
+    try:
+        return parse_steps(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _plot_callback(ctx, param, value):
+    import importlib.util
+    from pathlib import Path
+
+    if value is None:
+        return None
+    suffix = Path(value).suffix.lower()
+    if suffix not in (".svg", ".png"):
+        raise click.BadParameter(f"{value}: use a .svg or .png file name")
+    if suffix == ".png" and importlib.util.find_spec("matplotlib") is None:
+        raise click.BadParameter(f"{value}: PNG needs matplotlib; install precision-tool[plot] or use .svg")
+    return value
+
+
+def option(*decls, **attrs) -> click.Option:
+    return click.Option(list(decls), **attrs)
+
+
+def selection_params() -> list[click.Option]:
+    """--steps, --ops and --jobs: which tensors to compare, and on how many threads."""
+    from precision_tool.defaults import COMPARE_JOBS
+
+    return [option("--steps", metavar="LIST", default=None, callback=_steps_callback,
+                   help="Only these steps, e.g. 0,5-7 (default: all)."),
+            option("--ops", "op_glob", metavar="GLOB", type=OP_NAME, default=None,
+                   help="Only ops whose name, or a name they were fused from, matches GLOB."),
+            option("--jobs", type=click.IntRange(min=1), default=None,
+                   help=f"Threads scoring tensor pairs (default {COMPARE_JOBS}).")]
+
+
+def format_param(formats=("table", "json"), help_text: str = "A table, or JSON.") -> click.Option:
+    return option("--format", "fmt", type=click.Choice(list(formats)), default="table", show_default=True,
+                  help=help_text)
+
+
+def output_param(help_text: str = "Write the chosen format to FILE.", **attrs) -> click.Option:
+    return option("-o", "--output", type=OUT_FILE, help=help_text, **attrs)  # no default: -o may be required
+
+
+def plot_param() -> click.Option:
+    return option("--plot", type=click.Path(dir_okay=False, path_type=str), default=None, callback=_plot_callback,
+                  help="Also draw cosine and max abs error along execution order to FILE (.svg, or .png with "
+                       "matplotlib).")
+
+
+def allow_incomplete_param() -> click.Option:
+    return option("--allow-incomplete", is_flag=True,
+                  help="Accept a golden or target run that is incomplete (killed, or still being written): only "
+                       "its committed steps are compared. Without it that is an error (exit 2).")

@@ -128,6 +128,7 @@ class AutoCheck:
     flagged: Flagged | None
     overflow_limit: int | None
     show_all: bool = False  # every attribution row, not only those up to the culprit
+    full: Any = None  # the Diagnosis before its overflow entries were cut to -l (its JSON is of this one)
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,42 @@ class InspectResult:
 
     role: str
     summary: Any  # DumpSummary
+
+
+@dataclass
+class Comparison:
+    """`compare` / `vcs`: the comparison and the ops it lists (flagged ones, or every one with --all)."""
+
+    report: Any  # CompareReport
+    rows: list  # the listed OpComparisons, in execution order
+    threshold: float
+    limit: int | None
+    total: int = 0  # ops flagged at this threshold, before the limit
+    show_all: bool = False
+
+
+@dataclass(frozen=True)
+class BaselineSaved:
+    """`baseline`: the baseline file written."""
+
+    tensors: int
+    ops: int
+    output: str
+
+
+@dataclass(frozen=True)
+class TextDocument:
+    """A command's result as the text its batch twin prints (``--format json`` or ``csv``): lines printed whole."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What a command's delivery left to show: text (JSON, CSV), a result or a line to draw, and the files written."""
+
+    shown: Any = None  # a TextDocument, a result drawn by its type, or None
+    wrote: tuple[str, ...] = ()  # files written (-o, --plot, --junit), in order
 
 
 @dataclass(frozen=True)

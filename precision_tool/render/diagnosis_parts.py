@@ -96,6 +96,11 @@ def precheck_dict(check):
                        "expected": i.expected} for i in check.items]}
 
 
+def jsonable(value):
+    """``value`` (dataclasses, containers, numpy scalars) as JSON-ready data; NaN and inf become None."""
+    return _jsonable(value)
+
+
 def _jsonable(value):
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
@@ -105,6 +110,8 @@ def _jsonable(value):
         return [_jsonable(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if getattr(value, "ndim", 0) and hasattr(value, "tolist"):  # numpy arrays (pt's first values)
+        return _jsonable(value.tolist())
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
         return _jsonable(value.item())
     return value

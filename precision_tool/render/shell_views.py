@@ -32,6 +32,8 @@ def render(result):
         view = RENDERERS.get((kind.__module__, kind.__qualname__))
         if view is not None:
             return view(result)
+    if hasattr(result, "__rich_console__") or hasattr(result, "__rich__"):  # already drawn (a summary line)
+        return result
     raise TypeError(f"no renderer for {type(result).__name__}")
 
 
@@ -314,7 +316,10 @@ def flagged(selection):
     """
     rows, threshold, report = selection.rows, selection.threshold, selection.report
     shown = f"first {len(rows)} of {selection.total}" if len(rows) < selection.total else f"{len(rows)}"
-    parts = [Text(f"Flagged ops ({shown}): an output's cosine <= {threshold:g}", style="bold")]
+    title = f"Flagged ops ({shown}): an output's cosine <= {threshold:g}"
+    if getattr(selection, "show_all", False):  # vcs --all
+        title = f"All {len(rows)} compared ops"
+    parts = [Text(title, style="bold")]
     parts += [rows_table(rows, threshold), *row_notes(rows, threshold)] if rows else [Text("  (none)")]
     tensors = sum(len(op.rows) for op in report.ops)
     parts.append(Text(f"compared {tensors} tensors in {len(report.ops)} ops | flagged {selection.total} ops at "
@@ -403,6 +408,28 @@ def _json_document(result):
     return Text(json.dumps(result.document, indent=2, allow_nan=False), no_wrap=True, overflow="ignore")
 
 
+def text_document(result):
+    """JSON or CSV as the batch command prints it: whole lines, never wrapped or styled."""
+    return Text(result.text.rstrip("\n"), no_wrap=True, overflow="ignore")
+
+
+def delivered(result):
+    """What a command left to show after writing its files, then a line per file written."""
+    parts = [render(result.shown)] if result.shown is not None else []
+    return Group(*parts, *[Text(f"wrote {path}", no_wrap=True, overflow="ignore") for path in result.wrote])
+
+
+def baseline_saved(saved):
+    return Text(f"baseline of {saved.tensors} tensors in {saved.ops} ops written to {saved.output}", no_wrap=True,
+                overflow="ignore")
+
+
+def _precheck(result):
+    from precision_tool.render.precheck_view import precheck_view
+
+    return precheck_view(result)
+
+
 # result type (module, class name) -> view. By name, so that drawing a result never imports the layer that made
 # it (the shell starts without loading the comparator or the analysis): `render` walks the result's MRO.
 _COMMANDS, _ANALYSIS = "precision_tool.commands.results", "precision_tool.analysis.results"
@@ -414,10 +441,13 @@ RENDERERS = {
     (_COMMANDS, "AutoCheck"): auto_check, (_ANALYSIS, "Diagnosis"): diagnosis, (_COMMANDS, "HelpIndex"): help_index,
     (_COMMANDS, "HelpText"): help_text, (_COMMANDS, "InspectResult"): dump_summary,
     ("precision_tool.compare.check", "CheckResult"): lambda result: _check_view(result),
-    (_COMMANDS, "JsonDocument"): _json_document,
+    (_COMMANDS, "JsonDocument"): _json_document, (_COMMANDS, "TextDocument"): text_document,
+    (_COMMANDS, "Delivered"): delivered, (_COMMANDS, "Comparison"): flagged,
+    (_COMMANDS, "BaselineSaved"): baseline_saved, ("precision_tool.analysis.precheck", "PrecheckResult"): _precheck,
 }
 
 
 def _check_view(result):
-    
+    from precision_tool.render.check_view import check_view  # imported when first drawn: not at start-up
+
     return check_view(result)

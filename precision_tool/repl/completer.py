@@ -14,7 +14,8 @@ def build_catalog(runner) -> Catalog:
     if role is None:
         return Catalog(commands)
     index = runner.session.index(role)
-    return Catalog(commands, ops=index.names, slots=index.slots, types=index.types, passes=index.passes)
+    steps = sorted({step for recorded in index.steps.values() for step in recorded})
+    return Catalog(commands, ops=index.names, slots=index.slots, types=index.types, passes=index.passes, steps=steps)
 
 
 class ShellCompleter(Completer):

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 
 import click
 
-from precision_tool.commands.options import NameType
+from precision_tool.commands.options import NameType, StepType
 from precision_tool.repl.parsing import split_commands
 from precision_tool.repl.tensors import SIDES
 
-# Positional arguments that name an op or a tensor, per command.
+# What a word names (an op, a tensor, a type, a pass, a step) is read from the type of the parameter it fills
+# (`NameType`, `StepType` in commands/options.py): there is no table of which command takes what.
 MAX_COMPLETIONS = 200
 
 
@@ -60,6 +61,11 @@ class TensorName:
 
 
 @dataclass(frozen=True)
+class StepName:
+    prefix: str
+
+
+@dataclass(frozen=True)
 class Candidate:
     """One completion: replace the last ``len(prefix)`` characters with ``text``."""
 
@@ -77,6 +83,7 @@ class Catalog:
     slots: dict[str, tuple[str, ...]] = field(default_factory=dict)
     types: list[str] = field(default_factory=list)
     passes: list[str] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
 
 
 def suggest(text: str, commands: dict[str, click.Command | None]) -> list:
@@ -97,10 +104,25 @@ def suggest(text: str, commands: dict[str, click.Command | None]) -> list:
     if option is not None and not option.is_flag:
         return _option_value(option, current)
     arguments = [p for p in spec.params if isinstance(p, click.Argument)]
-    named = _named(arguments[0].type, current) if arguments else []
+    position = _positional_index(spec, words[1:])
+    named = _named(arguments[position].type, current) if position < len(arguments) else []
     if named:
         return named
     return [OptionName(name, current)] if _options(spec) else []
+
+
+def _positional_index(spec: click.Command, words: list[str]) -> int:
+    """How many positional arguments the finished ``words`` (after the command name) filled."""
+    count, value_next = 0, False
+    for word in words:
+        if value_next:
+            value_next = False
+        elif word.startswith("-") and len(word) > 1:
+            option = _option(spec, word.split("=", 1)[0])
+            value_next = option is not None and not option.is_flag and "=" not in word
+        else:
+            count += 1
+    return count
 
 
 def complete(text: str, catalog: Catalog) -> list[Candidate]:
@@ -143,11 +165,11 @@ def _option_value(option: click.Option, current: str) -> list:
 
 
 def _named(kind: click.ParamType, current: str) -> list:
-    """What a parameter of `NameType` names, as a suggestion (none for other types)."""
-    if not isinstance(kind, NameType):
+    """What a parameter of `NameType` or `StepType` names, as a suggestion (none for other types)."""
+    if not isinstance(kind, (NameType, StepType)):
         return []
     return {"op": [OpName(current)], "tensor": [TensorName(current)], "type": [TypeName(current)],
-            "pass": [PassName(current)]}.get(kind.kind, [])
+            "pass": [PassName(current)], "step": [StepName(current)]}.get(kind.kind, [])
 
 
 def _ranked(prefix: str, names, meta: str) -> list[Candidate]:
@@ -209,4 +231,5 @@ _MATCHERS = {
     TypeName: lambda s, c: _ranked(s.prefix, c.types, "type"),
     PassName: lambda s, c: _ranked(s.prefix, c.passes, "pass"),
     TensorName: _tensor_names,
+    StepName: lambda s, c: [Candidate(str(n), len(s.prefix), "step") for n in c.steps if str(n).startswith(s.prefix)],
 }

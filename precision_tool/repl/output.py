@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from precision_tool.commands.results import JsonDocument
+from precision_tool.commands.results import Delivered, JsonDocument, TextDocument
 from precision_tool.render.shell_views import render
 
 
@@ -28,7 +28,10 @@ class Printer:
                     return
             self.err.print(f"error: {outcome.error}", style="red", markup=False, highlight=False, soft_wrap=True)
             return
-        if isinstance(outcome.result, JsonDocument):  # for machines: whole lines, never wrapped or styled
+        result = outcome.result
+        text = result.shown if isinstance(result, Delivered) else result
+        if isinstance(text, (JsonDocument, TextDocument)) or (isinstance(result, Delivered) and text is None):
+            # for machines (JSON, CSV, the files written): whole lines, never wrapped or styled
             self.out.print(render(outcome.result), soft_wrap=True, markup=False, highlight=False)
         elif outcome.result is not None:
             self.out.print(render(outcome.result))

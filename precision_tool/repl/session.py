@@ -53,8 +53,8 @@ class ShellSession:
             raise ValueError(f"unknown roles {sorted(unknown)}")
         self.dumps = dict(dumps)
         self._compare_fn = compare_fn
-        self._comparison = None
-        self._flagged: dict[float, list] = {}
+        self._comparisons: dict = {}  # (steps, ops) or None (the whole run) -> CompareReport
+        self._flagged: dict[tuple, list] = {}
         self._indexes: dict[str, OpIndex] = {}
 
     @classmethod
@@ -96,6 +96,18 @@ class ShellSession:
             raise MissingDumpError(role, command)
         return self.dumps[role]
 
+    def optional(self, role: str):
+        """The dump loaded for ``role``, or None."""
+        return self.dumps.get(role)
+
+    def path(self, role: str, command: str = "") -> str:
+        return str(self.dump(role, command).path)
+
+    @property
+    def inputs(self) -> tuple:
+        """The loaded dumps' paths: no command writes over one of them."""
+        return tuple(str(dump.path) for dump in self.dumps.values())
+
     @property
     def primary_role(self) -> str | None:
         """The side lookups default to: target, else whatever was loaded first."""
@@ -122,25 +134,33 @@ class ShellSession:
     # -- comparison ----------------------------------------------------------
     @property
     def comparison(self):
-        """The cached CompareReport, or None before the first `vcs` / `ac -c`."""
-        return self._comparison
+        """The cached CompareReport of the whole run, or None before the first `vcs` / `ac`."""
+        return self._comparisons.get(None)
 
-    def compare(self, refresh: bool = False):
-        """Compare target against golden once per session and cache the report."""
-        if self._comparison is None or refresh:
+    def compare(self, options=None, refresh: bool = False):
+        """Compare target against golden once per session (and per --steps/--ops selection) and cache the report."""
+        key = None if options is None else (options.steps, options.ops)  # the thread count changes no result
+        if key not in self._comparisons or refresh:
             golden, target = self.dump("golden", "the comparison"), self.dump("target", "the comparison")
-            compare_fn = self._compare_fn or _default_compare
-            self._comparison = compare_fn(golden, target)
-            self._flagged.clear()
-        return self._comparison
+            if options is None:
+                self._comparisons[key] = (self._compare_fn or _default_compare)(golden, target)
+            else:
+                self._comparisons[key] = (self._compare_fn or _default_compare)(golden, target, options)
+            self._flagged = {k: v for k, v in self._flagged.items() if k[0] != key}
+        return self._comparisons[key]
 
-    def flagged_ops(self, threshold: float) -> list:
+    def flagged(self, threshold: float, options=None) -> list:
         """Every op the comparison flags at ``threshold`` (the vcs rule), in execution order; memoised."""
-        if threshold not in self._flagged:
+        key = (None if options is None else (options.steps, options.ops), threshold)
+        if key not in self._flagged:
             from precision_tool.compare import select_flagged
 
-            self._flagged[threshold] = select_flagged(self.compare(), threshold, None)
-        return self._flagged[threshold]
+            self._flagged[key] = select_flagged(self.compare(options), threshold, None)
+        return self._flagged[key]
+
+    def flagged_ops(self, threshold: float) -> list:
+        """`flagged` over the whole run."""
+        return self.flagged(threshold)
 
 
 def build_index(ops) -> OpIndex:
@@ -181,7 +201,7 @@ def _assign(dumps: dict, role: str, dump, path) -> None:
     dumps[role] = dump
 
 
-def _default_compare(golden, target):
+def _default_compare(golden, target, options=None):
     from precision_tool.compare import compare_dumps  # the comparator's entry point
 
-    return compare_dumps(golden, target)
+    return compare_dumps(golden, target, options)

@@ -51,7 +51,7 @@ def test_ctrl_c_clears_the_line_and_keeps_going(drive):
 def test_toolbar_shows_dumps_and_comparison_state(runner):
     [(_, text)] = app.toolbar(runner)()
     assert text == " golden: golden.h5  target: target.h5 | not compared yet | help · exit "
-    runner.session._comparison = object()
+    runner.session._comparisons[None] = object()
     assert "comparison loaded" in app.toolbar(runner)()[0][1]
 
 

@@ -44,7 +44,7 @@ def test_commands_complete_by_prefix():
 
 
 def test_options_come_from_the_spec():
-    assert texts("cp -") == ["-p", "--print", "-al", "--atol", "-rl", "--rtol"]
+    assert texts("cp -") == ["-p", "--print", "-al", "--atol", "-rl", "--rtol", "--format"]
     assert "--limit" in texts("vcs --")
 
 

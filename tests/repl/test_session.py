@@ -79,3 +79,15 @@ def test_history_falls_back_to_local_share(monkeypatch, tmp_path):
 def test_build_index_of_nothing():
     index = build_index([])
     assert index.names == [] and index.first_step is None
+
+
+def test_a_selection_gets_a_comparison_of_its_own_cached_beside_the_whole_runs():
+    from precision_tool.commands.sources import compare_options
+
+    calls = []
+    session = ShellSession(sample_dumps(), compare_fn=lambda g, t, options=None: calls.append(options) or object())
+    whole = session.compare()
+    steps = compare_options(frozenset({0}))
+    first = session.compare(steps)
+    assert first is not whole and session.compare(compare_options(frozenset({0}), jobs=4)) is first  # jobs: same
+    assert session.comparison is whole and calls == [None, steps]

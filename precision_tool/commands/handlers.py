@@ -1,0 +1,92 @@
+"""The handlers of the dump-reading commands, one per batch/shell pair: ``handler(source, **values) -> result``.
+
+A source is the batch command's files (`precision_tool.commands.sources.DumpFiles`) or the shell's session;
+see `precision_tool.commands.spec`. Nothing here prints or draws: the results are dataclasses, delivered by
+`precision_tool.render.exports.deliver` and drawn by type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from precision_tool import defaults
+from precision_tool.commands.results import AutoCheck, BaselineSaved, Comparison, InspectResult
+from precision_tool.commands.sources import compare_options
+from precision_tool.errors import InputError
+
+
+def compare(source, cosine=None, limit=None, show_all=False, steps=None, op_glob=None, jobs=None) -> Comparison:
+    """`compare` / `vcs`: ops whose output cosine is at or below ``cosine``, first ``limit`` (0: all); --all."""
+    threshold = defaults.COSINE_THRESHOLD if cosine is None else cosine
+    limit = defaults.LIST_LIMIT if limit is None else limit
+    options = compare_options(steps, op_glob, jobs)
+    report = source.compare(options)
+    every = source.flagged(threshold, options)  # memoised per threshold by the shell
+    rows = list(report.ops) if show_all else (list(every[:limit]) if limit > 0 else list(every))
+    return Comparison(report, rows, threshold, limit, len(every), show_all)
+
+
+def diagnose(source, compare_first=False, limit=None, show_all=False) -> AutoCheck:
+    """`diagnose` / `ac`: the root-cause verdict over the (cached) comparison; overflow entries cut to ``limit``.
+
+    The verdict always needs the comparison, so it is made once either way; ``-c`` also lists the flagged ops,
+    as `compare` does.
+    """
+    from precision_tool.analysis import diagnose as run_diagnosis
+
+    golden, target = source.dump("golden"), source.dump("target")
+    overflow, fusion_off = source.optional("overflow"), source.optional("fusion-off")
+    full = run_diagnosis(golden, target, overflow=overflow, fusion_off=fusion_off, comparison=source.compare())
+    limit = defaults.OVERFLOW_LIMIT if limit is None else limit
+    diagnosis = full
+    if limit and full.overflow is not None:
+        cut = dataclasses.replace(full.overflow, entries=full.overflow.entries[:limit])
+        diagnosis = dataclasses.replace(full, overflow=cut)
+    flagged = compare(source) if compare_first else None
+    return AutoCheck(diagnosis, flagged, limit, show_all, full=full)
+
+
+def check(source, min_cosine=None, max_abs_err=None, baseline_file=None, judge_inputs=False, steps=None,
+          op_glob=None, jobs=None):
+    """`check`: the CI gate's judgement of every matched op output (a `CheckResult`)."""
+    from precision_tool.compare.baseline import load_baseline
+    from precision_tool.compare.check import CheckCriteria, check_report
+
+    baseline = load_baseline(baseline_file) if baseline_file is not None else None  # fail fast, before reading
+    criteria = CheckCriteria(
+        min_cosine=defaults.CHECK_MIN_COSINE if min_cosine is None else min_cosine, max_abs_err=max_abs_err,
+        baseline=baseline, absolute_on_baselined=min_cosine is not None or max_abs_err is not None,
+        judge_inputs=judge_inputs)
+    report = source.compare(compare_options(steps, op_glob, jobs))
+    if not report.ops:
+        raise InputError(source.path("target"), f"no tensor matches the golden dump {source.path('golden')}: "
+                                                "nothing to check")
+    return check_report(report, criteria)
+
+
+def baseline(source, output, steps=None, op_glob=None, jobs=None) -> BaselineSaved:
+    """`baseline`: save the per-tensor metrics of the comparison to ``output`` for `check --baseline`."""
+    from precision_tool.compare.baseline import baseline_from_report, save_baseline
+    from precision_tool.outputs import replacing
+
+    report = source.compare(compare_options(steps, op_glob, jobs))
+    if not report.ops:
+        raise InputError(source.path("target"), f"no tensor matches the golden dump {source.path('golden')}: "
+                                                "nothing to save")
+    saved = baseline_from_report(report)
+    with replacing(output, source.inputs) as temporary:  # save_baseline writes the file in place
+        save_baseline(saved, temporary)
+    return BaselineSaved(len(saved.entries), len(report.ops), output)
+
+
+def inspect(source, role=None) -> InspectResult:
+    """`inspect`: one dump's summary (the shell's ROLE, default the target, else the first loaded)."""
+    role = role or source.primary_role or "target"
+    return InspectResult(role, source.dump(role).summary())
+
+
+def precheck(source, expect=()):
+    """`precheck`: the pre-tuning checklist against the two runs' settings (a `PrecheckResult`)."""
+    from precision_tool.analysis.precheck import precheck as run_precheck
+
+    return run_precheck(source.dump("golden"), source.dump("target"), source.optional("golden2"), tuple(expect))

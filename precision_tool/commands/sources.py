@@ -1,0 +1,100 @@
+"""`DumpFiles`: the batch commands' source of dumps, the files named on the command line, by role.
+
+The shell's source is its session; both offer what a handler uses (`precision_tool.commands.spec`). Dumps are
+opened on first use, read-only, and closed when the source is.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Callable
+
+
+def compare_options(steps=None, op_glob: str | None = None, jobs: int | None = None):
+    """The comparator's options for --steps, --ops and --jobs; None when all are at their defaults."""
+    if steps is None and op_glob is None and jobs is None:
+        return None
+    from precision_tool.compare.comparator import CompareOptions
+    from precision_tool.defaults import COMPARE_JOBS
+
+    return CompareOptions(steps=steps, ops=op_glob, jobs=jobs or COMPARE_JOBS)
+
+
+class DumpFiles:
+    """The dumps of one batch command: role -> path (None: not given)."""
+
+    def __init__(self, paths: dict[str, str | None], *, allow_incomplete: bool | None = None,
+                 progress: Callable | None = None, warn: Callable[[str], None] | None = None):
+        self.paths = dict(paths)
+        self.allow_incomplete = allow_incomplete  # None: no preflight before comparing
+        self.progress = progress  # a context manager factory yielding a progress callback (or None)
+        self.warn = warn or (lambda message: None)
+        self._stack = ExitStack()
+        self._open: dict[str, object] = {}
+        self._comparisons: dict = {}
+        self._flagged: dict = {}
+
+    def __enter__(self) -> "DumpFiles":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stack.close()
+
+    @property
+    def inputs(self) -> tuple:
+        return tuple(path for path in self.paths.values() if path is not None)
+
+    @property
+    def primary_role(self) -> str | None:
+        return next((role for role, path in self.paths.items() if path is not None), None)
+
+    def path(self, role: str) -> str:
+        return str(self.paths[role])
+
+    def dump(self, role: str):
+        if role not in self._open:
+            from precision_tool.dump.reader import open_dump
+
+            path = self.paths.get(role)
+            if path is None:
+                raise KeyError(f"no {role} dump given")  # a spec that reads a role it does not take: a bug
+            self._open[role] = self._stack.enter_context(open_dump(path))
+        return self._open[role]
+
+    def optional(self, role: str):
+        return self.dump(role) if self.paths.get(role) is not None else None
+
+    def compare(self, options=None):
+        """The comparison of target against golden (once per options); preflight first when asked."""
+        key = _key(options)
+        if key not in self._comparisons:
+            golden, target = self.dump("golden"), self.dump("target")
+            if self.allow_incomplete is not None:
+                from precision_tool.compare.preflight import raise_for_errors, run_problems
+
+                for problem in raise_for_errors(run_problems(golden, target, self.allow_incomplete)):
+                    self.warn(problem.message)
+            from precision_tool.compare.comparator import compare_dumps
+
+            if self.progress is None:
+                self._comparisons[key] = compare_dumps(golden, target, options)
+            else:
+                with self.progress() as progress:
+                    self._comparisons[key] = compare_dumps(golden, target, options, progress)
+        return self._comparisons[key]
+
+    def flagged(self, threshold: float, options=None) -> list:
+        """Every op the comparison flags at ``threshold``, in execution order."""
+        if (_key(options), threshold) not in self._flagged:
+            from precision_tool.compare.report import select_flagged
+
+            self._flagged[_key(options), threshold] = select_flagged(self.compare(options), threshold, None)
+        return self._flagged[_key(options), threshold]
+
+
+def _key(options):
+    """What tells two comparisons apart (the thread count does not change a result)."""
+    return None if options is None else (options.steps, options.ops)
