@@ -15,18 +15,19 @@ from precision_tool.commands.sources import compare_options
 from precision_tool.errors import InputError
 
 
-def compare(source, cosine=None, limit=None, show_all=False, steps=None, op_glob=None, jobs=None) -> Comparison:
+def compare(source, cosine=None, limit=None, show_all=False, steps=None, op_glob=None, jobs=None,
+            scheduler=None) -> Comparison:
     """`compare` / `vcs`: ops whose output cosine is at or below ``cosine``, first ``limit`` (0: all); --all."""
     threshold = defaults.COSINE_THRESHOLD if cosine is None else cosine
     limit = defaults.LIST_LIMIT if limit is None else limit
-    options = compare_options(steps, op_glob, jobs)
+    options = compare_options(steps, op_glob, jobs, scheduler)
     report = source.compare(options)
     every = source.flagged(threshold, options)  # memoised per threshold by the shell
     rows = list(report.ops) if show_all else (list(every[:limit]) if limit > 0 else list(every))
     return Comparison(report, rows, threshold, limit, len(every), show_all)
 
 
-def diagnose(source, compare_first=False, limit=None, show_all=False) -> AutoCheck:
+def diagnose(source, compare_first=False, limit=None, show_all=False, scheduler=None) -> AutoCheck:
     """`diagnose` / `ac`: the root-cause verdict over the (cached) comparison; overflow entries cut to ``limit``.
 
     The verdict always needs the comparison, so it is made once either way; ``-c`` also lists the flagged ops,
@@ -36,7 +37,8 @@ def diagnose(source, compare_first=False, limit=None, show_all=False) -> AutoChe
 
     golden, target = source.dump("golden"), source.dump("target")
     overflow, fusion_off = source.optional("overflow"), source.optional("fusion-off")
-    full = run_diagnosis(golden, target, overflow=overflow, fusion_off=fusion_off, comparison=source.compare())
+    comparison = source.compare(compare_options(scheduler=scheduler))
+    full = run_diagnosis(golden, target, overflow=overflow, fusion_off=fusion_off, comparison=comparison)
     limit = defaults.OVERFLOW_LIMIT if limit is None else limit
     diagnosis = full
     if limit and full.overflow is not None:
@@ -47,7 +49,7 @@ def diagnose(source, compare_first=False, limit=None, show_all=False) -> AutoChe
 
 
 def check(source, min_cosine=None, max_abs_err=None, baseline_file=None, judge_inputs=False, steps=None,
-          op_glob=None, jobs=None):
+          op_glob=None, jobs=None, scheduler=None):
     """`check`: the CI gate's judgement of every matched op output (a `CheckResult`)."""
     from precision_tool.compare.baseline import load_baseline
     from precision_tool.compare.check import CheckCriteria, check_report
@@ -57,19 +59,19 @@ def check(source, min_cosine=None, max_abs_err=None, baseline_file=None, judge_i
         min_cosine=defaults.CHECK_MIN_COSINE if min_cosine is None else min_cosine, max_abs_err=max_abs_err,
         baseline=baseline, absolute_on_baselined=min_cosine is not None or max_abs_err is not None,
         judge_inputs=judge_inputs)
-    report = source.compare(compare_options(steps, op_glob, jobs))
+    report = source.compare(compare_options(steps, op_glob, jobs, scheduler))
     if not report.ops:
         raise InputError(source.path("target"), f"no tensor matches the golden dump {source.path('golden')}: "
                                                 "nothing to check")
     return check_report(report, criteria)
 
 
-def baseline(source, output, steps=None, op_glob=None, jobs=None) -> BaselineSaved:
+def baseline(source, output, steps=None, op_glob=None, jobs=None, scheduler=None) -> BaselineSaved:
     """`baseline`: save the per-tensor metrics of the comparison to ``output`` for `check --baseline`."""
     from precision_tool.compare.baseline import baseline_from_report, save_baseline
     from precision_tool.outputs import replacing
 
-    report = source.compare(compare_options(steps, op_glob, jobs))
+    report = source.compare(compare_options(steps, op_glob, jobs, scheduler))
     if not report.ops:
         raise InputError(source.path("target"), f"no tensor matches the golden dump {source.path('golden')}: "
                                                 "nothing to save")

@@ -138,8 +138,14 @@ def option(*decls, **attrs) -> click.Option:
     return click.Option(list(decls), **attrs)
 
 
+def scheduler_param() -> click.Option:
+    return option("--scheduler", metavar="ADDRESS", default=None,
+                  help="Score the tensor pairs on the dask.distributed cluster at ADDRESS (e.g. tcp://host:8786); "
+                       "the dumps must sit on storage every worker sees at the same path.")
+
+
 def selection_params() -> list[click.Option]:
-    """--steps, --ops and --jobs: which tensors to compare, and on how many threads."""
+    """--steps, --ops, --jobs and --scheduler: which tensors to compare, and on how many threads or workers."""
     from precision_tool.defaults import COMPARE_JOBS
 
     return [option("--steps", metavar="LIST", default=None, callback=_steps_callback,
@@ -147,7 +153,8 @@ def selection_params() -> list[click.Option]:
             option("--ops", "op_glob", metavar="GLOB", type=OP_NAME, default=None,
                    help="Only ops whose name, or a name they were fused from, matches GLOB."),
             option("--jobs", type=click.IntRange(min=1), default=None,
-                   help=f"Threads scoring tensor pairs (default {COMPARE_JOBS}).")]
+                   help=f"Threads scoring tensor pairs (default {COMPARE_JOBS})."),
+            scheduler_param()]
 
 
 def format_param(formats=("table", "json"), help_text: str = "A table, or JSON.") -> click.Option:

@@ -11,7 +11,7 @@ import click
 
 from precision_tool.commands.options import (COSINE, COSINE_OPTION, DUMP, LIMIT_OPTION, OUT_FILE, READ_FILE,
                                              TOLERANCE, allow_incomplete_param, format_param, option, output_param,
-                                             plot_param, selection_params)
+                                             plot_param, scheduler_param, selection_params)
 from precision_tool.commands.spec import BATCH, CommandSpec, Registry
 from precision_tool.defaults import CHECK_MIN_COSINE, OVERFLOW_LIMIT
 
@@ -77,7 +77,8 @@ DIAGNOSE = CommandSpec(
             option("-l", "--limit", type=click.IntRange(min=0), default=None,
                    help=f"Overflow entries to show (0: all; default {OVERFLOW_LIMIT}, as ac -l)."),
             option("-a", "--all", "show_all", is_flag=True,
-                   help="Every scored op in the attribution table, not only those up to the culprit.")),
+                   help="Every scored op in the attribution table, not only those up to the culprit."),
+            scheduler_param()),
     inputs=(*_golden_target(),
             ("overflow", option("--overflow", type=DUMP, help="An overflow-mode dump of the target run.")),
             ("fusion-off", option("--fusion-off", "fusion_off", type=DUMP,

@@ -10,14 +10,14 @@ from contextlib import ExitStack
 from typing import Callable
 
 
-def compare_options(steps=None, op_glob: str | None = None, jobs: int | None = None):
-    """The comparator's options for --steps, --ops and --jobs; None when all are at their defaults."""
-    if steps is None and op_glob is None and jobs is None:
+def compare_options(steps=None, op_glob: str | None = None, jobs: int | None = None, scheduler: str | None = None):
+    """The comparator's options for --steps, --ops, --jobs and --scheduler; None when all are at their defaults."""
+    if steps is None and op_glob is None and jobs is None and scheduler is None:
         return None
     from precision_tool.compare.comparator import CompareOptions
     from precision_tool.defaults import COMPARE_JOBS
 
-    return CompareOptions(steps=steps, ops=op_glob, jobs=jobs or COMPARE_JOBS)
+    return CompareOptions(steps=steps, ops=op_glob, jobs=jobs or COMPARE_JOBS, scheduler=scheduler)
 
 
 class DumpFiles:

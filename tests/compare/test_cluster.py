@@ -79,3 +79,27 @@ def test_without_a_scheduler_nothing_of_dask_is_imported(pair):
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_compare_check_and_diagnose_take_scheduler_and_print_what_they_print_locally(cluster, pair, run_cli):
+    address = cluster.scheduler_address
+    for args in (("compare", "--format", "json", "-l", "0"), ("check", "--format", "json"),
+                 ("diagnose", "--format", "json")):
+        local = run_cli(args[0], *pair, *args[1:])
+        remote = run_cli(args[0], *pair, *args[1:], "--scheduler", address)
+        assert (remote.status, remote.stdout) == (local.status, local.stdout), args
+        assert remote.stdout
+    shell = run_cli("shell", "--golden", pair[0], "--target", pair[1], "-c",
+                    f"vcs -l 0 --format json --scheduler {address}")
+    assert shell.status == 0 and shell.stdout == run_cli("shell", "--golden", pair[0], "--target", pair[1], "-c",
+                                                         "vcs -l 0 --format json").stdout
+
+
+def test_an_unreachable_scheduler_is_one_line_with_exit_2(pair, run_cli, monkeypatch):
+    from precision_tool.compare import cluster as cluster_module
+
+    monkeypatch.setattr(cluster_module, "CONNECT_TIMEOUT_S", 1)
+    result = run_cli("compare", *pair, "--scheduler", "tcp://127.0.0.1:1")
+    lines = result.stderr.strip().splitlines()
+    assert result.status == 2 and len(lines) == 1
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in lines[0]
