@@ -84,3 +84,12 @@ def test_compare_names_the_first_module_whose_output_diverges_and_inputs_do_not(
     summary = compare_dumps(*collect(case, tmp_path, goldens=goldens)).summary()
     assert summary.first_flagged.name == "GPT2LMHeadModel/transformer/h.0/attn/aten.bmm_0"
     assert summary.first_flagged_module.name == "GPT2LMHeadModel/transformer/h.0/attn"
+
+
+def test_force_fp16_overrides_llamas_float32_rmsnorm_and_its_backward_overflows(diagnosed):
+    # HF's LlamaRMSNorm computes in float32 whatever the input dtype; force_fp16 computes every op that has a
+    # float16 kernel in float16, so rsqrt's backward (x^-1.5 of a variance near 4e-4: 2.8e5 in golden) saturates
+    diagnosis = diagnosed(Case("llama", "fp16"))
+    verdict = diagnosis.verdict
+    assert verdict.cls == "overflow" and verdict.direction == "backward"
+    assert verdict.op == "LlamaForCausalLM/model/norm/aten.rsqrt_0/aten.pow_0"
