@@ -4,8 +4,10 @@ Two sparklines, one character per bucket of consecutive ops, the worst op of
 each bucket shown: ``1 - cosine`` and ``max abs err`` (statistics only: the
 relative norm difference and the lower bound of max abs err), both on a log
 scale and both taller when worse. ``×`` marks an undefined cosine (one side all zeros),
-a blank an op without the value (statistics only), and ``^`` the first
-flagged op.
+``·`` an exact zero (a log scale has no place for it), a blank an op without
+the value (statistics only), ``┊`` the first op of each step after the first,
+and ``^`` the first flagged op; a legend names the marks shown. It draws the
+same `PlotData` as the SVG and PNG plots.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from precision_tool.compare.report import CompareReport
+from precision_tool.render.plot import PlotData
 
 BARS = "▁▂▃▄▅▆▇█"
 UNDEFINED = "×"
+ZERO = "·"  # an exact zero: no bar, since a log scale has no place for it
+STEP = "┊"
 LABEL_WIDTH = 12
-FLOOR = 1e-12  # values at or below this draw the lowest bar
+FLOOR = 1e-12  # nonzero values at or below this draw the lowest bar
 
 
 def _bucket_worst(values: list[float | None], width: int) -> list[float | None]:
@@ -43,9 +48,9 @@ def _bucket_worst(values: list[float | None], width: int) -> list[float | None]:
 def sparkline(values: list[float | None], width: int) -> tuple[str, float, float]:
     """A log-scale sparkline of non-negative ``values``; also the smallest and largest value drawn."""
     buckets = _bucket_worst(values, max(1, width))
-    drawn = [max(v, FLOOR) for v in buckets if v is not None and not math.isnan(v)]
+    drawn = [max(v, FLOOR) for v in buckets if v is not None and not math.isnan(v) and v != 0]
     if not drawn:
-        return "".join(" " if v is None else UNDEFINED for v in buckets), math.nan, math.nan
+        return "".join(" " if v is None else ZERO if v == 0 else UNDEFINED for v in buckets), math.nan, math.nan
     lo, hi = math.log10(min(drawn)), math.log10(max(drawn))
     chars = []
     for value in buckets:
@@ -53,6 +58,8 @@ def sparkline(values: list[float | None], width: int) -> tuple[str, float, float
             chars.append(" ")
         elif math.isnan(value):
             chars.append(UNDEFINED)
+        elif value == 0:
+            chars.append(ZERO)
         else:
             level = 0 if hi == lo else (math.log10(max(value, FLOOR)) - lo) / (hi - lo)
             chars.append(BARS[min(len(BARS) - 1, int(level * len(BARS)))])
@@ -65,38 +72,47 @@ def _one_minus(cosine: float | None) -> float | None:
     return max(0.0, 1.0 - cosine)
 
 
-def _worst_stat(op, name: str) -> float | None:
-    values = [getattr(r.stats, name) for r in op.outputs if r.stats is not None]
-    values = [v for v in values if not math.isnan(v)]
-    return max(values) if values else None
-
-
 class ExecutionChart:
-    """A rich renderable: the two sparklines, as wide as the console allows."""
+    """A rich renderable: the two sparklines of the report's `PlotData`, as wide as the console allows."""
 
     def __init__(self, report: CompareReport, cosine_threshold: float):
-        self.report = report
-        self.cosine_threshold = cosine_threshold
+        self.data = PlotData.of(report, cosine_threshold)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        ops = self.report.ops
-        if not ops:
+        points = self.data.points
+        if not points:
             return
-        width = max(8, min(len(ops), options.max_width - LABEL_WIDTH - 2))
-        if any(op.worst_output_cosine is not None for op in ops):
-            lines = [("1-cosine", [_one_minus(op.worst_output_cosine) for op in ops]),
-                     ("max abs", [op.max_output_abs_err for op in ops])]
+        n = len(points)
+        width = max(8, min(n, options.max_width - LABEL_WIDTH - 2))
+        if any(p.cosine is not None for p in points):
+            lines = [("1-cosine", [_one_minus(p.cosine) for p in points]), ("max abs", [p.error for p in points])]
         else:  # statistics only: what they prove (lower bounds of rel_euclidean and max abs err)
-            lines = [("Δnorm/norm", [_worst_stat(op, "rel_norm_diff") for op in ops]),
-                     ("max abs >=", [_worst_stat(op, "max_abs_err_bound") for op in ops])]
-        yield Text(f"along execution order: {len(ops)} ops, log scale, taller is worse", style="dim")
+            lines = [("Δnorm/norm", [p.norm_diff for p in points]), ("max abs >=", [p.abs_bound for p in points])]
+        yield Text(f"along execution order: {n} ops, log scale, taller is worse", style="dim")
+        marks = set()
         for label, values in lines:
             line, lo, hi = sparkline(values, width)
+            marks |= set(line) & {UNDEFINED, ZERO}
             scale = "" if math.isnan(lo) else f"  {lo:.1e}..{hi:.1e}"
             yield Text(f"{label:<{LABEL_WIDTH}}") + Text(line, style="yellow") + Text(scale, style="dim")
-        first = next((i for i, op in enumerate(ops) if op.flagged(self.cosine_threshold)), None)
-        if first is not None:
-            column = first * width // len(ops) if len(ops) > width else first
-            op = ops[first]
-            yield Text(" " * (LABEL_WIDTH + column) + "^ ", style="bold red") + Text(
-                f"first flagged: step {op.step} #{op.exec_index} {op.name} ({op.direction})")
+
+        def column(index: int) -> int:
+            return index * width // n if n > width else index
+
+        if self.data.step_starts:
+            row = [" "] * min(n, width)  # as long as the sparklines
+            for index, _ in self.data.step_starts:
+                row[min(len(row) - 1, column(index))] = STEP
+            first_step = points[0].label.split()[1]
+            last_step = self.data.step_starts[-1][1]
+            yield Text(f"{'steps':<{LABEL_WIDTH}}") + Text("".join(row), style="dim") + Text(
+                f"  {first_step}..{last_step}", style="dim")
+        if self.data.first_flagged is not None:
+            first = self.data.first_flagged
+            yield Text(" " * (LABEL_WIDTH + column(first)) + "^ ", style="bold red") + Text(
+                f"first flagged: {points[first].label}")
+        legend = [f"{UNDEFINED} undefined (one side all zeros)" if UNDEFINED in marks else "",
+                  f"{ZERO} exact zero" if ZERO in marks else "",
+                  f"{STEP} a step begins" if self.data.step_starts else ""]
+        if any(legend):
+            yield Text("  ".join(x for x in legend if x), style="dim")

@@ -1,4 +1,5 @@
-"""``compare --plot FILE``: cosine and max abs error along execution order, as SVG or PNG.
+"""``compare --plot FILE``: cosine and max abs error along execution order, as SVG or PNG (and the terminal's
+sparklines, `precision_tool.render.chart`, from the same `PlotData`).
 
 Both formats draw the same `PlotData`: each compared op is one x position
 (its index in execution order, integer ticks), its worst output cosine in the
@@ -46,6 +47,8 @@ class PlotPoint:
     error: float | None  # None: not available; 0.0: exact
     module: bool
     flagged: bool
+    norm_diff: float | None = None  # statistics only: the relative norm difference (a lower bound of rel_euclidean)
+    abs_bound: float | None = None  # statistics only: the lower bound of max abs err
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,8 @@ class PlotData:
                 step_starts.append((i, op.step))
             points.append(PlotPoint(i, f"step {op.step} #{op.exec_index} {op.name} ({op.direction})",
                                     op.worst_output_cosine, op.max_output_abs_err,
-                                    op.type.startswith(MODULE_TYPE_PREFIX), op.flagged(threshold)))
+                                    op.type.startswith(MODULE_TYPE_PREFIX), op.flagged(threshold),
+                                    _worst_stat(op, "rel_norm_diff"), _worst_stat(op, "max_abs_err_bound")))
         first = next((p.index for p in points if p.flagged), None)
         ranked = sorted((p for p in points if _finite(p.cosine) and p.cosine < 1.0), key=lambda p: p.cosine)
         title = f"{report.target.path} vs {report.golden.path}"
@@ -90,6 +94,12 @@ class PlotData:
 
 def _finite(value) -> bool:
     return value is not None and math.isfinite(value)
+
+
+def _worst_stat(op, name: str) -> float | None:
+    values = [getattr(r.stats, name) for r in op.outputs if r.stats is not None]
+    values = [v for v in values if not math.isnan(v)]
+    return max(values) if values else None
 
 
 def write_plot(report: CompareReport, path, cosine_threshold: float, inputs=()) -> Path:

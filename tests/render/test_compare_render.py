@@ -166,6 +166,30 @@ def test_sparkline_scales_buckets_and_marks():
     assert line == "▁" * 5 + "█" * 5
 
 
+def test_sparkline_marks_exact_zeros_instead_of_drawing_them_at_a_floor():
+    from precision_tool.render.chart import ZERO
+
+    line, lo, hi = sparkline([0.0, 1e-6, 1e-2, 0.0], 10)
+    assert line == ZERO + "▁█" + ZERO and (lo, hi) == (1e-6, 1e-2)  # the scale spans the nonzero values
+    assert sparkline([0.0, 0.0], 4)[0] == ZERO * 2
+
+
+def test_the_terminal_chart_draws_the_plots_data_with_step_starts_and_a_legend():
+    from precision_tool.render.chart import ExecutionChart
+
+    golden, target = MemoryDump("g.h5", role="golden"), MemoryDump("t.h5", role="target")
+    for step in range(2):
+        for name in ("a/Mul", "b/Add"):
+            golden.add(name, name.split("/")[1], {"output_0": X}, step=step)
+            target.add(name, name.split("/")[1], {"output_0": X * np.float32(1.0 + 0.5 * step)}, step=step)
+    lines = _console_text(ExecutionChart(compare_sources(golden, target), 0.98), 80)
+    assert lines[0] == "along execution order: 4 ops, log scale, taller is worse"
+    assert lines[1].startswith("1-cosine    ··")  # step 0 is exact; step 1 scales by 1.5: cosine 1 too
+    assert lines[2].startswith("max abs     ··")
+    assert lines[3] == "steps         ┊   0..1"
+    assert lines[-1] == "· exact zero  ┊ a step begins"
+
+
 def test_cosines_that_round_to_one_keep_their_digits():
     from precision_tool.render.compare_view import fmt_cosine
 
