@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "precision_tool"
-RANK = {"errors": 0, "outputs": 0, "defaults": 0, "native": 0, "_native": 0, "engine": 1, "session": 2, "dump": 3,
+RANK = {"errors": 0, "inputs": 0, "outputs": 0, "defaults": 0, "native": 0, "_native": 0, "engine": 1, "session": 2, "dump": 3,
         "collect": 3, "compare": 4, "analysis": 5, "commands": 5, "render": 6, "torch": 3, "cli": 7, "repl": 7}
 CORE = ("engine", "session", "dump", "collect", "compare", "analysis")
 # commands/ holds what both front ends share: results, and click parameter types and options (click parses

@@ -30,12 +30,12 @@ the sum/mean reductions are black; everything else is gray.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from precision_tool.engine.formats import BFLOAT16, FLOAT16, FLOAT32, Format
 from precision_tool.errors import ConfigError, InputError, choice_error
+from precision_tool.inputs import read_json
 
 PRECISION_MODES = (
     "force_fp16",
@@ -116,16 +116,7 @@ def load_mixlist(path: str | Path, known_types) -> MixLists:
     it, back to its built-in default (or gray, if the default was that list).
     """
     path = Path(path)
-    try:
-        spec = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    if not isinstance(spec, dict):
-        raise InputError(path, "expected a JSON object with black-list/white-list/gray-list keys")
+    spec = read_json(path, expect_object="expected a JSON object with black-list/white-list/gray-list keys")
     lists = {"white": set(), "black": set(), "gray": set()}
     removed: set[str] = set()
     for key, body in spec.items():

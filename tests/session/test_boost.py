@@ -76,7 +76,7 @@ def test_bad_level_and_config_file(tmp_path):
     path.write_text(json.dumps({"boost": {"mode": "manual", "less_bn": True}}))
     assert SessionConfig(boost_config=str(path)).boost.active == ("less_bn",)
     path.write_text("{not json")
-    with pytest.raises(InputError, match="not JSON"):
+    with pytest.raises(InputError, match="not valid JSON"):
         resolve_boost("O0", str(path))
 
 

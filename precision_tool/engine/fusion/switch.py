@@ -12,11 +12,10 @@ every pass, and a named pass overrides it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from precision_tool.errors import InputError
+from precision_tool.inputs import read_json
 
 _SECTIONS = ("GraphFusion", "UBFusion")
 
@@ -68,13 +67,4 @@ def parse_fusion_switch(spec, source: str = "fusion switch") -> FusionSwitch:
 
 def load_fusion_switch(path) -> FusionSwitch:
     """Read a fusion switch file; a bad file raises InputError naming it."""
-    path = Path(path)
-    try:
-        spec = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    return parse_fusion_switch(spec, str(path))
+    return parse_fusion_switch(read_json(path), str(path))

@@ -29,13 +29,13 @@ is read as that train-step replacement, which is what the source does.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from precision_tool.errors import ConfigError, InputError
+from precision_tool.errors import ConfigError
+from precision_tool.inputs import read_json
 
 BOOST_LEVELS = ("O0", "O1", "O2")
 BOOST_MODES = ("auto", "manual", "enable_all", "disable_all")
@@ -107,18 +107,7 @@ def load_boost_config(config) -> dict:
     if isinstance(config, dict):
         return config
     if isinstance(config, (str, Path)):
-        path = Path(config)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(path, "no such file (boost config)") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(path, f"cannot read the boost config: {exc}") from None
-        except json.JSONDecodeError as exc:
-            raise InputError(path, f"not JSON: {exc.msg} at line {exc.lineno}") from None
-        if not isinstance(data, dict):
-            raise InputError(path, "a boost config must be a JSON object")
-        return data
+        return read_json(config, "boost config", expect_object="a boost config must be a JSON object")
     raise ConfigError(f"boost_config must be a dict or a JSON file path, got {type(config).__name__}")
 
 
