@@ -46,3 +46,4 @@ def zoom_dict(region) -> dict | None:
     document = dataclasses.asdict(region)
     document["region"] = region_words(region)
     return document
+

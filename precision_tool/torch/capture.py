@@ -60,7 +60,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
     lies in; they add up), ``op_types`` and ``backward=False`` narrow what is
     recorded, as `precision-tool collect`'s options do (`Selection`). Under
     `precision-tool zoom` the environment sets path, mode, role and filters
-    (`precision_tool.torch.zoom`).
+    (`precision_tool.collect.zoom_env`).
     """
 
     def __init__(self, path, mode: str = "dump", steps=None, *, role: str | None = None,
@@ -68,7 +68,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                  modules=True, metadata: dict | None = None, level: str = "op", ops=None, op_types=None,
                  backward: bool = True):
         from precision_tool.collect.selection import Selection
-        from precision_tool.torch.zoom import zoom_settings
+        from precision_tool.collect.zoom_env import zoom_settings
 
         module_globs = () if isinstance(modules, bool) else modules  # True/False: module records on or off
         modules = modules if isinstance(modules, bool) else True

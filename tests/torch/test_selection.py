@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch", reason="PyTorch not installed: pip install 
 
 import precision_tool.torch as ptt  # noqa: E402
 from precision_tool.dump.reader import open_dump  # noqa: E402
-from precision_tool.torch import zoom  # noqa: E402
+from precision_tool.collect import zoom_env as zoom  # noqa: E402
 from .torch_helpers import make_mlp, train  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""`precision-tool zoom -- python train.py`: what `dump` reads from the environment the tool runs a script in.
+"""`precision-tool zoom -- python train.py`: the environment `precision_tool.torch.dump` reads (no torch here).
 
 The tool runs the script four times, golden and target, in two phases, and sets:
 
