@@ -31,3 +31,6 @@ FUSION_SUSPECT_RATIO = 4.0  # fused error > this x the unfused op's error in the
 OPTIMIZERS = ("sgd", "momentum", "adam")  # the training session's optimizers (`collect --optimizer`)
 
 MAX_SCHEDULE = 2147483647  # Rec SDK init's bound on max_steps, train_steps, eval_steps and save_steps
+
+# Zoom (analysis/zoom.py): full tensors of the divergent region only, after a statistics pass
+ZOOM_OPS_BEFORE = 3  # ops executed before the divergent one (same step) whose tensors the region also records

@@ -102,6 +102,9 @@ def _check_fusion_switch(value):
               help=f"Steps to record: {STEPS_FORM}.  [default: all]")
 @click.option("--ops", multiple=True, metavar="GLOB",
               help="Record only ops whose name (or, for a fused op, an original name) matches; repeatable.")
+@click.option("--modules", multiple=True, metavar="GLOB",
+              help="Record only ops inside a module whose path matches (block1/conv1 holds block1/conv1/Conv2D); "
+                   "adds to --ops; repeatable.")
 @click.option("--op-types", default=None, callback=_checked(parse_op_types), metavar="T,...",
               help="Record only ops of these types (a fused op matches through its original types).")
 @click.option("--no-backward", is_flag=True, help="Do not record backward ops.")
@@ -111,10 +114,7 @@ def _check_fusion_switch(value):
               help="A mindspore.boost config JSON (boost mode and flags, per-algorithm settings).")
 @click.option("--force", is_flag=True,
               help="Replace an existing dump at OUTPUT (once the new one is closed; never one being written).")
-def collect(model, output, device, mode, steps, seed, precision_mode, precision_mode_v2, overflow_mode,
-            loss_scale, accelerate_train_mode, fusion_switch, modify_mixlist, batch_size, optimizer, lr, target_loss,
-            max_steps, train_steps, eval_steps, save_steps, checkpoint_dir, if_load, restore_model_version,
-            dump_steps, ops, op_types, no_backward, boost_level, boost_config, force):
+def collect(**params):
     """Train MODEL on a device and record its ops to an HDF5 dump.
 
     MODEL is a built-in name (mlp, mlp_regression, cnn, transformer, sensor) or
@@ -124,30 +124,36 @@ def collect(model, output, device, mode, steps, seed, precision_mode, precision_
     While it runs the dump is OUTPUT.partial (locked); it becomes OUTPUT when
     closed. An existing OUTPUT is kept unless --force is given.
     """
-    from precision_tool.collect.run import CollectRequest, plan_collect, run_collect
+    from precision_tool.collect.run import plan_collect
 
-    if device == "golden" and accelerate_train_mode is not None:  # as --precision-mode: it switches npu modes
-        raise ConfigError("--accelerate-train-mode applies to --device npu only")
-    request = CollectRequest(
-        model=model, output=output, device=device, mode=mode or "dump", steps=steps, seed=seed,
-        precision_mode=precision_mode, precision_mode_v2=precision_mode_v2, overflow_mode=overflow_mode,
-        loss_scale=loss_scale, accelerate_train_mode=accelerate_train_mode, fusion_switch=fusion_switch,
-        modify_mixlist=modify_mixlist, batch_size=batch_size, optimizer=optimizer, lr=lr, target_loss=target_loss,
-        max_steps=max_steps, train_steps=train_steps, eval_steps=eval_steps, save_steps=save_steps,
-        checkpoint_dir=checkpoint_dir, if_load=if_load, restore_model_version=restore_model_version,
-        dump_steps=dump_steps, ops=tuple(ops), op_types=op_types, backward=not no_backward,
-        command=_command_line(click.get_current_context()), overwrite=force,
-        boost_level=boost_level, boost_config=boost_config,
-    )
+    request = request_from(params, _command_line(click.get_current_context()))
     plan = plan_collect(request)  # every value checked before the model is built
-    hooks = [StepProgress(plan.config.steps - (restore_model_version or 0))] if _is_tty() else []
+    click.echo(_result_line(run_with_progress(plan)))
+
+
+def request_from(params: dict, command: str):
+    """The `CollectRequest` of collect's parsed parameters (``command``: the command line stored in the dump)."""
+    from precision_tool.collect.run import CollectRequest
+
+    if params["device"] == "golden" and params["accelerate_train_mode"] is not None:  # it switches npu modes
+        raise ConfigError("--accelerate-train-mode applies to --device npu only")
+    renamed = {"mode": params["mode"] or "dump", "ops": tuple(params["ops"]), "modules": tuple(params["modules"]),
+               "backward": not params["no_backward"], "command": command, "overwrite": params["force"]}
+    fields = {name: value for name, value in params.items() if name not in ("no_backward", "force")}
+    return CollectRequest(**{**fields, **renamed})
+
+
+def run_with_progress(plan):
+    """Run a checked collection: a progress bar on a terminal, Ctrl-C stopping at the next step boundary."""
+    from precision_tool.collect.run import run_collect
+
+    hooks = [StepProgress(plan.config.steps - (plan.request.restore_model_version or 0))] if _is_tty() else []
     try:
         with StopOnInterrupt() as stop:
-            result = run_collect(plan, [*hooks, stop])
+            return run_collect(plan, [*hooks, stop])
     finally:
         for hook in hooks:
             hook.close()
-    click.echo(_result_line(result))
 
 
 class StopOnInterrupt:

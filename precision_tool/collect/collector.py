@@ -67,11 +67,11 @@ class Collector:
     """
 
     def __init__(self, path, mode="dump", *, steps=None, ops=None, op_types=None, backward: bool = True,
-                 command: str | None = None, overwrite: bool = True):
+                 command: str | None = None, overwrite: bool = True, modules=None):
         self.path = str(path)
         self.overwrite = overwrite  # False: refuse to replace an existing dump (a dump being written never is)
         self.modes = M.parse_modes(mode)
-        self.selection = Selection.build(steps, ops, op_types, backward)
+        self.selection = Selection.build(steps, ops, op_types, backward, modules)
         self.command = command if command is not None else " ".join(sys.argv)
         self.writer: DumpWriter | None = None
         self.role: str | None = None  # known once the run begins (it depends on the device)
@@ -85,8 +85,7 @@ class Collector:
         self._data = M.records_data(self.modes)
         self._overflow = M.OVERFLOW in self.modes
         self._decisions: dict[tuple[str, str, str], bool] = {}
-        self._every_op_selected = not self.selection.ops and self.selection.op_types is None \
-            and self.selection.backward  # no op filter: no decision to look up
+        self._every_op_selected = self.selection.every_op  # no op filter: no decision to look up
         self._stats = StatsBatch()  # rows of the step's distinct arrays
         self._seen: dict = {}  # identity of an array (see _slots) -> (weak reference, row in self._stats)
         self._queued: list[tuple] = []  # ops waiting for their statistics, in execution order
@@ -309,7 +308,7 @@ def _identity(view: np.ndarray) -> tuple:
 
 
 def collect_to(path, mode="dump", *, steps=None, ops=None, op_types=None, backward: bool = True,
-               command: str | None = None, overwrite: bool = True) -> Collector:
+               command: str | None = None, overwrite: bool = True, modules=None) -> Collector:
     """A `Collector` for ``path``; use it as a hook, best inside a ``with`` block."""
     return Collector(path, mode, steps=steps, ops=ops, op_types=op_types, backward=backward, command=command,
-                     overwrite=overwrite)
+                     overwrite=overwrite, modules=modules)

@@ -42,6 +42,7 @@ class CollectRequest:
     restore_model_version: int | None = None
     dump_steps: str | None = None
     ops: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
     op_types: str | None = None
     backward: bool = True
     command: str = ""
@@ -68,7 +69,7 @@ class CollectResult:
     evaluations: list[dict] = field(default_factory=list)
     checkpoints: list[str] = field(default_factory=list)
     resumed_from: int | None = None
-    filtered: bool = False  # --dump-steps, --ops, --op-types or --no-backward narrowed what was recorded
+    filtered: bool = False  # --dump-steps, --ops, --modules, --op-types or --no-backward narrowed it
 
 
 @dataclass
@@ -86,7 +87,8 @@ def plan_collect(request: CollectRequest) -> CollectPlan:
     from precision_tool.session import SessionConfig
 
     modes = M.parse_modes(request.mode)
-    selection = Selection.build(request.dump_steps, request.ops, request.op_types, request.backward)
+    selection = Selection.build(request.dump_steps, request.ops, request.op_types, request.backward,
+                                request.modules)
     inputs = [request.fusion_switch, request.modify_mixlist, _model_file(request.model), request.boost_config]
     for written in (request.output, partial_path(request.output)):
         refuse_inputs(written, inputs)
@@ -153,6 +155,7 @@ def run_collect(request: CollectRequest | CollectPlan, hooks=()) -> CollectResul
     req = plan.request
     collector = Collector(req.output, plan.modes, steps=plan.selection.steps, ops=plan.selection.ops,
                           op_types=plan.selection.op_types, backward=plan.selection.backward,
+                          modules=plan.selection.modules,
                           command=req.command, overwrite=req.overwrite)
     session = Session(plan.config, hooks=[collector, *hooks])
     try:

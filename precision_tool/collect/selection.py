@@ -1,4 +1,9 @@
-"""Which steps and ops a collection records: ``--dump-steps``, ``--ops``, ``--op-types``, ``--no-backward``."""
+"""Which steps and ops a collection records: ``--dump-steps``, ``--ops``, ``--modules``, ``--op-types``,
+``--no-backward``; the same `Selection` filters `precision_tool.torch.dump`.
+
+An op is picked by name when it matches an ``--ops`` glob or lies in a module matching a ``--modules`` glob
+(either one: they add up); ``--op-types``, ``--no-backward`` and the steps then narrow what was picked.
+"""
 
 from __future__ import annotations
 
@@ -54,45 +59,72 @@ def parse_op_types(spec) -> frozenset[str] | None:
     return types or None
 
 
+def module_paths(name: str) -> list[str]:
+    """The module paths an op name lies in: ``block1/conv1/Conv2D`` -> ``block1``, ``block1/conv1``."""
+    parts = name.split("/")
+    return ["/".join(parts[:end]) for end in range(1, len(parts))]
+
+
+def in_modules(names, patterns) -> bool:
+    """Whether one of ``names`` (an op's name, and a fused op's original names) lies in a module matching one
+    of ``patterns``, or is itself such a module (a module record)."""
+    return any(fnmatch.fnmatchcase(path, p) for n in names for path in (*module_paths(n), n) for p in patterns)
+
+
 @dataclass(frozen=True)
 class Selection:
     """The steps and ops to record; None means all."""
 
     steps: frozenset[int] | None = None
     ops: tuple[str, ...] = ()  # fnmatch patterns on op names (a fused op's original names match too)
+    modules: tuple[str, ...] = ()  # fnmatch patterns on the module paths an op lies in (see `module_paths`)
     op_types: frozenset[str] | None = None  # a fused op matches through its original types too
     backward: bool = True
 
     @classmethod
-    def build(cls, steps=None, ops=None, op_types=None, backward: bool = True) -> "Selection":
+    def build(cls, steps=None, ops=None, op_types=None, backward: bool = True, modules=None) -> "Selection":
         """A Selection from user values: step specs, one pattern or several, a type list."""
-        patterns = (ops,) if isinstance(ops, str) else tuple(ops or ())
-        return cls(parse_steps(steps), tuple(p for p in patterns if p), parse_op_types(op_types), bool(backward))
+        return cls(steps=parse_steps(steps), ops=_patterns(ops), modules=_patterns(modules),
+                   op_types=parse_op_types(op_types), backward=bool(backward))
 
     @property
     def everything(self) -> bool:
-        return self.steps is None and not self.ops and self.op_types is None and self.backward
+        return self.steps is None and self.every_op
+
+    @property
+    def every_op(self) -> bool:
+        """No op filter: every op of a selected step is recorded."""
+        return not self.ops and not self.modules and self.op_types is None and self.backward
 
     def wants_step(self, step: int) -> bool:
         return self.steps is None or step in self.steps
 
     def wants_op(self, event: OpEvent) -> bool:
         """Whether ``event``'s op is selected (step aside)."""
-        if not self.backward and event.direction == BACKWARD:
-            return False
         fusion = event.fusion
-        if self.op_types is not None:
-            types = (event.type, *fusion.original_types) if fusion else (event.type,)
-            if not any(t in self.op_types for t in types):
-                return False
-        if self.ops:
-            names = (event.name, *fusion.original_names) if fusion else (event.name,)
-            if not any(fnmatch.fnmatchcase(n, p) for n in names for p in self.ops):
-                return False
-        return True
+        return self.wants(event.name, event.type, event.direction,
+                          fusion.original_names if fusion else (), fusion.original_types if fusion else ())
+
+    def wants(self, name: str, op_type: str, direction: str, original_names=(), original_types=()) -> bool:
+        """Whether the op ``name`` of ``op_type`` is selected (step aside); a fused op also by what it replaced."""
+        if not self.backward and direction == BACKWARD:
+            return False
+        if self.op_types is not None and not any(t in self.op_types for t in (op_type, *original_types)):
+            return False
+        if not (self.ops or self.modules):
+            return True
+        names = (name, *original_names)
+        return any(fnmatch.fnmatchcase(n, p) for n in names for p in self.ops) or \
+            bool(self.modules) and in_modules(names, self.modules)
 
     def describe(self) -> dict:
         """Plain metadata for the dump."""
         return {"steps": sorted(self.steps) if self.steps is not None else None, "ops": list(self.ops),
+                "modules": list(self.modules),
                 "op_types": sorted(self.op_types) if self.op_types is not None else None,
                 "backward": self.backward}
+
+
+def _patterns(value) -> tuple[str, ...]:
+    patterns = (value,) if isinstance(value, str) else tuple(value or ())
+    return tuple(p for p in patterns if p)

@@ -24,7 +24,17 @@ def compare(source, cosine=None, limit=None, show_all=False, steps=None, op_glob
     report = source.compare(options)
     every = source.flagged(threshold, options)  # memoised per threshold by the shell
     rows = list(report.ops) if show_all else (list(every[:limit]) if limit > 0 else list(every))
-    return Comparison(report, rows, threshold, limit, len(every), show_all)
+    return Comparison(report, rows, threshold, limit, len(every), show_all, _zoom(source, report, threshold))
+
+
+def _zoom(source, report, threshold):
+    """The region to re-collect with full tensors when a side holds statistics only (`analysis.zoom`)."""
+    from precision_tool.analysis.zoom import is_stats, zoom_region
+
+    if not (is_stats(report.golden) or is_stats(report.target)):
+        return None
+    metadata = [getattr(source.dump(role), "metadata", None) or {} for role in ("golden", "target")]
+    return zoom_region(report, *metadata, threshold)
 
 
 def diagnose(source, compare_first=False, limit=None, show_all=False, scheduler=None) -> AutoCheck:

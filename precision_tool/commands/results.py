@@ -173,6 +173,7 @@ class Comparison:
     limit: int | None
     total: int = 0  # ops flagged at this threshold, before the limit
     show_all: bool = False
+    zoom: Any = None  # a ZoomRegion when a side holds statistics only and an op diverges (analysis.zoom)
 
 
 @dataclass(frozen=True)

@@ -61,9 +61,13 @@ def document(result) -> dict:
 
 # -- compare / vcs -----------------------------------------------------------------------------------------------
 def _comparison_json(c) -> str:
-    from precision_tool.render.compare_export import to_json
+    from precision_tool.render.compare_export import report_dict
+    from precision_tool.render.zoom_view import zoom_dict
 
-    return to_json(c.report, c.rows, c.threshold, None if c.show_all else c.limit, "all" if c.show_all else "flagged")
+    document = report_dict(c.report, c.rows, c.threshold, None if c.show_all else c.limit,
+                           "all" if c.show_all else "flagged")
+    document["zoom"] = zoom_dict(c.zoom)
+    return json.dumps(document, indent=1, allow_nan=False) + "\n"
 
 
 def _comparison_csv(c) -> str:
@@ -82,13 +86,24 @@ def comparison_table(c):
     """compare's whole terminal view: the listed ops, the full-run chart, leftovers, notes and summary."""
     from precision_tool.render.compare_view import compare_view
 
-    return compare_view(c.report, c.rows, c.threshold, c.limit, c.show_all)
+    return _with_zoom(compare_view(c.report, c.rows, c.threshold, c.limit, c.show_all), c.zoom)
 
 
 def _comparison_summary(c):
     from precision_tool.render.compare_view import summary_line
 
-    return summary_line(c.report, c.threshold)
+    return _with_zoom(summary_line(c.report, c.threshold), c.zoom)
+
+
+def _with_zoom(view, region):
+    """``view``, then the zoom region's commands when there is one."""
+    if region is None:
+        return view
+    from rich.console import Group
+
+    from precision_tool.render.zoom_view import zoom_view
+
+    return Group(view, zoom_view(region))
 
 
 # -- the others --------------------------------------------------------------------------------------------------

@@ -331,6 +331,10 @@ def flagged(selection):
                           f"{first.direction}): " + "; ".join(first.flag_reasons(threshold)), style="bold red"))
     else:
         parts.append(Text("no op flagged", style="bold green"))
+    if getattr(selection, "zoom", None) is not None:  # a statistics comparison: where to dump tensors
+        from precision_tool.render.zoom_view import zoom_view
+
+        parts.append(zoom_view(selection.zoom))
     return Group(*parts)
 
 

@@ -28,5 +28,7 @@ from precision_tool.torch.capture import MODES, dump
 from precision_tool.torch.replay import NotReplayable, replay, replay_as_recorded, replay_op
 from precision_tool.torch.session import step
 from precision_tool.torch.simulate import simulate_npu
+from precision_tool.collect.zoom_env import zoom_role
 
-__all__ = ["MODES", "NotReplayable", "dump", "replay", "replay_as_recorded", "replay_op", "simulate_npu", "step"]
+__all__ = ["MODES", "NotReplayable", "dump", "replay", "replay_as_recorded", "replay_op", "simulate_npu", "step",
+           "zoom_role"]

@@ -56,11 +56,27 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
     ``level="module"`` records only the module calls: no aten op is
     intercepted, so capture costs a fraction of what it costs at op level
     (the default, ``"op"``); not in overflow mode, which judges ops.
+    ``ops`` and ``modules`` (globs on op names and on the module paths an op
+    lies in; they add up), ``op_types`` and ``backward=False`` narrow what is
+    recorded, as `precision-tool collect`'s options do (`Selection`). Under
+    `precision-tool zoom` the environment sets path, mode, role and filters
+    (`precision_tool.collect.zoom_env`).
     """
 
     def __init__(self, path, mode: str = "dump", steps=None, *, role: str | None = None,
                  model: str | None = None, seed: int | None = None, record_views: bool = False,
-                 modules: bool = True, metadata: dict | None = None, level: str = "op"):
+                 modules=True, metadata: dict | None = None, level: str = "op", ops=None, op_types=None,
+                 backward: bool = True):
+        from precision_tool.collect.selection import Selection
+        from precision_tool.collect.zoom_env import zoom_settings
+
+        module_globs = () if isinstance(modules, bool) else modules  # True/False: module records on or off
+        modules = modules if isinstance(modules, bool) else True
+        zoom = zoom_settings()
+        if zoom is not None:
+            path, mode, role, steps = zoom.path, zoom.mode, role or zoom.role, zoom.steps
+            if zoom.mode == "dump":
+                ops, module_globs, op_types, backward = zoom.ops, zoom.modules, None, zoom.backward
         if mode not in MODES:
             raise choice_error("dump mode", mode, MODES)
         if level not in LEVELS:
@@ -72,6 +88,8 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self.path = os.fspath(path)
         self.mode = mode
         self.steps = None if steps is None else frozenset(int(s) for s in steps)
+        self.selection = Selection.build(self.steps, ops, op_types, backward, module_globs)
+        self._wanted: dict[tuple, bool] = {}
         self.role = role
         self.model = model
         self.seed = seed
@@ -128,7 +146,16 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         return True
 
     def wants(self, call: OpCall) -> bool:
-        return self.level == "op" and (self.record_views or not call.info.is_view)
+        return self.level == "op" and (self.record_views or not call.info.is_view) and \
+            self._selected(call.name, call.info.type, call.direction)
+
+    def _selected(self, name: str, op_type: str, direction: str) -> bool:
+        if self.selection.every_op:
+            return True
+        key = (name, op_type, direction)
+        if key not in self._wanted:
+            self._wanted[key] = self.selection.wants(name, op_type, direction)
+        return self._wanted[key]
 
     def before(self, call: OpCall) -> None:
         written = {id(t) for t in flat_tensors(call.info.mutated_args(call.args, call.kwargs))} \
@@ -193,8 +220,8 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                direction: str = "forward") -> None:
         """A module boundary: its float (slot index, tensor) inputs and outputs as one module record; in
         backward the gradients at its outputs (inputs) and inputs (outputs), `precision_tool.torch.modules`."""
-        if not outputs:  # nothing flowed out (a backward call whose inputs take no gradient): nothing to judge
-            return
+        if not outputs or not self._selected(name, module_type, direction):  # nothing flowed out (a backward
+            return  # call whose inputs take no gradient), or not selected
         with_data = self.mode != "stats"
         entries, arrays = [], [] if with_data else None
         for kind, tensors in ((INPUT, inputs), (OUTPUT, outputs)):
@@ -271,6 +298,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             "device": device, "precision_mode": precision_mode, "overflow_mode": overflow_mode,
             "origin_dtype": "float32", "autocast": autocast, "torch_version": torch.__version__,
             "steps_filter": sorted(self.steps) if self.steps is not None else None,
+            "selection": self.selection.describe(),
             "record_views": self.record_views, "modules": self.modules, "capture_level": self.level,
         }
         if simulator is not None and simulator.mixlists != type(simulator.mixlists)():

@@ -27,6 +27,21 @@ def test_collect_golden_with_selection(run_cli, tmp_path):
         assert {o.type for o in ops} == {"MatMul"} and {o.direction for o in ops} == {"forward"}
 
 
+def test_collect_by_module_adds_to_ops_and_is_recorded(run_cli, tmp_path):
+    out = tmp_path / "m.h5"
+    result = run_cli("collect", "sensor", "-o", out, "--device", "golden", "--steps", "1", "--modules", "norm",
+                     "--ops", "head/MatMul", "--no-backward")
+    assert result.status == 0, result.stderr
+    with open_dump(out) as dump:
+        names = [o.name for o in dump.ops()]
+        assert names == ["norm/ReduceMean", "norm/Sub", "norm/Square", "norm/ReduceMean_1", "norm/Add",
+                         "norm/Rsqrt", "norm/Mul", "norm/Mul_1", "norm/Add_1", "head/MatMul",
+                         "norm/gamma/ApplyGradientDescent", "norm/beta/ApplyGradientDescent"]
+        assert dump.metadata["selection"] == {"steps": None, "ops": ["head/MatMul"], "modules": ["norm"],
+                                              "op_types": None, "backward": False}
+        assert "--modules norm" in dump.metadata["command"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--mode", "dump,stats"], "cannot be combined"),
     (["--mode", "everything"], "unknown collection mode"),

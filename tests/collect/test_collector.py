@@ -118,7 +118,7 @@ def test_selection_of_steps_ops_and_backward(tmp_path):
     with open_dump(path) as dump:
         assert [(o.step, o.exec_index) for o in dump.ops()] == [(0, 1), (2, 1)]
         assert dump.steps_complete == 3
-        assert dump.metadata["selection"] == {"steps": [0, 2], "ops": ["act/*"], "op_types": None,
+        assert dump.metadata["selection"] == {"steps": [0, 2], "ops": ["act/*"], "modules": [], "op_types": None,
                                               "backward": False}
 
 

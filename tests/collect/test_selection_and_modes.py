@@ -1,7 +1,7 @@
 import pytest
 
 from precision_tool.collect.modes import parse_modes, primary_mode, records_data, records_every_op, role_for
-from precision_tool.collect.selection import Selection, parse_op_types, parse_steps
+from precision_tool.collect.selection import Selection, module_paths, parse_op_types, parse_steps
 from precision_tool.engine.graph import FusionInfo
 from precision_tool.engine.hooks import OpEvent
 from precision_tool.errors import ConfigError
@@ -43,7 +43,29 @@ def test_selection_by_name_type_and_direction():
     selection = Selection.build(steps="1-2")
     assert [selection.wants_step(s) for s in range(4)] == [False, True, True, False]
     assert Selection().everything and not selection.everything
-    assert selection.describe() == {"steps": [1, 2], "ops": [], "op_types": None, "backward": True}
+    assert selection.describe() == {"steps": [1, 2], "ops": [], "modules": [], "op_types": None, "backward": True}
+
+
+def test_module_paths_and_the_module_filter():
+    assert module_paths("block1/conv1/Conv2D") == ["block1", "block1/conv1"]
+    assert module_paths("Conv2D") == []
+    fused = FusionInfo("LayerNormFusionPass", ("norm/Mean", "norm/Sub"), ("Mean", "Sub"), (), ())
+    by_module = Selection.build(modules="block1")
+    assert by_module.wants_op(_event("block1/conv1/Conv2D"))
+    assert not by_module.wants_op(_event("block10/conv1/Conv2D"))  # a path, not a prefix of characters
+    assert not by_module.wants_op(_event("head/block1/Conv2D"))
+    assert Selection.build(modules="*/conv1").wants_op(_event("block1/conv1/Conv2D"))
+    assert Selection.build(modules="norm").wants_op(_event("fused/LayerNormFused", fusion=fused))  # an original
+    assert Selection.build(modules="Model/enc").wants_op(_event("Model/enc", "module.Enc"))  # a module record
+    both = Selection.build(ops="head/MatMul", modules="block1")  # names add up
+    assert both.wants_op(_event("head/MatMul")) and both.wants_op(_event("block1/x/Relu"))
+    assert not both.wants_op(_event("head/Relu"))
+    narrowed = Selection.build(modules="block1", op_types="Relu", backward=False)  # types and direction narrow
+    assert narrowed.wants_op(_event("block1/Relu", "Relu"))
+    assert not narrowed.wants_op(_event("block1/MatMul"))
+    assert not narrowed.wants_op(_event("block1/Relu", "Relu", direction="backward"))
+    assert not by_module.every_op and not by_module.everything and Selection().every_op
+    assert by_module.describe()["modules"] == ["block1"]
 
 
 def test_modes_and_their_combinations():

@@ -1,0 +1,194 @@
+"""Stats first, tensors where it diverges: the region of a statistics comparison worth dumping in full.
+
+A comparison with statistics on either side names the first divergent op (`CompareSummary.first_flagged`) but
+cannot say why: its tensors were not kept. The **region** is what a second, full-tensor collection of both
+runs needs for `diagnose` to name the culprit, and nothing more:
+
+- the divergent op's **step** only;
+- the divergent op's **module** (every op whose name lies under its module path: `block1/conv1` for
+  `block1/conv1/Conv2D`, `Model/enc/layers.0` for `Model/enc/layers.0/aten.mm_0` and its backward ops);
+  none at the root scope, nor for a torch op directly in the outermost model (that would be everything);
+- the divergent op itself and the `ZOOM_OPS_BEFORE` ops executed before it in that step, by exact name,
+  with the golden names they were matched to (a fused op's original ops);
+- forward ops only when the divergent op is a forward one (nothing after it can have caused it).
+
+`zoom_region` builds it with the commands that re-collect it: `precision-tool collect` command lines rebuilt
+from the ones the stats dumps recorded (``--mode dump --dump-steps N --ops ... --modules ...``), or the
+`precision_tool.torch.dump` arguments for torch dumps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+from dataclasses import dataclass
+
+from precision_tool.defaults import COSINE_THRESHOLD, ZOOM_OPS_BEFORE
+from precision_tool.dump.records import MODULE_TYPE_PREFIX
+
+STATS = "stats"
+ENGINE, TORCH = "engine", "torch"
+_WITH_VALUE = frozenset({"--mode", "-o", "--output", "--dump-steps", "--ops", "--modules", "--op-types"})
+_FLAGS = frozenset({"--no-backward", "--force"})
+
+
+@dataclass(frozen=True)
+class Recollect:
+    """How to re-collect one side of the region with full tensors."""
+
+    role: str  # golden or target
+    source: str  # the dump the side came from
+    output: str  # the full-tensor dump the command writes
+    command: str = ""  # an engine run: the `precision-tool collect` command line; "" when not known
+    call: str = ""  # a torch run: the `ptt.dump(...)` call
+    note: str = ""  # why neither is given (the side already holds tensors, no command was recorded)
+
+
+@dataclass(frozen=True)
+class ZoomRegion:
+    """The first divergent op of a statistics comparison and the region around it to dump in full."""
+
+    step: int
+    exec_index: int
+    op: str
+    type: str
+    direction: str
+    reasons: tuple[str, ...]
+    module: str  # "" when the op is at the root scope
+    ops: tuple[str, ...]  # exact op names (fnmatch-safe) the region records besides its modules
+    modules: tuple[str, ...]  # module globs
+    backward: bool  # whether backward ops are recorded
+    framework: str  # engine or torch
+    recollect: tuple[Recollect, ...] = ()
+
+    def selection(self) -> dict:
+        """The region as `Selection.build` and the zoom environment take it."""
+        return {"steps": [self.step], "ops": list(self.ops), "modules": list(self.modules),
+                "backward": self.backward}
+
+
+def is_stats(info) -> bool:
+    """Whether a compared side (`DumpInfo`) holds statistics only."""
+    return STATS in (info.modes or (info.mode,))
+
+
+def zoom_region(report, golden_metadata: dict, target_metadata: dict, cosine_threshold: float = COSINE_THRESHOLD,
+                outputs: dict | None = None) -> ZoomRegion | None:
+    """The region around the first divergent op of ``report`` when a side holds statistics only; else None.
+
+    ``outputs`` maps golden/target to the full-tensor dumps to write (default: `zoom_path` of each stats dump).
+    """
+    if not (is_stats(report.golden) or is_stats(report.target)):
+        return None
+    first = report.summary(cosine_threshold).first_flagged
+    if first is None:
+        return None
+    framework = TORCH if TORCH in (golden_metadata.get("framework"), target_metadata.get("framework")) else ENGINE
+    module = op_module(first.name, first.type)
+    modules = (_escape(module),) if module.count("/") + 1 >= (2 if framework == TORCH else 1) and module else ()
+    names = _region_names(report, first)
+    ops = tuple(sorted({_escape(n) for n in names if not (module and _inside(n, module))}))
+    region = ZoomRegion(first.step, first.exec_index, first.name, first.type, first.direction,
+                        tuple(first.flag_reasons(cosine_threshold)), module, ops, modules,
+                        first.direction != "forward", framework)
+    sides = (("golden", report.golden, golden_metadata), ("target", report.target, target_metadata))
+    outputs = outputs or {}
+    recollect = tuple(_recollect(region, role, info, metadata, outputs.get(role) or zoom_path(info.path, role))
+                      for role, info, metadata in sides)
+    return dataclasses.replace(region, recollect=recollect)
+
+
+def op_module(name: str, op_type: str = "") -> str:
+    """The module an op ran in: a module record's own path, a torch op's path before its first ``aten.`` part,
+    else the name's parent path ("" at the root scope)."""
+    if op_type.startswith(MODULE_TYPE_PREFIX):
+        return name
+    parts = name.split("/")
+    for index, part in enumerate(parts):
+        if part.startswith("aten."):
+            return "/".join(parts[:index])
+    return "/".join(parts[:-1])
+
+
+def zoom_path(path: str, role: str) -> str:
+    """Where a stats dump's region goes: ``stats-X.h5`` -> ``zoom-X.h5``, else ``X-zoom.h5``, beside it."""
+    folder, name = os.path.split(os.path.normpath(str(path)))
+    stem = name[:-3] if name.endswith(".h5") else name or role
+    stem = f"zoom-{stem[len('stats-'):]}" if stem.startswith("stats-") else f"{stem}-zoom"
+    return os.path.join(folder, f"{stem}.h5")
+
+
+def _region_names(report, first) -> set[str]:
+    """The divergent op, the ops run before it in its step, and the golden ops they were matched to."""
+    same_step = [op for op in report.ops if op.step == first.step and op.exec_index < first.exec_index]
+    names = set()
+    for op in (*same_step[-ZOOM_OPS_BEFORE:], first) if ZOOM_OPS_BEFORE else (first,):
+        names.update((op.name, *op.original_names, *(row.golden_op for row in op.rows)))
+    return names
+
+
+def _inside(name: str, module: str) -> bool:
+    return name == module or name.startswith(module + "/")
+
+
+def _escape(name: str) -> str:
+    """An exact name as an fnmatch pattern: ``[`` ``*`` ``?`` in brackets."""
+    return "".join(f"[{c}]" if c in "[*?" else c for c in name)
+
+
+def _recollect(region: ZoomRegion, role: str, info, metadata: dict, output: str) -> Recollect:
+    if not is_stats(info):
+        return Recollect(role, info.path, info.path, note="holds full tensors already: use it as it is")
+    if region.framework == TORCH:
+        return Recollect(role, info.path, output, call=torch_call(region, output))
+    command = recollect_command(str(metadata.get("command") or ""), region, output)
+    if command is None:
+        return Recollect(role, info.path, output, note="no `precision-tool collect` command recorded: rerun the "
+                                                       "run with " + " ".join(_region_words(region, output)))
+    return Recollect(role, info.path, output, command=command)
+
+
+def recollect_command(command: str, region: ZoomRegion, output: str) -> str | None:
+    """``command`` (a recorded `precision-tool collect` line) recording ``region`` in full to ``output``."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if words[:2] != ["precision-tool", "collect"] or len(words) < 3:
+        return None
+    kept, skip = [], False
+    for word in words[2:]:
+        if skip:
+            skip = False
+            continue
+        flag = word.split("=", 1)[0]
+        if flag in _WITH_VALUE:
+            skip = "=" not in word
+            continue
+        if flag not in _FLAGS:
+            kept.append(word)
+    return shlex.join(["precision-tool", "collect", *kept, *_region_words(region, output)])
+
+
+def _region_words(region: ZoomRegion, output: str) -> list[str]:
+    words = ["--mode", "dump", "--dump-steps", str(region.step)]
+    for flag, patterns in (("--modules", region.modules), ("--ops", region.ops)):
+        for pattern in patterns:
+            words += [flag, pattern]
+    if not region.backward:
+        words.append("--no-backward")
+    return [*words, "-o", output]
+
+
+def torch_call(region: ZoomRegion, output: str) -> str:
+    """The `precision_tool.torch.dump` call recording ``region`` in full to ``output``."""
+    arguments = [json.dumps(output), 'mode="dump"', f"steps=[{region.step}]"]
+    if region.ops:
+        arguments.append(f"ops={json.dumps(list(region.ops))}")
+    if region.modules:
+        arguments.append(f"modules={json.dumps(list(region.modules))}")
+    if not region.backward:
+        arguments.append("backward=False")
+    return f"ptt.dump({', '.join(arguments)})"
