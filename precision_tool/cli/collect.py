@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import sys
@@ -59,7 +60,8 @@ def _check_fusion_switch(value):
 
 @click.command("collect")
 @click.argument("model", callback=_checked(_check_model))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The dump file to write.")
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="The dump file to write (with --ranks: the run directory).")
 @click.option("--device", type=click.Choice(["golden", "npu"]), default=None,
               help="golden (float32 reference) or npu (simulated).  [default: npu]")
 @click.option("--mode", default=None, callback=_checked(parse_modes), metavar="MODE[,MODE]",
@@ -109,12 +111,17 @@ def _check_fusion_switch(value):
               help="mindspore.boost level: O0 off, O1 less_bn+grad_freeze, O2 adds adasum.  [default: O0]")
 @click.option("--boost-config", type=click.Path(exists=True, dir_okay=False), default=None,
               help="A mindspore.boost config JSON (boost mode and flags, per-algorithm settings).")
+@click.option("--ranks", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Simulate N data-parallel ranks (each its shard of the batch, gradients all-reduced): "
+                   "OUTPUT becomes a run directory of rank0.h5, rank1.h5, ... and run.json.")
+@click.option("--fault-rank", type=click.IntRange(min=0), default=None, hidden=True,
+              help="With --ranks: this rank's all-reduce skips the collective (a planted fault, for trying `ranks`).")
 @click.option("--force", is_flag=True,
               help="Replace an existing dump at OUTPUT (once the new one is closed; never one being written).")
 def collect(model, output, device, mode, steps, seed, precision_mode, precision_mode_v2, overflow_mode,
             loss_scale, accelerate_train_mode, fusion_switch, modify_mixlist, batch_size, optimizer, lr, target_loss,
             max_steps, train_steps, eval_steps, save_steps, checkpoint_dir, if_load, restore_model_version,
-            dump_steps, ops, op_types, no_backward, boost_level, boost_config, force):
+            dump_steps, ops, op_types, no_backward, boost_level, boost_config, ranks, fault_rank, force):
     """Train MODEL on a device and record its ops to an HDF5 dump.
 
     MODEL is a built-in name (mlp, mlp_regression, cnn, transformer, sensor) or
@@ -126,6 +133,10 @@ def collect(model, output, device, mode, steps, seed, precision_mode, precision_
     """
     from precision_tool.collect.run import CollectRequest, plan_collect, run_collect
 
+    if fault_rank is not None and ranks is None:
+        raise ConfigError("--fault-rank needs --ranks")
+    if ranks is None and os.path.isdir(output):
+        raise ConfigError(f"{output}: is a directory; a dump is a file (a run directory needs --ranks N)")
     if device == "golden" and accelerate_train_mode is not None:  # as --precision-mode: it switches npu modes
         raise ConfigError("--accelerate-train-mode applies to --device npu only")
     request = CollectRequest(
@@ -137,7 +148,7 @@ def collect(model, output, device, mode, steps, seed, precision_mode, precision_
         checkpoint_dir=checkpoint_dir, if_load=if_load, restore_model_version=restore_model_version,
         dump_steps=dump_steps, ops=tuple(ops), op_types=op_types, backward=not no_backward,
         command=_command_line(click.get_current_context()), overwrite=force,
-        boost_level=boost_level, boost_config=boost_config,
+        boost_level=boost_level, boost_config=boost_config, ranks=ranks, fault_rank=fault_rank,
     )
     plan = plan_collect(request)  # every value checked before the model is built
     hooks = [StepProgress(plan.config.steps - (restore_model_version or 0))] if _is_tty() else []
@@ -242,6 +253,8 @@ def _result_line(result) -> str:
         overflow += f", eval {last['metric']} {last['value']:.4g} after step {last['step']}"
     if result.checkpoints:
         overflow += f", {len(result.checkpoints)} checkpoint{'s' * (len(result.checkpoints) != 1)} written"
+    if result.world_size is not None:
+        overflow += f" over {result.world_size} ranks (rank0.h5 ... rank{result.world_size - 1}.h5, run.json)"
     return (f"{result.path}: {result.steps_run} steps, {result.ops_recorded:,} ops and "
             f"{result.tensors_recorded:,} tensors recorded ({'+'.join(result.modes)}, role {result.role}), "
             f"{format_size(result.size_bytes)}{overflow}")
