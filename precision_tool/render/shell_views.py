@@ -444,7 +444,17 @@ RENDERERS = {
     (_COMMANDS, "JsonDocument"): _json_document, (_COMMANDS, "TextDocument"): text_document,
     (_COMMANDS, "Delivered"): delivered, (_COMMANDS, "Comparison"): flagged,
     (_COMMANDS, "BaselineSaved"): baseline_saved, ("precision_tool.analysis.precheck", "PrecheckResult"): _precheck,
+    **{(module, name): (lambda result, view=view: _run_view(view)(result))
+       for module, name, view in ((_COMMANDS, "RunComparison", "run_comparison"), (_COMMANDS, "RunCheck", "run_check"),
+                                  (_COMMANDS, "RunDiagnosis", "run_diagnosis"),
+                                  ("precision_tool.analysis.ranks", "ConsistencyReport", "consistency"))},
 }
+
+
+def _run_view(name: str):
+    from precision_tool.render import run_views  # imported when first drawn: not at start-up
+
+    return getattr(run_views, name)
 
 
 def _check_view(result):
