@@ -106,20 +106,24 @@ def check_run(source, layouts: dict, min_cosine=None, max_abs_err=None, baseline
                     first_rank(rows), results)
 
 
+def rank_rows(source, layouts: dict, threshold: float) -> list[RankRow]:
+    """Every rank's comparison summed up in a row (each rank's dumps closed once compared)."""
+    rows = []
+    for rank in range(layouts["golden"].world_size):
+        sub = _rank_source(source, layouts, rank)
+        try:
+            rows.append(comparison_row(rank, layouts["target"].paths[rank], sub.compare(), sub.flagged(threshold)))
+        finally:
+            sub.close()
+    return rows
+
+
 def diagnose_run(source, layouts: dict, compare_first=False, limit=None, show_all=False) -> RunDiagnosis:
     """`diagnose` of two runs: compare every rank, then diagnose the rank that diverges first (rank 0 if none)."""
     from precision_tool.commands.handlers import diagnose
 
     threshold = defaults.COSINE_THRESHOLD
-    rows = []
-    for rank in range(layouts["golden"].world_size):
-        sub = _rank_source(source, layouts, rank)
-        try:
-            report = sub.compare()
-            rows.append(comparison_row(rank, layouts["target"].paths[rank], report,
-                                       sub.flagged(threshold)))
-        finally:
-            sub.close()
+    rows = rank_rows(source, layouts, threshold)
     first = first_rank(rows)
     chosen = 0 if first is None else first
     sub = _rank_source(source, layouts, chosen)

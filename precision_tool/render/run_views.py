@@ -51,14 +51,15 @@ def first_rank_line(first_rank, rows, what: str = "diverges") -> Text:
 
 
 def run_comparison(result):
-    from precision_tool.render.exports import comparison_table
+    from precision_tool.render.compare_view import compare_view
 
     flagged_ranks = sum(1 for r in result.ranks if r.flagged)
     parts = [Text(f"{result.world_size} ranks; {flagged_ranks} with ops flagged at cosine <= {result.threshold:g}",
                   style="bold"),
              rank_table(result.ranks), first_rank_line(result.first_rank, result.ranks),
              Text(f"rank {result.detail_rank} ({result.ranks[result.detail_rank].target}):", style="bold")]
-    parts.append(comparison_table(result.detail))
+    c = result.detail
+    parts.append(compare_view(c.report, c.rows, c.threshold, c.limit, c.show_all))
     return Group(*parts)
 
 
@@ -67,12 +68,15 @@ def run_comparison_summary(result) -> Text:
 
 
 def run_comparison_json(result) -> str:
-    from precision_tool.render.exports import document
+    from precision_tool.render.compare_export import to_json
 
+    c = result.detail
+    listed = json.loads(to_json(c.report, c.rows, c.threshold, None if c.show_all else c.limit,
+                                "all" if c.show_all else "flagged"))
     return _lines({"golden": result.golden, "target": result.target, "world_size": result.world_size,
                    "threshold": result.threshold, "first_diverging_rank": result.first_rank,
                    "ranks": [_row_dict(r) for r in result.ranks], "listed_rank": result.detail_rank,
-                   "listed": document(result.detail)})
+                   "listed": listed})
 
 
 def run_comparison_csv(result) -> str:

@@ -125,3 +125,15 @@ def test_ranks_on_something_that_is_not_a_run(run_cli, tmp_path, runs):
         2, f"precision-tool: error: {empty}: no rank dumps in this run directory (expected rank0.h5, rank1.h5, ...)")
     inspect = run_cli("inspect", runs["golden"])
     assert inspect.status == 2 and "is a run of several ranks" in inspect.stderr
+
+
+def test_the_shell_loads_the_rank_that_diverges_first_or_the_one_asked(runs, run_cli):
+    result = run_cli("shell", "--golden", runs["golden"], "--target", runs["fault"], "-c", "vcs -l 1")
+    assert result.status == 0, result.stderr
+    assert result.stderr.strip() == ("precision-tool shell: runs of 2 ranks: rank 1 loaded (it diverges first: "
+                                     "step 0 #18 allreduce/fc1/weight); --rank R loads another")
+    assert "Flagged ops (first 1 of 42)" in result.stdout
+    asked = run_cli("shell", "--golden", runs["golden"], "--target", runs["fault"], "--rank", "0", "-c", "vcs -l 1")
+    assert asked.status == 0 and "rank 0 loaded (as asked)" in asked.stderr and "first 1 of 3)" in asked.stdout
+    bad = run_cli("shell", "--golden", runs["golden"], "--target", runs["fault"], "--rank", "2", "-c", "vcs")
+    assert (bad.status, bad.stderr.strip()) == (2, "precision-tool: error: --rank 2 is not a rank of the runs' 2")
