@@ -140,15 +140,15 @@ def run_ranks(sessions: list, group: RankGroup, hooks_of_rank) -> list:
     return summaries
 
 
-def collect_ranks(plan, hooks=()):
-    """`run_collect` of a plan with ``ranks``: every rank's dump under the run directory, then ``run.json``.
+def collect_ranks(plan, hooks=()) -> tuple[list, list]:
+    """`run_collect` of a plan with ``ranks``: ``run.json``, then every rank's dump under the run directory;
+    (collectors, run summaries) in rank order.
 
     ``hooks`` (progress, Ctrl-C) go to rank 0 only: it stops, or counts, for every rank.
     """
     import os
 
     from precision_tool.collect.collector import Collector
-    from precision_tool.collect.run import CollectResult
     from precision_tool.dump.runs import rank_path, write_manifest
     from precision_tool.session import Session
 
@@ -169,11 +169,4 @@ def collect_ranks(plan, hooks=()):
     os.makedirs(req.output, exist_ok=True)
     write_manifest(req.output, world_size, model=req.model, command=req.command)
     summaries = run_ranks(sessions, group, lambda rank: [collectors[rank]])
-    first = summaries[0]
-    return CollectResult(
-        path=req.output, role=collectors[0].role, mode=collectors[0].mode, modes=list(plan.modes), complete=True,
-        steps_run=collectors[0].steps_run, ops_recorded=sum(c.ops_recorded for c in collectors),
-        tensors_recorded=sum(c.tensors_recorded for c in collectors),
-        size_bytes=sum(c.size_bytes for c in collectors),
-        overflow_steps=list(first.overflow_steps), accelerate_switch_step=first.accelerate_switch_step,
-        evaluations=list(first.evaluations), filtered=not plan.selection.everything, world_size=world_size)
+    return collectors, summaries

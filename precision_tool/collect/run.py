@@ -194,9 +194,7 @@ def run_collect(request: CollectRequest | CollectPlan, hooks=()) -> CollectResul
     plan = request if isinstance(request, CollectPlan) else plan_collect(request)
     req = plan.request
     if req.ranks is not None:
-        from precision_tool.collect.ranks import collect_ranks
-
-        return collect_ranks(plan, hooks)
+        return _collect_run(plan, hooks)
     collector = Collector(req.output, plan.modes, steps=plan.selection.steps, ops=plan.selection.ops,
                           op_types=plan.selection.op_types, backward=plan.selection.backward,
                           command=req.command, overwrite=req.overwrite)
@@ -214,3 +212,19 @@ def run_collect(request: CollectRequest | CollectPlan, hooks=()) -> CollectResul
         evaluations=list(summary.evaluations), checkpoints=list(summary.checkpoints),
         resumed_from=summary.resumed_from, filtered=not plan.selection.everything,
     )
+
+
+def _collect_run(plan: CollectPlan, hooks=()) -> CollectResult:
+    """--ranks: the run directory's dumps (`precision_tool.collect.ranks`); the counts summed over the ranks."""
+    from precision_tool.collect.ranks import collect_ranks
+
+    req = plan.request
+    collectors, summaries = collect_ranks(plan, hooks)
+    first = summaries[0]
+    return CollectResult(
+        path=req.output, role=collectors[0].role, mode=collectors[0].mode, modes=list(plan.modes), complete=True,
+        steps_run=collectors[0].steps_run, ops_recorded=sum(c.ops_recorded for c in collectors),
+        tensors_recorded=sum(c.tensors_recorded for c in collectors),
+        size_bytes=sum(c.size_bytes for c in collectors),
+        overflow_steps=list(first.overflow_steps), accelerate_switch_step=first.accelerate_switch_step,
+        evaluations=list(first.evaluations), filtered=not plan.selection.everything, world_size=len(collectors))

@@ -21,7 +21,7 @@ def compare(source, cosine=None, limit=None, show_all=False, steps=None, op_glob
     if layouts:
         from precision_tool.commands.run_handlers import compare_run
 
-        return compare_run(source, layouts, cosine, limit, show_all, steps, op_glob, jobs)
+        return compare_run(source, layouts, compare, cosine, limit, show_all, steps, op_glob, jobs)
     threshold = defaults.COSINE_THRESHOLD if cosine is None else cosine
     limit = defaults.LIST_LIMIT if limit is None else limit
     options = compare_options(steps, op_glob, jobs)
@@ -41,7 +41,7 @@ def diagnose(source, compare_first=False, limit=None, show_all=False) -> AutoChe
     if layouts:
         from precision_tool.commands.run_handlers import diagnose_run
 
-        return diagnose_run(source, layouts, compare_first, limit, show_all)
+        return diagnose_run(source, layouts, diagnose, compare_first, limit, show_all)
     from precision_tool.analysis import diagnose as run_diagnosis
 
     golden, target = source.dump("golden"), source.dump("target")
@@ -63,7 +63,7 @@ def check(source, min_cosine=None, max_abs_err=None, baseline_file=None, judge_i
     if layouts:
         from precision_tool.commands.run_handlers import check_run
 
-        return check_run(source, layouts, min_cosine, max_abs_err, baseline_file, judge_inputs, steps, op_glob, jobs)
+        return check_run(source, layouts, check, min_cosine, max_abs_err, baseline_file, judge_inputs, steps, op_glob, jobs)
     from precision_tool.compare.baseline import load_baseline
     from precision_tool.compare.check import CheckCriteria, check_report
 

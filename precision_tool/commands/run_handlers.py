@@ -68,11 +68,9 @@ def comparison_row(rank: int, target: str, report, flagged: list) -> RankRow:
                    first.name if first else "", first.direction if first else "", _min_cosine(report))
 
 
-def compare_run(source, layouts: dict, cosine=None, limit=None, show_all=False, steps=None, op_glob=None,
+def compare_run(source, layouts: dict, compare, cosine=None, limit=None, show_all=False, steps=None, op_glob=None,
                 jobs=None) -> RunComparison:
     """`compare` of two runs: a row per rank, and the listing of the rank that diverges first."""
-    from precision_tool.commands.handlers import compare
-
     threshold = defaults.COSINE_THRESHOLD if cosine is None else cosine
     comparisons = _each_rank(source, layouts, lambda sub: compare(sub, cosine, limit, show_all, steps, op_glob, jobs),
                              keep=lambda rank, result: True)  # a listing may read its dumps when drawn
@@ -85,11 +83,9 @@ def compare_run(source, layouts: dict, cosine=None, limit=None, show_all=False, 
                          rows, first, comparisons[shown], shown)
 
 
-def check_run(source, layouts: dict, min_cosine=None, max_abs_err=None, baseline_file=None, judge_inputs=False,
+def check_run(source, layouts: dict, check, min_cosine=None, max_abs_err=None, baseline_file=None, judge_inputs=False,
               steps=None, op_glob=None, jobs=None) -> RunCheck:
     """`check` of two runs: every rank judged; the run fails when any rank does."""
-    from precision_tool.commands.handlers import check
-
     if baseline_file is not None:
         raise ConfigError("--baseline holds one dump pair's metrics: check a run's ranks against it one at a time "
                           "(RUN/rank0.h5 ...)")
@@ -118,10 +114,8 @@ def rank_rows(source, layouts: dict, threshold: float) -> list[RankRow]:
     return rows
 
 
-def diagnose_run(source, layouts: dict, compare_first=False, limit=None, show_all=False) -> RunDiagnosis:
+def diagnose_run(source, layouts: dict, diagnose, compare_first=False, limit=None, show_all=False) -> RunDiagnosis:
     """`diagnose` of two runs: compare every rank, then diagnose the rank that diverges first (rank 0 if none)."""
-    from precision_tool.commands.handlers import diagnose
-
     threshold = defaults.COSINE_THRESHOLD
     rows = rank_rows(source, layouts, threshold)
     first = first_rank(rows)

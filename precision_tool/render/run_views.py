@@ -134,17 +134,6 @@ def run_check_junit(result, path, inputs) -> None:
                inputs)
 
 
-def run_diagnosis(result):
-    from precision_tool.render.shell_views import auto_check
-
-    chosen = result.ranks[result.diagnosed_rank]
-    why = ("it diverges first" if result.first_rank is not None else "no rank has a flagged op")
-    return Group(Text(f"{result.world_size} ranks: diagnosing rank {result.diagnosed_rank} ({why}; {chosen.target})",
-                      style="bold"),
-                 rank_table(result.ranks), first_rank_line(result.first_rank, result.ranks),
-                 auto_check(result.check))
-
-
 def run_diagnosis_json(result) -> str:
     from precision_tool.render.diagnosis_parts import diagnosis_dict
 
