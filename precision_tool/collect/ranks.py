@@ -28,6 +28,43 @@ ALLREDUCE_PREFIX = "allreduce/"
 BARRIER_TIMEOUT_S = 600.0  # a rank that never arrives is a bug: fail rather than hang
 
 
+class RankBarrier:
+    """A barrier whose `abort` breaks only the waits not yet released.
+
+    ``threading.Barrier.abort`` also breaks a wait that the last arrival already released but whose thread has
+    not woken yet: a rank that had reached the barrier would then lose its step. Here a wait returns once its
+    generation is released, whatever happens after.
+    """
+
+    def __init__(self, parties: int, timeout: float = BARRIER_TIMEOUT_S):
+        self.parties, self.timeout = parties, timeout
+        self._arrived, self._generation, self._broken = 0, 0, False
+        self._condition = threading.Condition()
+
+    def wait(self) -> None:
+        with self._condition:
+            if self._broken:
+                raise threading.BrokenBarrierError
+            generation = self._generation
+            self._arrived += 1
+            if self._arrived == self.parties:
+                self._arrived, self._generation = 0, generation + 1
+                self._condition.notify_all()
+                return
+            released = self._condition.wait_for(lambda: self._generation != generation or self._broken,
+                                                 self.timeout)
+            if self._generation == generation:  # broken, or timed out, before everyone arrived
+                self._broken = True
+                self._condition.notify_all()
+                raise threading.BrokenBarrierError if released else TimeoutError(
+                    f"a rank did not reach the barrier within {self.timeout:g} s")
+
+    def abort(self) -> None:
+        with self._condition:
+            self._broken = True
+            self._condition.notify_all()
+
+
 class RankGroup:
     """What the ranks of one run share: a barrier, and a slot per rank for what they exchange."""
 
@@ -35,7 +72,7 @@ class RankGroup:
         self.world_size = world_size
         self.global_batch_size = global_batch_size
         self.fault_rank = fault_rank
-        self.barrier = threading.Barrier(world_size, timeout=BARRIER_TIMEOUT_S)
+        self.barrier = RankBarrier(world_size)
         self.grads: list[dict | None] = [None] * world_size
         self.overflow = [False] * world_size
 

@@ -101,3 +101,40 @@ def test_an_existing_run_is_kept_without_force(tmp_path, run_cli):
     again = run_cli("collect", "mlp", "--ranks", "2", "--steps", "1", "-o", tmp_path / "run")
     assert again.status == 2 and "rank0.h5" in again.stderr and "Traceback" not in again.stderr
     assert run_cli("collect", "mlp", "--ranks", "2", "--steps", "1", "-o", tmp_path / "run", "--force").status == 0
+
+
+class _StopAt:
+    """A hook raising KeyboardInterrupt when a step begins, as StopOnInterrupt does after Ctrl-C."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_begin(self, step) -> None:
+        if step == self.step:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_run_stops_every_rank_and_keeps_their_finished_steps(tmp_path):
+    from precision_tool.collect.run import CollectRequest, plan_collect, run_collect
+
+    plan = plan_collect(CollectRequest(model="mlp", output=str(tmp_path / "run"), steps=4, ranks=2))
+    with pytest.raises(KeyboardInterrupt):
+        run_collect(plan, hooks=[_StopAt(2)])
+    for rank in range(2):
+        with open_dump(tmp_path / "run" / f"rank{rank}.h5") as dump:
+            assert (dump.complete, dump.step_numbers()) == (False, [0, 1])
+
+
+def test_a_stats_run_is_checked_by_its_statistics(tmp_path, run_cli):
+    assert run_cli("collect", "mlp", "--ranks", "2", "--steps", "2", "--mode", "stats", "-o", tmp_path / "s").status == 0
+    assert run_cli("ranks", tmp_path / "s").status == 0
+    faulty = run_cli("collect", "mlp", "--ranks", "2", "--steps", "2", "--mode", "stats", "--fault-rank", "0",
+                     "-o", tmp_path / "f")
+    assert faulty.status == 0
+    result = run_cli("ranks", tmp_path / "f", "--format", "json")
+    assert result.status == 1
+    import json
+
+    first = json.loads(result.stdout)["first"]
+    assert (first["step"], first["op"], first["departing"], first["max_abs_diff"]) == \
+        (0, "allreduce/fc1/weight", [0, 1], None)  # statistics alone cannot tell which of two ranks is wrong
