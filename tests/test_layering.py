@@ -147,7 +147,7 @@ def test_every_result_type_has_a_renderer():
 
     top_level = [t for t in vars(results).values() if isinstance(t, type) and dataclasses.is_dataclass(t)
                  and t.__module__ == results.__name__]
-    parts = {"TypeCount", "TensorMetric", "SlotView", "Mismatch", "CommandHelp"}  # drawn inside others
+    parts = {"TypeCount", "TensorMetric", "SlotView", "Mismatch", "CommandHelp", "RankRow"}  # drawn inside others
     drawn = {name for module, name in RENDERERS if module == results.__name__}
     assert {t.__name__ for t in top_level} - drawn == parts
     for module, name in RENDERERS:  # every key names a real class

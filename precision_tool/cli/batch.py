@@ -98,8 +98,15 @@ def _precheck_failed(result) -> None:
         raise RegressionFound(f"precheck failed: {result.summary()}")
 
 
+def _ranks_disagree(result) -> None:
+    if not result.consistent:
+        from precision_tool.compare.check import RegressionFound
+
+        raise RegressionFound(result.summary())
+
+
 BATCH_VIEWS = {"compare": _compare_view}  # a batch view other than the shared renderer of the result's type
-AFTER = {"check": _check_failed, "precheck": _precheck_failed}  # exit status 1 once the result is shown
+AFTER = {"check": _check_failed, "precheck": _precheck_failed, "ranks": _ranks_disagree}  # exit status 1 once the result is shown
 
 
 def command(name: str) -> click.Command:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import sys
@@ -59,7 +60,8 @@ def _check_fusion_switch(value):
 
 @click.command("collect")
 @click.argument("model", callback=_checked(_check_model))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The dump file to write.")
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="The dump file to write (with --ranks: the run directory).")
 @click.option("--device", type=click.Choice(["golden", "npu"]), default=None,
               help="golden (float32 reference) or npu (simulated).  [default: npu]")
 @click.option("--mode", default=None, callback=_checked(parse_modes), metavar="MODE[,MODE]",
@@ -112,6 +114,11 @@ def _check_fusion_switch(value):
               help="mindspore.boost level: O0 off, O1 less_bn+grad_freeze, O2 adds adasum.  [default: O0]")
 @click.option("--boost-config", type=click.Path(exists=True, dir_okay=False), default=None,
               help="A mindspore.boost config JSON (boost mode and flags, per-algorithm settings).")
+@click.option("--ranks", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Simulate N data-parallel ranks (each its shard of the batch, gradients all-reduced): "
+                   "OUTPUT becomes a run directory of rank0.h5, rank1.h5, ... and run.json.")
+@click.option("--fault-rank", type=click.IntRange(min=0), default=None, hidden=True,
+              help="With --ranks: this rank's all-reduce skips the collective (a planted fault, for trying `ranks`).")
 @click.option("--force", is_flag=True,
               help="Replace an existing dump at OUTPUT (once the new one is closed; never one being written).")
 def collect(**params):
@@ -137,6 +144,10 @@ def request_from(params: dict, command: str):
 
     if params["device"] == "golden" and params["accelerate_train_mode"] is not None:  # it switches npu modes
         raise ConfigError("--accelerate-train-mode applies to --device npu only")
+    if params.get("fault_rank") is not None and params.get("ranks") is None:
+        raise ConfigError("--fault-rank needs --ranks")
+    if params.get("ranks") is None and os.path.isdir(params["output"]):
+        raise ConfigError(f"{params['output']}: is a directory; a dump is a file (a run directory needs --ranks N)")
     renamed = {"mode": params["mode"] or "dump", "ops": tuple(params["ops"]), "modules": tuple(params["modules"]),
                "backward": not params["no_backward"], "command": command, "overwrite": params["force"]}
     fields = {name: value for name, value in params.items() if name not in ("no_backward", "force")}
@@ -248,6 +259,8 @@ def _result_line(result) -> str:
         overflow += f", eval {last['metric']} {last['value']:.4g} after step {last['step']}"
     if result.checkpoints:
         overflow += f", {len(result.checkpoints)} checkpoint{'s' * (len(result.checkpoints) != 1)} written"
+    if result.world_size is not None:
+        overflow += f" over {result.world_size} ranks (rank0.h5 ... rank{result.world_size - 1}.h5, run.json)"
     return (f"{result.path}: {result.steps_run} steps, {result.ops_recorded:,} ops and "
             f"{result.tensors_recorded:,} tensors recorded ({'+'.join(result.modes)}, role {result.role}), "
             f"{format_size(result.size_bytes)}{overflow}")

@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diagnose": ("spec:diagnose", "Name the op where error is introduced, and why."),
     "precheck": ("spec:precheck", "Before tuning: do the two runs differ only where intended?"),
     "zoom": ("precision_tool.cli.zoom:zoom", "Stats first, then full tensors of the divergent region only, and the diagnosis."),
+    "ranks": ("spec:ranks", "Check that the ranks of a data-parallel run stay identical."),
     "replay": ("precision_tool.cli.replay:replay", "Dump one step of a run from its checkpoint and diagnose it."),
     "shell": ("precision_tool.cli.shell:shell", "Interactive PrecisionTool shell over dumps."),
 }

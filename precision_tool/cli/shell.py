@@ -23,15 +23,19 @@ _DUMP = click.Path(path_type=str)  # a dump file, or an msprobe dump directory o
 @click.option("--target", type=_DUMP, help="The target dump, the run being diagnosed.")
 @click.option("--overflow", type=_DUMP, help="An overflow-mode dump of the target run.")
 @click.option("--fusion-off", "fusion_off", type=_DUMP, help="The target run dumped with fusion switched off.")
+@click.option("--rank", type=click.IntRange(min=0), default=None,
+              help="With runs of several ranks: the rank to load (default: the rank that diverges first).")
 @click.option("-c", "--command", "commands", metavar='"CMD1; CMD2"',
               help="Run these shell commands, print their results and exit.")
 @click.pass_context
-def shell(ctx, files, golden, target, overflow, fusion_off, commands):
+def shell(ctx, files, golden, target, overflow, fusion_off, rank, commands):
     """Interactive PrecisionTool shell over dumps.
 
     FILES are dumps whose roles (golden, target, overflow, fusion-off) are read
     from their metadata; --golden, --target, --overflow and --fusion-off give a
-    role explicitly. Type `help` at the prompt for the commands; `exit`, `quit`
+    role explicitly. --golden and --target may be runs of several ranks
+    (directories of rank dumps): the shell loads one rank of each, --rank
+    or the rank that diverges first, and says which. Type `help` at the prompt for the commands; `exit`, `quit`
     or Ctrl-D leaves. When stdin is not a terminal, commands are read from it
     line by line and only their results are printed.
 
@@ -44,7 +48,11 @@ def shell(ctx, files, golden, target, overflow, fusion_off, commands):
     from precision_tool.repl.session import ShellSession
 
     show_traceback = bool((ctx.obj or {}).get("traceback"))
-    session = ShellSession.open(files, golden=golden, target=target, overflow=overflow, fusion_off=fusion_off)
+    paths, run_note = pick_rank({"golden": golden, "target": target, "overflow": overflow,
+                                 "fusion_off": fusion_off}, rank)
+    if run_note is not None:
+        click.echo(f"precision-tool shell: {run_note}", err=True)
+    session = ShellSession.open(files, **paths)
     with session:
         runner = Runner(session)
         printer = Printer(*_consoles(), report_internal=_internal_reporter(show_traceback))
@@ -84,6 +92,38 @@ def _consoles():
     from rich.console import Console
 
     return Console(highlight=False), Console(stderr=True, highlight=False)
+
+
+def pick_rank(paths: dict, rank: int | None) -> tuple[dict, str | None]:
+    """With runs of several ranks for golden and target: each role's dump of the chosen rank, and a line saying
+    which rank and why; the paths as given (and None) otherwise."""
+    from precision_tool.commands.sources import DumpFiles
+    from precision_tool.errors import ConfigError
+
+    roles = {role.replace("_", "-"): path for role, path in paths.items()}
+    with DumpFiles(roles) as source:
+        layouts = source.runs()
+        if not layouts:
+            if rank is not None:
+                raise ConfigError("--rank picks a rank of runs of several ranks: give --golden RUN and --target RUN")
+            return paths, None
+        world_size = layouts["golden"].world_size
+        if rank is not None and rank >= world_size:
+            raise ConfigError(f"--rank {rank} is not a rank of the runs' {world_size}")
+        why = "as asked"
+        if rank is None:
+            from precision_tool.commands.run_handlers import first_rank, rank_rows
+            from precision_tool.defaults import COSINE_THRESHOLD
+
+            rows = rank_rows(source, layouts, COSINE_THRESHOLD)
+            first = first_rank(rows)
+            rank = 0 if first is None else first
+            why = ("no rank has an op flagged" if first is None else
+                   f"it diverges first: step {rows[first].first_step} #{rows[first].first_exec_index} "
+                   f"{rows[first].first_op}")
+    chosen = {role: (layouts[role.replace("_", "-")].paths[rank] if role.replace("_", "-") in layouts else path)
+              for role, path in paths.items()}
+    return chosen, f"runs of {world_size} ranks: rank {rank} loaded ({why}); --rank R loads another"
 
 
 def _greet(printer, session) -> None:

@@ -25,7 +25,7 @@ from precision_tool.errors import ConfigError, InputError
 ROLES = ("golden", "target")
 # collect's options that zoom sets itself, or that four runs cannot share (one checkpoint directory)
 NOT_SHARED = frozenset({"model", "output", "device", "mode", "force", "checkpoint_dir", "if_load",
-                        "restore_model_version", "save_steps"})
+                        "restore_model_version", "save_steps", "ranks", "fault_rank"})
 NPU_ONLY = frozenset({"precision_mode", "precision_mode_v2", "overflow_mode", "fusion_switch", "modify_mixlist",
                       "accelerate_train_mode"})  # left out of the golden run
 

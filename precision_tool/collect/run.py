@@ -8,7 +8,7 @@ from precision_tool.collect import modes as M
 from precision_tool.collect.collector import Collector
 from precision_tool.collect.selection import Selection
 from precision_tool.dump.partial import check_target, partial_path
-from precision_tool.errors import ConfigError
+from precision_tool.errors import ConfigError, InputError
 from precision_tool.outputs import refuse_inputs
 
 
@@ -49,6 +49,8 @@ class CollectRequest:
     overwrite: bool = False  # replace an existing dump at ``output`` (collect --force)
     boost_level: str | None = None  # mindspore.boost level O0/O1/O2
     boost_config: str | None = None  # a boost config JSON path
+    ranks: int | None = None  # simulate this many data-parallel ranks; ``output`` is then a run directory
+    fault_rank: int | None = None  # with ranks: this rank's all-reduce skips the collective (a planted fault)
 
 
 @dataclass
@@ -70,6 +72,7 @@ class CollectResult:
     checkpoints: list[str] = field(default_factory=list)
     resumed_from: int | None = None
     filtered: bool = False  # --dump-steps, --ops, --modules, --op-types or --no-backward narrowed it
+    world_size: int | None = None  # a run of several ranks: ``path`` is its directory, the counts its totals
 
 
 @dataclass
@@ -90,9 +93,12 @@ def plan_collect(request: CollectRequest) -> CollectPlan:
     selection = Selection.build(request.dump_steps, request.ops, request.op_types, request.backward,
                                 request.modules)
     inputs = [request.fusion_switch, request.modify_mixlist, _model_file(request.model), request.boost_config]
-    for written in (request.output, partial_path(request.output)):
+    for written in _written(request):
         refuse_inputs(written, inputs)
-    check_target(request.output, request.overwrite)
+    if request.ranks is None:
+        check_target(request.output, request.overwrite)
+    else:
+        check_run_target(request)
     kwargs = {k: v for k, v in (("steps", request.steps), ("seed", request.seed), ("batch_size", request.batch_size),
                                 ("optimizer", request.optimizer), ("lr", request.lr),
                                 ("target_loss", request.target_loss), ("max_steps", request.max_steps),
@@ -111,6 +117,42 @@ def plan_collect(request: CollectRequest) -> CollectPlan:
 
         refuse_foreign_checkpoints(config.checkpoint_dir, resuming=config.if_load)
     return CollectPlan(request, config, modes, selection)
+
+
+def _written(request: CollectRequest) -> list[str]:
+    """The files a collection writes: the dump and its .partial, or every rank's."""
+    if request.ranks is None:
+        return [request.output, partial_path(request.output)]
+    from precision_tool.dump.runs import rank_path
+
+    return [p for r in range(request.ranks) for p in (rank_path(request.output, r), partial_path(rank_path(request.output, r)))]
+
+
+def check_run_target(request: CollectRequest) -> None:
+    """--ranks: ``output`` is a run directory (made if missing); every rank's dump must be writable."""
+    import os
+
+    from precision_tool.dump.runs import rank_path
+
+    if request.ranks < 1:
+        raise ConfigError(f"--ranks must be at least 1, got {request.ranks}")
+    if request.fault_rank is not None and not 0 <= request.fault_rank < request.ranks:
+        raise ConfigError(f"--fault-rank {request.fault_rank} is not a rank of {request.ranks}")
+    unsupported = {"--checkpoint-dir": request.checkpoint_dir, "--if-load": request.if_load or None,
+                   "--boost-level": request.boost_level if request.boost_level not in (None, "O0") else None,
+                   "--boost-config": request.boost_config}
+    given = [name for name, value in unsupported.items() if value is not None]
+    if given:
+        raise ConfigError(f"{given[0]} is not supported with --ranks yet")
+    if os.path.exists(request.output) and not os.path.isdir(request.output):
+        raise InputError(request.output, "exists and is not a directory; --ranks writes a run directory")
+    if not os.path.isdir(request.output):  # made when the run starts, in a directory that must exist
+        parent = os.path.dirname(os.path.abspath(request.output))
+        if not os.path.isdir(parent):
+            raise InputError(request.output, f"cannot create the run directory: no directory {parent}")
+        return
+    for rank in range(request.ranks):
+        check_target(rank_path(request.output, rank), request.overwrite)
 
 
 def _model_file(model: str) -> str | None:
@@ -153,6 +195,8 @@ def run_collect(request: CollectRequest | CollectPlan, hooks=()) -> CollectResul
 
     plan = request if isinstance(request, CollectPlan) else plan_collect(request)
     req = plan.request
+    if req.ranks is not None:
+        return _collect_run(plan, hooks)
     collector = Collector(req.output, plan.modes, steps=plan.selection.steps, ops=plan.selection.ops,
                           op_types=plan.selection.op_types, backward=plan.selection.backward,
                           modules=plan.selection.modules,
@@ -171,3 +215,19 @@ def run_collect(request: CollectRequest | CollectPlan, hooks=()) -> CollectResul
         evaluations=list(summary.evaluations), checkpoints=list(summary.checkpoints),
         resumed_from=summary.resumed_from, filtered=not plan.selection.everything,
     )
+
+
+def _collect_run(plan: CollectPlan, hooks=()) -> CollectResult:
+    """--ranks: the run directory's dumps (`precision_tool.collect.ranks`); the counts summed over the ranks."""
+    from precision_tool.collect.ranks import collect_ranks
+
+    req = plan.request
+    collectors, summaries = collect_ranks(plan, hooks)
+    first = summaries[0]
+    return CollectResult(
+        path=req.output, role=collectors[0].role, mode=collectors[0].mode, modes=list(plan.modes), complete=True,
+        steps_run=collectors[0].steps_run, ops_recorded=sum(c.ops_recorded for c in collectors),
+        tensors_recorded=sum(c.tensors_recorded for c in collectors),
+        size_bytes=sum(c.size_bytes for c in collectors),
+        overflow_steps=list(first.overflow_steps), accelerate_switch_step=first.accelerate_switch_step,
+        evaluations=list(first.evaluations), filtered=not plan.selection.everything, world_size=len(collectors))

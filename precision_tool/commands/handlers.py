@@ -18,6 +18,11 @@ from precision_tool.errors import InputError
 def compare(source, cosine=None, limit=None, show_all=False, steps=None, op_glob=None, jobs=None,
             scheduler=None) -> Comparison:
     """`compare` / `vcs`: ops whose output cosine is at or below ``cosine``, first ``limit`` (0: all); --all."""
+    layouts = _runs(source)
+    if layouts:
+        from precision_tool.commands.run_handlers import compare_run
+
+        return compare_run(source, layouts, compare, cosine, limit, show_all, steps, op_glob, jobs)
     threshold = defaults.COSINE_THRESHOLD if cosine is None else cosine
     limit = defaults.LIST_LIMIT if limit is None else limit
     options = compare_options(steps, op_glob, jobs, scheduler)
@@ -43,6 +48,11 @@ def diagnose(source, compare_first=False, limit=None, show_all=False, scheduler=
     The verdict always needs the comparison, so it is made once either way; ``-c`` also lists the flagged ops,
     as `compare` does.
     """
+    layouts = _runs(source)
+    if layouts:
+        from precision_tool.commands.run_handlers import diagnose_run
+
+        return diagnose_run(source, layouts, diagnose, compare_first, limit, show_all)
     from precision_tool.analysis import diagnose as run_diagnosis
 
     golden, target = source.dump("golden"), source.dump("target")
@@ -61,6 +71,11 @@ def diagnose(source, compare_first=False, limit=None, show_all=False, scheduler=
 def check(source, min_cosine=None, max_abs_err=None, baseline_file=None, judge_inputs=False, steps=None,
           op_glob=None, jobs=None, scheduler=None):
     """`check`: the CI gate's judgement of every matched op output (a `CheckResult`)."""
+    layouts = _runs(source)
+    if layouts:
+        from precision_tool.commands.run_handlers import check_run
+
+        return check_run(source, layouts, check, min_cosine, max_abs_err, baseline_file, judge_inputs, steps, op_glob, jobs)
     from precision_tool.compare.baseline import load_baseline
     from precision_tool.compare.check import CheckCriteria, check_report
 
@@ -78,8 +93,11 @@ def check(source, min_cosine=None, max_abs_err=None, baseline_file=None, judge_i
 
 def baseline(source, output, steps=None, op_glob=None, jobs=None, scheduler=None) -> BaselineSaved:
     """`baseline`: save the per-tensor metrics of the comparison to ``output`` for `check --baseline`."""
+    from precision_tool.commands.run_handlers import refuse_run
     from precision_tool.compare.baseline import baseline_from_report, save_baseline
     from precision_tool.outputs import replacing
+
+    refuse_run(source, "baseline")
 
     report = source.compare(compare_options(steps, op_glob, jobs, scheduler))
     if not report.ops:
@@ -89,6 +107,31 @@ def baseline(source, output, steps=None, op_glob=None, jobs=None, scheduler=None
     with replacing(output, source.inputs) as temporary:  # save_baseline writes the file in place
         save_baseline(saved, temporary)
     return BaselineSaved(len(saved.entries), len(report.ops), output)
+
+
+def _runs(source) -> dict | None:
+    """The run layouts when the source's golden and target are runs of several ranks (the shell's never are)."""
+    runs = getattr(source, "runs", None)
+    return runs() if callable(runs) else None
+
+
+def ranks(source, limit=None):
+    """`ranks RUN`: are the tensors data parallelism keeps identical the same on every rank? (a ConsistencyReport)"""
+    from contextlib import ExitStack
+
+    from precision_tool.analysis.ranks import check_consistency
+    from precision_tool.dump.reader import open_dump
+    from precision_tool.dump.runs import check_rank_metadata, find_run
+
+    layout = find_run(source.path("run"))
+    with ExitStack() as stack:
+        dumps = []
+        for rank, path in enumerate(layout.paths):
+            dump = stack.enter_context(open_dump(path))
+            check_rank_metadata(path, dump.metadata, rank, layout.world_size)
+            dumps.append(dump)
+        limit = defaults.LIST_LIMIT if limit is None else limit
+        return check_consistency(layout.path, dumps, limit or None)
 
 
 def inspect(source, role=None) -> InspectResult:
@@ -101,4 +144,9 @@ def precheck(source, expect=()):
     """`precheck`: the pre-tuning checklist against the two runs' settings (a `PrecheckResult`)."""
     from precision_tool.analysis.precheck import precheck as run_precheck
 
+    layouts = _runs(source)
+    if layouts:  # every rank runs the same settings: rank 0 stands for the run
+        rank0 = source.rank(0, layouts)
+        source.keep_open(rank0)
+        source = rank0
     return run_precheck(source.dump("golden"), source.dump("target"), source.optional("golden2"), tuple(expect))

@@ -43,6 +43,10 @@ COMPARE = CommandSpec(
     Ops are matched by step, name, direction and tensor slot; a fused op
     through the ops it replaced. Lists the ops whose output cosine is at or
     below -c (first -l of them), or every op with --all, in execution order.
+    GOLDEN and TARGET may be runs of several ranks (directories of rank
+    dumps): rank r is compared with rank r, a table gives each rank's
+    flagged ops, first flagged op and lowest cosine, and the rank that
+    diverges first is named and listed.
     Exit status 0 (use `check` for a CI gate), 2 on a bad input file.
     """,
     f"{_HANDLERS}:compare",
@@ -68,7 +72,8 @@ DIAGNOSE = CommandSpec(
     fusion-off dump of the target run), and prints the root-cause verdict
     first, then the overflow summary, fusion suspects, comparison summary,
     the attribution of the ops up to the culprit (--all: every scored op)
-    and notes, as the shell's `ac` does.
+    and notes, as the shell's `ac` does. Given two runs of several ranks,
+    every rank is compared and the rank that diverges first is diagnosed.
     """,
     f"{_HANDLERS}:diagnose",
     params=(format_param(help_text="A rich table, or JSON for scripts."),
@@ -100,8 +105,10 @@ CHECK = CommandSpec(
 
     Every matched op output is judged: cosine, max abs error, NaN/inf the
     golden tensor lacks, shape. Pairs shown "not judged" (workspaces,
-    near-zero cancellations) are skipped, with the reason. Exit status 0 all
-    pass, 1 a tensor fails, 2 usage or input error.
+    near-zero cancellations) are skipped, with the reason. Runs of several
+    ranks are judged rank by rank (a table per rank; the run fails when any
+    rank does). Exit status 0 all pass, 1 a tensor fails, 2 usage or input
+    error.
     """,
     f"{_HANDLERS}:check",
     params=(option("--min-cosine", type=COSINE, default=None,
@@ -188,5 +195,28 @@ PRECHECK = CommandSpec(
     """,
 )
 
-REGISTRY = Registry().add(COMPARE, DIAGNOSE, CHECK, BASELINE, INSPECT, PRECHECK)
+RANKS = CommandSpec(
+    "ranks", "Check that the ranks of a data-parallel run stay identical.",
+    """Check, without a golden run, that the ranks of RUN agree.
+
+    RUN is a run directory (rank0.h5, rank1.h5, ... and run.json), as
+    `collect --ranks N` and `precision_tool.torch.dump` under
+    torch.distributed write it. Data parallelism keeps some tensors
+    bitwise identical on every rank: the outputs of gradient all-reduces
+    (and broadcasts, all-gathers) and every tensor an optimizer update reads
+    and writes. They are compared across the ranks step by step, and the
+    first op where a rank departs from the others is named (for an
+    all-reduce, the rank whose output is not the mean or sum of the ranks'
+    inputs). Exit status 0 consistent, 1 the ranks disagree, 2 usage or
+    input error (no rank dumps, a missing rank).
+    """,
+    f"{_HANDLERS}:ranks",
+    params=(option("-l", "--limit", type=click.IntRange(min=0), default=None,
+                   help="Show at most this many inconsistent tensors, first first (default 10; 0: all)."),
+            format_param(help_text="A table with a CONSISTENT/INCONSISTENT footer, or JSON.")),
+    inputs=(("run", click.Argument(["run"], type=click.Path(file_okay=False, path_type=str))),),
+    front_ends=frozenset({BATCH}), delivered=("fmt",),
+)
+
+REGISTRY = Registry().add(COMPARE, DIAGNOSE, CHECK, BASELINE, INSPECT, PRECHECK, RANKS)
 SPECS = REGISTRY.specs

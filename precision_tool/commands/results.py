@@ -205,3 +205,81 @@ class JsonDocument:
     """A command's result as the JSON its batch twin prints (``--format json``)."""
 
     document: dict
+
+
+# -- runs of several ranks (a directory of rank dumps for golden and for target) ---------------------------------
+@dataclass(frozen=True)
+class RankRow:
+    """One rank of a run pair: what its comparison (or check) found."""
+
+    rank: int
+    target: str  # the rank's target dump
+    ops: int  # ops compared (check: tensors judged)
+    flagged: int  # ops flagged (check: tensors failing)
+    first_step: int | None = None  # the first flagged op (check: failing), in execution order
+    first_exec_index: int | None = None
+    first_op: str = ""
+    first_direction: str = ""
+    min_cosine: float | None = None  # the lowest output cosine of the rank (NaN ignored)
+
+    @property
+    def diverges(self) -> bool:
+        return self.flagged > 0
+
+
+@dataclass
+class RunComparison:
+    """`compare GOLDEN_RUN TARGET_RUN`: every rank paired with its golden rank, and which diverges first."""
+
+    golden: str
+    target: str
+    world_size: int
+    threshold: float
+    ranks: list  # RankRow, rank order
+    first_rank: int | None  # the rank whose first flagged op comes earliest (step, exec index); None: no rank
+    detail: Any = None  # the `Comparison` of ``first_rank`` (rank 0 when none diverges)
+    detail_rank: int = 0
+
+
+@dataclass
+class RunCheck:
+    """`check GOLDEN_RUN TARGET_RUN`: the CI gate per rank; falsy when a tensor of any rank fails."""
+
+    golden: str
+    target: str
+    world_size: int
+    ranks: list  # RankRow, rank order (flagged = failing tensors)
+    first_rank: int | None
+    results: list  # CheckResult per rank
+
+    @property
+    def passed(self) -> bool:
+        return all(result.passed for result in self.results)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def raise_if_failed(self) -> None:
+        """RegressionFound (exit status 1) naming the rank that fails first, when a tensor of any rank failed."""
+        if self.first_rank is not None:
+            from precision_tool.compare.check import RegressionFound
+
+            row = self.ranks[self.first_rank]
+            failing = sum(1 for r in self.ranks if r.flagged)
+            raise RegressionFound(
+                f"check failed on {failing} of {self.world_size} ranks; rank {row.rank} fails first: step "
+                f"{row.first_step} #{row.first_exec_index} {row.first_op} ({row.first_direction})")
+
+
+@dataclass
+class RunDiagnosis:
+    """`diagnose GOLDEN_RUN TARGET_RUN`: the per-rank comparison, and the diagnosis of the rank diverging first."""
+
+    golden: str
+    target: str
+    world_size: int
+    threshold: float
+    ranks: list  # RankRow
+    first_rank: int | None
+    diagnosed_rank: int
+    check: Any  # AutoCheck of ``diagnosed_rank``

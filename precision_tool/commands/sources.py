@@ -67,6 +67,41 @@ class DumpFiles:
     def optional(self, role: str):
         return self.dump(role) if self.paths.get(role) is not None else None
 
+    # -- runs of several ranks ---------------------------------------------------------------------------------
+    def runs(self) -> dict | None:
+        """Role -> `RunLayout` when golden and target are run directories; None when neither is; InputError
+        for one of each, for world sizes that differ, for a run missing a rank (see `precision_tool.dump.runs`)."""
+        from precision_tool.dump.runs import check_world_sizes, find_run, is_run_dir
+
+        if "golden" not in self.paths or "target" not in self.paths:
+            return None
+        given = {role: path for role, path in self.paths.items() if path is not None}
+        runs = {role: is_run_dir(path) for role, path in given.items()}
+        if not runs.get("golden") and not runs.get("target"):
+            return None
+        for role in ("golden", "target"):
+            if not runs.get(role):
+                other = "target" if role == "golden" else "golden"
+                from precision_tool.errors import InputError
+
+                raise InputError(given[role], f"is one dump, but the {other} {given[other]} is a run of several "
+                                              "ranks: give two runs, or one rank dump of each (RUN/rank0.h5)")
+        layouts = {role: find_run(path) for role, path in given.items() if runs[role]}
+        check_world_sizes(layouts["golden"], layouts["target"])
+        for role, layout in layouts.items():
+            if role not in ("golden", "target"):
+                check_world_sizes(layouts["golden"], layout)
+        return layouts
+
+    def keep_open(self, other) -> None:
+        """Close ``other`` (a rank's source) when this source is closed."""
+        self._stack.callback(other.close)
+
+    def rank(self, rank: int, layouts: dict) -> "DumpFiles":
+        """The source of rank ``rank``: each run's rank dump, and any single dump given as is."""
+        paths = {role: (layouts[role].paths[rank] if role in layouts else path) for role, path in self.paths.items()}
+        return DumpFiles(paths, allow_incomplete=self.allow_incomplete, warn=self.warn)
+
     def compare(self, options=None):
         """The comparison of target against golden (once per options); preflight first when asked."""
         key = _key(options)

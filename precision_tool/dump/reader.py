@@ -59,7 +59,11 @@ def open_dump(path) -> "Dump":
     adapter with this reader's interface.
     """
     from precision_tool.dump.msprobe import is_msprobe_path, open_msprobe
+    from precision_tool.dump.runs import is_run_dir
 
+    if is_run_dir(path):
+        raise InputError(path, "is a run of several ranks (a directory of rank dumps): give one rank's dump "
+                               "(RUN/rank0.h5); compare, check, diagnose and ranks take whole runs")
     if is_msprobe_path(path):
         return open_msprobe(path)
     return Dump(path)

@@ -154,6 +154,15 @@ def _analysis_json(result) -> str:
     return _lines(jsonable(result))
 
 
+def _run(name: str):
+    """A view of `precision_tool.render.run_views`, imported when first used."""
+    def view(*args):
+        from precision_tool.render import run_views
+
+        return getattr(run_views, name)(*args)
+    return view
+
+
 _COMMANDS, _ANALYSIS = "precision_tool.commands.results", "precision_tool.analysis.results"
 EXPORTS = {
     (_ANALYSIS, "OverflowReport"): {"json": _analysis_json},
@@ -168,4 +177,10 @@ EXPORTS = {
     (_COMMANDS, "BaselineSaved"): {"json": _baseline_json},
     ("precision_tool.compare.check", "CheckResult"): {"json": _check_json, "junit": _check_junit},
     ("precision_tool.analysis.precheck", "PrecheckResult"): {"json": _precheck_json},
+    (_COMMANDS, "RunComparison"): {"json": _run("run_comparison_json"), "csv": _run("run_comparison_csv"),
+                                   "plot": _run("run_comparison_plot"), "table": _run("run_comparison"),
+                                   "summary": _run("run_comparison_summary")},
+    (_COMMANDS, "RunCheck"): {"json": _run("run_check_json"), "junit": _run("run_check_junit")},
+    (_COMMANDS, "RunDiagnosis"): {"json": _run("run_diagnosis_json")},
+    ("precision_tool.analysis.ranks", "ConsistencyReport"): {"json": _run("consistency_json")},
 }

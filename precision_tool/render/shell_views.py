@@ -448,7 +448,28 @@ RENDERERS = {
     (_COMMANDS, "JsonDocument"): _json_document, (_COMMANDS, "TextDocument"): text_document,
     (_COMMANDS, "Delivered"): delivered, (_COMMANDS, "Comparison"): flagged,
     (_COMMANDS, "BaselineSaved"): baseline_saved, ("precision_tool.analysis.precheck", "PrecheckResult"): _precheck,
+    **{(module, name): (lambda result, view=view: _run_view(view)(result))
+       for module, name, view in ((_COMMANDS, "RunComparison", "run_comparison"), (_COMMANDS, "RunCheck", "run_check"),
+                                  ("precision_tool.analysis.ranks", "ConsistencyReport", "consistency"))},
+    (_COMMANDS, "RunDiagnosis"): lambda result: run_diagnosis(result),
 }
+
+
+def run_diagnosis(result):
+    """`diagnose` of two runs: which rank is diagnosed and why, the per-rank table, then that rank's `ac`."""
+    from precision_tool.render.run_views import first_rank_line, rank_table
+
+    chosen = result.ranks[result.diagnosed_rank]
+    why = "it diverges first" if result.first_rank is not None else "no rank has a flagged op"
+    return Group(Text(f"{result.world_size} ranks: diagnosing rank {result.diagnosed_rank} ({why}; {chosen.target})",
+                      style="bold"),
+                 rank_table(result.ranks), first_rank_line(result.first_rank, result.ranks), auto_check(result.check))
+
+
+def _run_view(name: str):
+    from precision_tool.render import run_views  # imported when first drawn: not at start-up
+
+    return getattr(run_views, name)
 
 
 def _check_view(result):

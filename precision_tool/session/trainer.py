@@ -123,6 +123,7 @@ class Session:
         self.evaluations: list[dict] = []
         self.checkpoints: list[str] = []
         self.resumed_from: int | None = None
+        self.data_parallel = None  # one rank of several (collect.ranks): gradients all-reduced before the update
         self.device: DeviceProfile
         self.program: Program
         self.executor: Executor
@@ -176,6 +177,7 @@ class Session:
             "checkpoint_dir": cfg.checkpoint_dir,
             "resumed_from": self.resumed_from,
             **self._boost_metadata(),
+            **(self.data_parallel.metadata() if self.data_parallel is not None else {}),
             "parameters": {name: list(value.shape) for name, value in self.params.items()},
         }
 
@@ -214,7 +216,11 @@ class Session:
         loss = float(outputs["loss"])
         scale = self.loss_scale.scale if self.loss_scale is not None else 1.0
         grads = unscale(executor.backward({"loss": np.float32(scale)}), scale)
+        if self.data_parallel is not None:  # every rank updates from the same (all-reduced) gradients
+            grads = self.data_parallel.all_reduce(self, grads)
         overflow = self._overflowed(grads)
+        if self.data_parallel is not None:  # and skips the same steps
+            overflow = self.data_parallel.any_overflow(overflow)
         first = self.status.first
         skipped = overflow and self.loss_scale is not None and self.loss_scale.check_overflow
         if self.loss_scale is not None:

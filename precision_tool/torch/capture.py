@@ -61,6 +61,13 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
     recorded, as `precision-tool collect`'s options do (`Selection`). Under
     `precision-tool zoom` the environment sets path, mode, role and filters
     (`precision_tool.collect.zoom_env`).
+
+    Under ``torch.distributed`` (a process group initialised when the dump
+    is entered) ``path`` is a run directory: each rank writes
+    ``path/rank<R>.h5``, with ``rank`` and ``world_size`` in its metadata,
+    and rank 0 writes ``path/run.json`` (`precision_tool.dump.runs`).
+    Collectives are recorded once their work completes (see
+    `precision_tool.torch.ops.complete_collective`).
     """
 
     def __init__(self, path, mode: str = "dump", steps=None, *, role: str | None = None,
@@ -107,10 +114,14 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self._stats = TensorStatsCache()
         self._inputs: list = []  # (stats, array) of the op in flight, taken before its kernel ran
         self._autocast = ""
+        self.run_dir: str | None = None  # under torch.distributed: the run directory ``path`` names
+        self.rank: int | None = None
+        self.world_size: int | None = None
 
     # -- context ---------------------------------------------------------------
 
     def __enter__(self) -> "dump":
+        self._join_run()
         self._autocast = _autocast_dtype()  # autocast is off inside dispatch, where the metadata is written
         SESSION.attach(recorder=self)
         return self
@@ -125,6 +136,22 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         finally:
             if self._writer is not None:
                 self._writer.close(complete=exc_type is None)
+
+    def _join_run(self) -> None:
+        """Under an initialised process group, write this rank's dump into the run directory ``path``."""
+        distributed = getattr(torch, "distributed", None)
+        if distributed is None or not distributed.is_available() or not distributed.is_initialized():
+            return
+        from precision_tool.dump.runs import rank_path, write_manifest
+
+        if self.run_dir is None:
+            self.run_dir = self.path
+        self.rank, self.world_size = distributed.get_rank(), distributed.get_world_size()
+        self.path = rank_path(self.run_dir, self.rank)
+        os.makedirs(self.run_dir, exist_ok=True)
+        if self.rank == 0:
+            write_manifest(self.run_dir, self.world_size, backend=str(distributed.get_backend()))
+        self.extra_metadata = {"rank": self.rank, "world_size": self.world_size, **self.extra_metadata}
 
     def step(self, loss=None, loss_scale=None) -> None:
         """End the current step, noting its loss (see `precision_tool.torch.step`)."""

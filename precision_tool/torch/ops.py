@@ -64,6 +64,7 @@ sym_storage_offset _has_same_storage_numel is_same_size record_stream _version
 
 # record_function markers of the profiler (optimizer.step and backward emit them)
 _PASSTHROUGH_NAMESPACES = frozenset({"profiler"})
+_COLLECTIVE_NAMESPACES = frozenset({"c10d", "_c10d_functional"})
 
 # Outputs that stay float32 whatever the compute format: softmax statistics of fused attention,
 # which kernels keep in their float32 accumulator (PyTorch's own low-precision kernels do the same).
@@ -126,6 +127,7 @@ class AtenOp:
     float32_args: tuple[int, ...] = ()  # positional arguments never rounded to the compute format
     overwrites: bool = False  # writes its destination without reading it (fill_, uniform_, copy_)
     same_values: bool = False  # its output holds its first input's values (clone, _unsafe_view)
+    collective: bool = False  # a torch.distributed collective (c10d): its result arrives when its Work completes
 
     def mutated_args(self, args: tuple, kwargs: dict) -> list:
         """The tensors (or tensor lists) this call writes to."""
@@ -155,11 +157,14 @@ def _describe(func) -> AtenOp:
         (i, arg.name) for i, arg in enumerate(func._schema.arguments)
         if arg.alias_info is not None and arg.alias_info.is_write
     )
+    collective = func.namespace in _COLLECTIVE_NAMESPACES
+    if collective and not mutated and opname.endswith("_") and func._schema.arguments:
+        mutated = ((0, func._schema.arguments[0].name),)  # c10d's schemas leave out that allreduce_ writes its tensors
     passthrough = opname in _PASSTHROUGH or func.namespace in _PASSTHROUGH_NAMESPACES
     return AtenOp(func, f"{func.namespace}.{opname}", func._overloadname, category, amp,
                   bool(func.is_view), passthrough, opname in _ALIASES, opname in _CASTS, mutated,
                   _FLOAT32_OUTPUTS.get(opname, ()), _FLOAT32_INPUTS.get(opname, ()), opname in _OVERWRITES,
-                  opname in _SAME_VALUES)
+                  opname in _SAME_VALUES, collective)
 
 
 def lookup(op_type: str, overload: str = "default"):
@@ -182,6 +187,21 @@ def flat_tensors(values) -> list:
         elif isinstance(value, (list, tuple)):
             found.extend(v for v in value if isinstance(v, torch.Tensor))
     return found
+
+
+def complete_collective(info: AtenOp, result) -> None:
+    """Wait for a collective's work to finish, so that its output tensors hold the result when recorded.
+
+    A c10d op returns at once with a Work handle (``(tensors, work)``); the reduced values arrive when the
+    work completes. Waiting here makes the collective synchronous under capture (no overlap of communication
+    with the backward pass), which changes no value: the caller waits on the same work later, and a second
+    wait returns at once.
+    """
+    if not info.collective:
+        return
+    for item in (result if isinstance(result, (list, tuple)) else (result,)):
+        if not isinstance(item, (torch.Tensor, list, tuple)) and callable(getattr(item, "wait", None)):
+            item.wait()
 
 
 def result_tensors(info: AtenOp, args: tuple, kwargs: dict, result) -> list:

@@ -27,7 +27,8 @@ from precision_tool.dump.records import MODULE_TYPE_PREFIX
 from precision_tool.engine.hooks import BACKWARD
 from precision_tool.torch.modules import ModuleGradients, without_modes
 from precision_tool.torch.naming import Namer
-from precision_tool.torch.ops import AtenOp, dtype_name, encode_args, flat_tensors, op_info, result_tensors
+from precision_tool.torch.ops import (AtenOp, complete_collective, dtype_name, encode_args, flat_tensors, op_info,
+                                     result_tensors)
 from precision_tool.torch.tensors import FORMAT_ATTR, logical_dtype
 
 _current_node = torch._C._current_autograd_node
@@ -287,6 +288,7 @@ class Session:
             if watching:
                 self._before_kernel(call, watching, False)
             result = func(*args, **kwargs)
+            complete_collective(info, result)
             call.outputs = result_tensors(info, args, kwargs, result)
             describe = _torch_dtype
         if call.overflow:

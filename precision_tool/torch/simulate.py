@@ -26,7 +26,7 @@ from precision_tool.engine.formats import FLOAT32, check_overflow_mode
 from precision_tool.engine.ops.base import MOVEMENT
 from precision_tool.engine.precision import MixLists, decide, load_mixlist, policy_for
 from precision_tool.engine.status import FloatStatus, OpRef
-from precision_tool.torch.ops import dtype_name, flat_tensors, result_tensors
+from precision_tool.torch.ops import complete_collective, dtype_name, flat_tensors, result_tensors
 from precision_tool.torch.session import SESSION, OpCall
 from precision_tool.torch.tensors import (FORMAT_ATTR, has_nonfinite, round_in_place, round_to,
                                           saturate_in_place, set_logical_format)
@@ -77,7 +77,7 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         """Run ``call`` with simulated numerics; ``before()`` is called just before the kernel."""
         info = call.info
         floats = [t for t in _tensors(call.args, call.kwargs) if t.is_floating_point()]
-        native = (not floats or call.direction == "optimizer" or _accumulates_grad(call)
+        native = (not floats or info.collective or call.direction == "optimizer" or _accumulates_grad(call)
                   or any(t.dtype != torch.float32 for t in floats)
                   or (info.cast and call.kwargs.get("dtype", torch.float32) != torch.float32))
         if native:
@@ -99,6 +99,7 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         if before is not None:
             before()
         result = call.info.func(*call.args, **call.kwargs)
+        complete_collective(call.info, result)
         call.outputs = result_tensors(call.info, call.args, call.kwargs, result)
         call.compute_dtype = dtype_name(floats[0].dtype) if floats else ""
         mode = self.overflow_mode if saturate else "inf_nan"

@@ -1,0 +1,132 @@
+"""Runs of several ranks: a directory holding one dump per rank (``rank0.h5``, ``rank1.h5``, ...) and ``run.json``.
+
+``run.json`` is a small manifest: ``{"format": "precision-tool-run", "version": 1, "world_size": N,
+"ranks": ["rank0.h5", ...]}``. Every rank dump also carries ``rank`` and ``world_size`` in its root
+metadata. A directory is a run when it holds ``run.json`` or a ``rank<R>.h5``; anything else that is a
+directory is left to the msprobe adapter. Checking a run (`find_run`) needs no HDF5: the dumps are opened
+by whoever reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+from precision_tool.errors import InputError
+
+MANIFEST = "run.json"
+RUN_FORMAT = "precision-tool-run"
+RUN_VERSION = 1
+_RANK_FILE = re.compile(r"rank(\d+)\.h5$")
+
+
+def rank_file(rank: int) -> str:
+    """The file name of rank ``rank``'s dump inside a run directory."""
+    return f"rank{int(rank)}.h5"
+
+
+def rank_path(run_dir, rank: int) -> str:
+    return os.path.join(os.fspath(run_dir), rank_file(rank))
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """A run directory's ranks: ``paths[r]`` is rank r's dump."""
+
+    path: str
+    world_size: int
+    paths: tuple[str, ...]
+
+    @property
+    def ranks(self) -> range:
+        return range(self.world_size)
+
+
+def is_run_dir(path) -> bool:
+    """Whether ``path`` is a directory laid out as a run (a manifest, or a ``rank<R>.h5`` in it)."""
+    text = os.fspath(path)
+    if not os.path.isdir(text):
+        return False
+    if os.path.isfile(os.path.join(text, MANIFEST)):
+        return True
+    try:
+        return any(_RANK_FILE.match(name) for name in os.listdir(text))
+    except OSError:
+        return False
+
+
+def find_run(path) -> RunLayout:
+    """The run at ``path``; InputError (one line naming it) when it holds no rank dumps or lacks a rank."""
+    text = os.fspath(path)
+    if not os.path.isdir(text):
+        raise InputError(text, "not a run directory (a directory of rank<R>.h5 dumps)")
+    try:
+        names = os.listdir(text)
+    except OSError as exc:
+        raise InputError(text, f"cannot read the run directory: {exc.strerror or exc}") from None
+    found = {int(m.group(1)): name for name in names if (m := _RANK_FILE.match(name))}
+    manifest = read_manifest(text) if MANIFEST in names else None
+    if manifest is None and not found:
+        raise InputError(text, "no rank dumps in this run directory (expected rank0.h5, rank1.h5, ...)")
+    world_size = manifest["world_size"] if manifest is not None else max(found) + 1
+    missing = [r for r in range(world_size) if r not in found]
+    if missing:
+        listed = ", ".join(rank_file(r) for r in missing[:4]) + (", ..." if len(missing) > 4 else "")
+        raise InputError(text, f"missing rank {missing[0]} of a world of {world_size} ({listed} not found)")
+    extra = sorted(r for r in found if r >= world_size)
+    if extra:
+        raise InputError(text, f"holds {rank_file(extra[0])} but its {MANIFEST} says world size {world_size}")
+    return RunLayout(text, world_size, tuple(os.path.join(text, found[r]) for r in range(world_size)))
+
+
+def read_manifest(run_dir) -> dict:
+    """``run.json`` of ``run_dir``, checked; InputError when it is not a manifest this version reads."""
+    path = os.path.join(os.fspath(run_dir), MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InputError(path, f"not JSON: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != RUN_FORMAT:
+        raise InputError(path, f"not a run manifest (no \"format\": \"{RUN_FORMAT}\")")
+    if manifest.get("version") != RUN_VERSION:
+        raise InputError(path, f"run manifest version {manifest.get('version')!r}; this version reads {RUN_VERSION}")
+    size = manifest.get("world_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise InputError(path, f"world_size must be a positive integer, got {size!r}")
+    return manifest
+
+
+def write_manifest(run_dir, world_size: int, **extra) -> str:
+    """Write ``run.json`` (atomically: a reader sees the old one or the new one) and return its path."""
+    run_dir = os.fspath(run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    manifest = {"format": RUN_FORMAT, "version": RUN_VERSION, "world_size": int(world_size),
+                "ranks": [rank_file(r) for r in range(int(world_size))], **extra}
+    path = os.path.join(run_dir, MANIFEST)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(manifest, handle, indent=1)
+        handle.write("\n")
+    os.replace(temporary, path)
+    return path
+
+
+def check_world_sizes(golden: RunLayout, target: RunLayout) -> None:
+    """Golden and target runs pair rank by rank: their world sizes must agree (InputError naming the target)."""
+    if golden.world_size != target.world_size:
+        raise InputError(target.path, f"world size {target.world_size}, but the golden run {golden.path} has "
+                                      f"{golden.world_size}: ranks pair one to one")
+
+
+def check_rank_metadata(path: str, metadata: dict, rank: int, world_size: int) -> None:
+    """A rank dump whose own metadata names another rank or world size is refused (InputError)."""
+    recorded_rank, recorded_size = metadata.get("rank"), metadata.get("world_size")
+    if recorded_size is not None and int(recorded_size) != world_size:
+        raise InputError(path, f"recorded with world size {recorded_size}, but its run has {world_size} ranks")
+    if recorded_rank is not None and int(recorded_rank) != rank:
+        raise InputError(path, f"recorded as rank {recorded_rank}, but it is the run's {rank_file(rank)}")
