@@ -18,7 +18,6 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from precision_tool.compare.report import CompareReport
-from precision_tool.render.plot import PlotData
 
 BARS = "▁▂▃▄▅▆▇█"
 UNDEFINED = "×"
@@ -76,6 +75,8 @@ class ExecutionChart:
     """A rich renderable: the two sparklines of the report's `PlotData`, as wide as the console allows."""
 
     def __init__(self, report: CompareReport, cosine_threshold: float):
+        from precision_tool.render.plot import PlotData  # imports the dump layer (h5py): not at shell start-up
+
         self.data = PlotData.of(report, cosine_threshold)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
