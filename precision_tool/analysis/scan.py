@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from precision_tool.analysis.arguments import argument_changes
 from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, pair_errors,
                                                  replay_introduced, self_consistency)
 from precision_tool.analysis.errors import format_limit, noise_floor, split_error
@@ -192,6 +193,10 @@ class Scanner:
         floor = noise_floor(_output_dtype(record))
         if a.observed < floor or self.replays >= MAX_REPLAYS:
             return None
+        if record.direction == "forward" and a.observed > INTRODUCED_EXCESS * max(a.inherited, 1e-12):
+            verdict = self._called_differently(record, a)
+            if verdict is not None:
+                return verdict
         a = self._attribute(record, replay=True)
         self.result.attributions.append(a)
         if a.introduced is not None and a.introduced >= max(SIGNIFICANT_ERROR, floor) \
@@ -208,6 +213,24 @@ class Scanner:
         if a.introduced is not None and a.introduced >= SIGNIFICANT_ERROR:
             return self._precision_loss(record, a)
         return None
+
+    def _called_differently(self, record: OpRecord, a: Attribution) -> Verdict | None:
+        """kernel_bug when the target calls this op with other numbers or strings than golden calls it with,
+        and its output departs from golden beyond what its inputs carry: the call, not rounding, made the error."""
+        partner = self._golden_of(record)
+        if partner is None or partner.type != record.type:
+            return None
+        changes = argument_changes(partner.attrs, record.attrs)
+        if not changes:
+            return None
+        self.result.attributions.append(a)
+        evidence = (f"{record.name} ({record.type}) is called with other arguments than in golden: "
+                    + "; ".join(changes[:3]) + (" ..." if len(changes) > 3 else ""),
+                    f"observed error {_fmt(a.observed)}, inherited from its inputs {_fmt(a.inherited)}: "
+                    "the difference starts at this call")
+        return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, evidence,
+                       f"make the target call {record.type} as golden does (see its arguments above)",
+                       module=module_path(record.name))
 
     def _judge_overflow(self, record: OpRecord, a: Attribution) -> Verdict | None:
         invalid = not a.overflowed

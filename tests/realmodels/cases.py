@@ -209,12 +209,15 @@ MODELS: dict[str, tuple[Callable, dict, dict]] = {
                                            "attn": "bert.encoder.layer.0.attention.self"}),
     "bert-eager": (bert, {"attn": "eager"}, {"act": "bert.encoder.layer.1.intermediate.intermediate_act_fn",
                                              "ln": "bert.embeddings.LayerNorm",
-                                             "attn": "bert.encoder.layer.0.attention.self"}),
+                                             "attn": "bert.encoder.layer.0.attention.self",
+                                             "ln2": "bert.encoder.layer.1.output.LayerNorm",
+                                             "fc": "bert.encoder.layer.1.intermediate.dense"}),
     "vit": (vit, {"attn": "sdpa"}, {"act": "vit.layers.1.mlp.activation_fn", "ln": "vit.layers.0.layernorm_before",
                                     "attn": "vit.layers.0.attention"}),
     "vit-eager": (vit, {"attn": "eager"}, {"act": "vit.layers.1.mlp.activation_fn",
                                            "ln": "vit.layers.0.layernorm_before", "attn": "vit.layers.0.attention"}),
-    "resnet": (resnet, {}, {"act": "resnet.encoder.stages.1.layers.0.layer.0.activation"}),
+    "resnet": (resnet, {}, {"act": "resnet.encoder.stages.1.layers.0.layer.0.activation",
+                            "conv": "resnet.encoder.stages.1.layers.0.layer.0.convolution"}),
     "lstm": (lstm, {}, {"act": "head"}),
     "lstm-nodnn": (lstm, {}, {"act": "head"}),
     "llama": (llama, {}, {"act": "model.layers.1.mlp.act_fn", "norm": "model.norm"}),
@@ -313,6 +316,36 @@ def backward_only(run: Run, path: str) -> None:
     _patch_forward(mod, lambda *args, **kwargs: _ScaledGradient.apply(original(*args, **kwargs)))
 
 
+def layernorm_eps(run: Run, path: str) -> None:
+    """The LayerNorm is called with epsilon 0.1 instead of the model's: the right kernel, the wrong call."""
+    ln = module(run.model, path)
+    _patch_forward(ln, lambda x: nn.functional.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, 1e-1))
+
+
+def gelu_tanh(run: Run, path: str) -> None:
+    """GELU's tanh approximation instead of the exact GELU: errors near 1e-3, below any cosine threshold."""
+    _patch_forward(module(run.model, path), lambda x: nn.functional.gelu(x, approximate="tanh"))
+
+
+def drop_bias(run: Run, path: str) -> None:
+    """The Linear layer forgets its bias."""
+    linear = module(run.model, path)
+    _patch_forward(linear, lambda x: nn.functional.linear(x, linear.weight))
+
+
+def conv_noise(run: Run, path: str) -> None:
+    """The convolution adds noise of 1e-2 to its output (a kernel reading uninitialised memory, say)."""
+    conv = module(run.model, path)
+    original = conv.forward
+    generator = torch.Generator().manual_seed(1)
+
+    def forward(x):
+        y = original(x)
+        return y + 1e-2 * torch.randn(y.shape, generator=generator)
+
+    _patch_forward(conv, forward)
+
+
 @dataclass(frozen=True)
 class Case:
     """One golden/target pair and the verdict it must get."""
@@ -338,7 +371,8 @@ class Case:
 FAULTS: dict[str, Callable] = {
     "scale": scale_output, "handwritten": handwritten_activation, "onepass_ln": onepass_layernorm,
     "naive_softmax": naive_softmax, "backward_only": backward_only, "attn_overflow": None, "loss_scale": None,
-    "sqrt_act": sqrt_activation,
+    "sqrt_act": sqrt_activation, "ln_eps": layernorm_eps, "gelu_tanh": gelu_tanh, "drop_bias": drop_bias,
+    "conv_noise": conv_noise,
 }
 
 
@@ -375,6 +409,13 @@ def fault_cases() -> list[Case]:
     cases.append(Case("distilbert", "fp16", "onepass_ln", "ln", "precision_loss", model_kwargs=(("offset", 16.0),)))
     cases.append(Case("t5", "fp32", "sqrt_act", "act", "invalid_operation"))
     cases.append(Case("llama", "mix", "loss_scale", "", "overflow", "backward", loss_scale=2.0 ** 24))
+    # the right kernels called wrongly, or with a small error of their own
+    cases.append(Case("bert-eager", "fp32", "ln_eps", "ln2", "kernel_bug"))
+    cases.append(Case("vit", "fp32", "ln_eps", "ln", "kernel_bug"))
+    cases.append(Case("bert-eager", "fp32", "gelu_tanh", "act", "kernel_bug"))
+    cases.append(Case("vit", "fp32", "gelu_tanh", "act", "kernel_bug"))
+    cases.append(Case("bert-eager", "fp32", "drop_bias", "fc", "kernel_bug"))
+    cases.append(Case("resnet", "fp32", "conv_noise", "conv", "kernel_bug"))
     return cases
 
 

@@ -1,0 +1,96 @@
+"""Op arguments that differ between golden and target: the same op called differently.
+
+A dump records each op's non-tensor arguments (``OpRecord.attrs``: a torch
+op's ``args``/``kwargs`` with tensors as placeholders, an engine op's
+attributes). Where the target calls an op with another epsilon, another
+approximation (``gelu(approximate="tanh")``), another scale or axis than
+golden does, no kernel is wrong and the error it makes can sit far below
+what a value-based judgement notices; the argument itself is the evidence.
+
+Only numbers and strings are compared. Tensors, dtypes, memory formats,
+devices, flags (``half_to_float``, ``non_blocking``) and a dtype's extremes
+(``torch.finfo(dtype).min`` as a mask value) legitimately differ between a
+float32 golden run and a low-precision target, so they are left out.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import ml_dtypes
+import numpy as np
+
+_SKIPPED_KEYS = {"overload", "dtype", "layout", "device", "memory_format", "pin_memory", "non_blocking", "copy",
+                 "half_to_float", "out_dtype"}
+
+
+def _dtype_constants() -> frozenset[float]:
+    """The extremes a model derives from its dtype (``torch.finfo(dtype).min`` as a mask value, say): they
+    differ with the target's precision by design."""
+    values = set()
+    for dtype in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64):
+        info = ml_dtypes.finfo(dtype)
+        for value in (info.max, info.min, info.tiny, info.eps, info.smallest_subnormal):
+            values |= {float(value), -float(value)}
+    return frozenset(values)
+
+
+_DTYPE_CONSTANTS = _dtype_constants()
+
+
+def scalar_arguments(attrs: dict | None) -> dict[str, object]:
+    """path -> value of every number and string among ``attrs`` (placeholders and dtype-like values left out)."""
+    return dict(_walk(attrs or {}, ""))
+
+
+def _walk(value, path: str) -> Iterator[tuple[str, object]]:
+    if isinstance(value, dict):
+        if "tensor" in value or len(value) == 1 and next(iter(value)) in _SKIPPED_KEYS:
+            return  # a tensor placeholder, or an encoded dtype / memory format / device
+        for key, item in value.items():
+            if key in _SKIPPED_KEYS:
+                continue
+            yield from _walk(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _walk(item, f"{path}[{index}]")
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, float) and value in _DTYPE_CONSTANTS:
+        return  # finfo(dtype).min and the like: they follow the precision, not the model
+    elif isinstance(value, (int, float, str)):
+        yield path, value
+
+
+def argument_changes(golden_attrs: dict | None, target_attrs: dict | None) -> list[str]:
+    """``args[4]: 1e-12 in golden, 0.1 in target`` for each number or string argument that differs, or that
+    only one side passes (``approximate: not given in golden, 'tanh' in target``)."""
+    golden, target = scalar_arguments(golden_attrs), scalar_arguments(target_attrs)
+    changes = []
+    for path in sorted(golden.keys() | target.keys()):
+        g, t = golden.get(path, _MISSING), target.get(path, _MISSING)
+        if g is not _MISSING and t is not _MISSING and _same(g, t):
+            continue
+        changes.append(f"{path}: {_shown(g)} in golden, {_shown(t)} in target")
+    return changes
+
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+def _shown(value) -> str:
+    return "not given" if value is _MISSING else repr(value)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0) or (math.isnan(a) and math.isnan(b))
+        except (TypeError, ValueError):
+            return False
+    return a == b

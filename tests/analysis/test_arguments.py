@@ -1,0 +1,27 @@
+"""Op arguments that differ between golden and target: what counts, what is left out."""
+
+from precision_tool.analysis.arguments import argument_changes, scalar_arguments
+
+
+def test_numbers_and_strings_are_compared_by_position_and_keyword():
+    golden = {"overload": "default", "args": [{"tensor": 0, "dtype": "float32"}, [32], None, None, 1e-12],
+              "kwargs": {}}
+    target = {"overload": "default", "args": [{"tensor": 0, "dtype": "bfloat16"}, [32], None, None, 0.1],
+              "kwargs": {"approximate": "tanh"}}
+    assert argument_changes(golden, target) == ["args[4]: 1e-12 in golden, 0.1 in target",
+                                                "kwargs.approximate: not given in golden, 'tanh' in target"]
+
+
+def test_tensors_dtypes_flags_and_dtype_extremes_are_left_out():
+    attrs = {"args": [{"tensor": 0, "dtype": "float16"}, -1, True, -3.4028234663852886e+38],
+             "kwargs": {"dtype": {"dtype": "bfloat16"}, "memory_format": {"memory_format": "preserve_format"},
+                        "half_to_float": True, "non_blocking": False}}
+    assert scalar_arguments(attrs) == {"args[1]": -1}
+    # torch.finfo(torch.bfloat16).min as a mask value under autocast is no change of the call
+    assert argument_changes({"args": [-3.4028234663852886e+38]}, {"args": [-3.3895313892515355e+38]}) == []
+
+
+def test_equal_calls_and_engine_attributes():
+    assert argument_changes({"epsilon": 1e-5, "axis": -1}, {"epsilon": 1e-5, "axis": -1}) == []
+    assert argument_changes({"epsilon": 1e-5}, {"epsilon": 1e-3}) == ["epsilon: 1e-05 in golden, 0.001 in target"]
+    assert argument_changes(None, {}) == []
