@@ -94,3 +94,25 @@ def _same(a, b) -> bool:
         except (TypeError, ValueError):
             return False
     return a == b
+
+
+def called_differently(record, partner, attribution):
+    """kernel_bug when ``record`` (the target's op) is called with other numbers or strings than its golden
+    ``partner``; the scan asks only once the op's output departs from golden beyond what its inputs carry, so
+    the call, not rounding, made the error. None when the calls agree."""
+    from precision_tool.analysis.results import Verdict
+    from precision_tool.analysis.structure import module_path
+
+    if partner is None or partner.type != record.type:
+        return None
+    changes = argument_changes(partner.attrs, record.attrs)
+    if not changes:
+        return None
+    a = attribution
+    evidence = (f"{record.name} ({record.type}) is called with other arguments than in golden: "
+                + "; ".join(changes[:3]) + (" ..." if len(changes) > 3 else ""),
+                f"observed error {a.observed:.3g}, inherited from its inputs {a.inherited:.3g}: "
+                "the difference starts at this call")
+    return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, evidence,
+                   f"make the target call {record.type} as golden does (see its arguments above)",
+                   module=module_path(record.name))

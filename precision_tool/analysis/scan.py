@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from precision_tool.analysis.arguments import argument_changes
+from precision_tool.analysis.arguments import called_differently
 from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, pair_errors,
                                                  replay_introduced, self_consistency)
 from precision_tool.analysis.errors import format_limit, noise_floor, split_error
@@ -215,22 +215,10 @@ class Scanner:
         return None
 
     def _called_differently(self, record: OpRecord, a: Attribution) -> Verdict | None:
-        """kernel_bug when the target calls this op with other numbers or strings than golden calls it with,
-        and its output departs from golden beyond what its inputs carry: the call, not rounding, made the error."""
-        partner = self._golden_of(record)
-        if partner is None or partner.type != record.type:
-            return None
-        changes = argument_changes(partner.attrs, record.attrs)
-        if not changes:
-            return None
-        self.result.attributions.append(a)
-        evidence = (f"{record.name} ({record.type}) is called with other arguments than in golden: "
-                    + "; ".join(changes[:3]) + (" ..." if len(changes) > 3 else ""),
-                    f"observed error {_fmt(a.observed)}, inherited from its inputs {_fmt(a.inherited)}: "
-                    "the difference starts at this call")
-        return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, evidence,
-                       f"make the target call {record.type} as golden does (see its arguments above)",
-                       module=module_path(record.name))
+        verdict = called_differently(record, self._golden_of(record), a)
+        if verdict is not None:
+            self.result.attributions.append(a)
+        return verdict
 
     def _judge_overflow(self, record: OpRecord, a: Attribution) -> Verdict | None:
         invalid = not a.overflowed
