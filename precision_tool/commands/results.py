@@ -125,7 +125,7 @@ class AutoCheck:
     """`ac`: the diagnosis plus, when a comparison is loaded, its flagged ops."""
 
     diagnosis: Any  # Diagnosis
-    flagged: Flagged | None
+    flagged: Comparison | None  # ac -c: the flagged ops, as vcs lists them
     overflow_limit: int | None
     show_all: bool = False  # every attribution row, not only those up to the culprit
     full: Any = None  # the Diagnosis before its overflow entries were cut to -l (its JSON is of this one)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from precision_tool.compare.matching import FusionCover, Unmatched
 from precision_tool.compare.metrics import ONE_SIDE_ZERO, TensorMetrics
@@ -202,14 +201,3 @@ def select_flagged(report: CompareReport, cosine_threshold: float = COSINE_THRES
     """
     flagged = [op for op in report.ops if op.flagged(cosine_threshold)]
     return flagged if limit is None or limit < 1 else flagged[:limit]
-
-
-@dataclass
-class Flagged:
-    """The flagged ops of a comparison (`select_flagged`), with the threshold and limit used: `vcs`, `diagnose -c`."""
-
-    report: Any  # CompareReport
-    rows: list  # the selected OpComparisons, in execution order
-    threshold: float
-    limit: int | None
-    total: int = 0  # ops flagged at this threshold, before the limit

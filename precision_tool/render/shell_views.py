@@ -1,7 +1,7 @@
 """Rich renderables for the shell's results, shared by the REPL, `shell -c` and `diagnose`.
 
 Each view takes the data a handler returned (`precision_tool.commands.results`,
-`precision_tool.analysis.results`, the comparator's `Flagged`) and returns a
+`precision_tool.analysis.results`) and returns a
 rich renderable; `render` picks the view by the result's type (`RENDERERS`).
 """
 
@@ -441,7 +441,7 @@ RENDERERS = {
     (_COMMANDS, "OpListing"): op_listing, (_COMMANDS, "Candidates"): candidates, (_COMMANDS, "OpInfo"): op_info,
     (_COMMANDS, "TensorView"): tensor_view, (_COMMANDS, "TensorComparison"): tensor_comparison,
     (_ANALYSIS, "OverflowReport"): overflow_report, (_ANALYSIS, "FusionReport"): fusion_report,
-    (_ANALYSIS, "Attribution"): attribution, ("precision_tool.compare.report", "Flagged"): flagged,
+    (_ANALYSIS, "Attribution"): attribution,
     (_COMMANDS, "AutoCheck"): auto_check, (_ANALYSIS, "Diagnosis"): diagnosis, (_COMMANDS, "HelpIndex"): help_index,
     (_COMMANDS, "HelpText"): help_text, (_COMMANDS, "InspectResult"): dump_summary,
     ("precision_tool.compare.check", "CheckResult"): lambda result: _check_view(result),
