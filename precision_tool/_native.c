@@ -132,18 +132,70 @@ static char element_kind(const Py_buffer *view)
     return 0;
 }
 
-/* Add one chunk to the sums; 0 when done, 1 when a value is not finite (nothing added). */
-static int accumulate_chunk(block_fn fn, const char *x, Py_ssize_t x_size, const char *y, Py_ssize_t y_size,
-                            Py_ssize_t n, const params_t *p, double *sums)
+/* Element kinds of a stored tensor: the block loops read float32 or float64; float16 and bfloat16 (its
+ * bits, as the dump stores it) are widened to float32 block by block first, exactly. */
+enum { K_F32, K_F64, K_F16, K_BF16, N_KINDS };
+static const Py_ssize_t kind_size[N_KINDS] = {4, 8, 2, 2};
+
+static float bits_to_float(uint32_t bits)
+{
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* IEEE binary16 to binary32, exact, in integer arithmetic (no dependence on the FPU's denormal mode). */
+static float f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    if (exp == 0x1f)
+        return bits_to_float(sign | 0x7f800000u | (man << 13));
+    if (exp)
+        return bits_to_float(sign | ((exp + 112) << 23) | (man << 13));
+    if (!man)
+        return bits_to_float(sign);
+    const int shift = __builtin_clz(man) - 21;  /* a subnormal: normalise so that bit 10 is set */
+    man <<= shift;
+    return bits_to_float(sign | ((uint32_t)(113 - shift) << 23) | ((man & 0x3ff) << 13));
+}
+
+/* `n` stored values of kind K_F16 or K_BF16 at `src` as float32 at `dst`. */
+static void widen(int kind, const char *src, Py_ssize_t n, float *dst)
+{
+    const uint16_t *h = (const uint16_t *)src;
+    if (kind == K_BF16)
+        for (Py_ssize_t i = 0; i < n; i++)
+            dst[i] = bits_to_float((uint32_t)h[i] << 16);
+    else
+        for (Py_ssize_t i = 0; i < n; i++)
+            dst[i] = f16_to_f32(h[i]);
+}
+
+/* Add one chunk to the sums; 0 when done, 1 when a value is not finite (nothing added).
+ * `x_kind`/`y_kind` K_F16 or K_BF16 widen each block to float32 first (then `fn` must read float32 there). */
+static int accumulate_chunk_kinds(block_fn fn, const char *x, int x_kind, const char *y, int y_kind,
+                                  Py_ssize_t n, const params_t *p, double *sums)
 {
     double add[N_SUMS] = {0};
     double max_abs = sums[S_MAX_ABS], max_rel = sums[S_MAX_REL];
     double kl_atanh = 0.0;
     int64_t rel_count = 0;
+    float x_wide[BLOCK], y_wide[BLOCK];
+    const Py_ssize_t x_size = kind_size[x_kind], y_size = kind_size[y_kind];
     for (Py_ssize_t start = 0; start < n; start += BLOCK) {
         const Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK;
+        const void *xb = x + start * x_size, *yb = y + start * y_size;
+        if (x_kind >= K_F16) {
+            widen(x_kind, xb, m, x_wide);
+            xb = x_wide;
+        }
+        if (y_kind >= K_F16) {
+            widen(y_kind, yb, m, y_wide);
+            yb = y_wide;
+        }
         block_t b;
-        fn(x + start * x_size, y + start * y_size, m, p, &b);
+        fn(xb, yb, m, p, &b);
         if (!is_finite_bits(b.xx) || !is_finite_bits(b.yy))
             return 1;
         add[S_XY] += b.xy; add[S_XX] += b.xx; add[S_YY] += b.yy; add[S_DD] += b.dd;
@@ -161,6 +213,19 @@ static int accumulate_chunk(block_fn fn, const char *x, Py_ssize_t x_size, const
     sums[S_REL_COUNT] += (double)rel_count;
     sums[S_KL_S] += 2.0 * kl_atanh;
     return 0;
+}
+
+/* The block loop for a pair of kinds (float16 and bfloat16 read as the float32 they widen to). */
+static block_fn block_for(int x_kind, int y_kind)
+{
+    const int xd = x_kind == K_F64, yd = y_kind == K_F64;
+    return (block_fn)(xd ? (yd ? (void *)block_dd : (void *)block_df) : (yd ? (void *)block_fd : (void *)block_ff));
+}
+
+static int accumulate_chunk(block_fn fn, const char *x, Py_ssize_t x_size, const char *y, Py_ssize_t y_size,
+                            Py_ssize_t n, const params_t *p, double *sums)
+{
+    return accumulate_chunk_kinds(fn, x, x_size == 8 ? K_F64 : K_F32, y, y_size == 8 ? K_F64 : K_F32, n, p, sums);
 }
 
 static PyObject *pair_sums(PyObject *module, PyObject *args)
@@ -203,6 +268,120 @@ static PyObject *pair_sums(PyObject *module, PyObject *args)
     PyBuffer_Release(&x);
     PyBuffer_Release(&y);
     PyBuffer_Release(&sums);
+    return result;
+}
+
+/* ---- pairs_sums ----
+ *
+ * The sums of many small tensor pairs in one call: the comparator's batch of
+ * packed tensors (precision_tool.compare.batch). Each pair is a run of values
+ * in one of a few byte buffers per side (a dump step's packs, mapped), given
+ * by a row of `table`: x buffer, x byte offset, x kind, y buffer, y byte
+ * offset, y kind, count. Each pair gets its own row of sums, computed exactly
+ * as pair_sums computes them for the same values in one chunk, and a status:
+ * 0 done, 1 a value is not finite (the caller redoes that pair its own way),
+ * 2 the row points outside its buffer or is misaligned (likewise).
+ */
+enum { T_XBUF, T_XOFF, T_XKIND, T_YBUF, T_YOFF, T_YKIND, T_COUNT, T_COLUMNS };
+
+static int get_buffers(PyObject *seq, Py_buffer **views, Py_ssize_t *n)
+{
+    *n = PyTuple_Size(seq);
+    if (*n < 0)
+        return -1;
+    *views = PyMem_Calloc(*n ? *n : 1, sizeof(Py_buffer));
+    if (!*views) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(seq, i), &(*views)[i], PyBUF_C_CONTIGUOUS) < 0) {
+            for (Py_ssize_t j = 0; j < i; j++)
+                PyBuffer_Release(&(*views)[j]);
+            PyMem_Free(*views);
+            *views = NULL;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void release_buffers(Py_buffer *views, Py_ssize_t n)
+{
+    if (!views)
+        return;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+}
+
+/* The start of a pair's values in its buffer, or NULL when the row does not fit it. */
+static const char *pair_start(const Py_buffer *views, Py_ssize_t n_views, int64_t buf, int64_t offset, int64_t kind,
+                              int64_t count)
+{
+    if (buf < 0 || buf >= n_views || kind < 0 || kind >= N_KINDS || offset < 0 || count < 0)
+        return NULL;
+    const Py_ssize_t size = kind_size[kind];
+    if (offset % size || count > (views[buf].len - offset) / size)
+        return NULL;
+    return (const char *)views[buf].buf + offset;
+}
+
+static PyObject *pairs_sums(PyObject *module, PyObject *args)
+{
+    PyObject *x_seq, *y_seq, *table_obj, *params_obj, *sums_obj, *status_obj;
+    if (!PyArg_ParseTuple(args, "O!O!OOOO:pairs_sums", &PyTuple_Type, &x_seq, &PyTuple_Type, &y_seq, &table_obj,
+                          &params_obj, &sums_obj, &status_obj))
+        return NULL;
+    Py_buffer *xs = NULL, *ys = NULL;
+    Py_ssize_t n_xs = 0, n_ys = 0;
+    Py_buffer table = {0}, params = {0}, sums = {0}, status = {0};
+    PyObject *result = NULL;
+    if (get_buffers(x_seq, &xs, &n_xs) < 0 || get_buffers(y_seq, &ys, &n_ys) < 0)
+        goto done;
+    if (PyObject_GetBuffer(table_obj, &table, PyBUF_C_CONTIGUOUS) < 0
+        || PyObject_GetBuffer(params_obj, &params, PyBUF_C_CONTIGUOUS) < 0
+        || PyObject_GetBuffer(sums_obj, &sums, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0
+        || PyObject_GetBuffer(status_obj, &status, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        goto done;
+    const Py_ssize_t n = status.len;
+    if (table.len != n * T_COLUMNS * (Py_ssize_t)sizeof(int64_t) || params.len != n * 5 * (Py_ssize_t)sizeof(double)
+        || sums.len != n * N_SUMS * (Py_ssize_t)sizeof(double)) {
+        PyErr_SetString(PyExc_ValueError, "pairs_sums: table (n x 7 int64), params (n x 5 float64), sums "
+                                          "(n x N_SUMS float64) and status (n int8) disagree on n");
+        goto done;
+    }
+    const int64_t *rows = table.buf;
+    const double *par = params.buf;
+    double *out = sums.buf;
+    int8_t *st = status.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t *r = rows + i * T_COLUMNS;
+        double *s = out + i * N_SUMS;
+        memset(s, 0, N_SUMS * sizeof(double));
+        const char *x = pair_start(xs, n_xs, r[T_XBUF], r[T_XOFF], r[T_XKIND], r[T_COUNT]);
+        const char *y = pair_start(ys, n_ys, r[T_YBUF], r[T_YOFF], r[T_YKIND], r[T_COUNT]);
+        if (!x || !y) {
+            st[i] = 2;
+            continue;
+        }
+        const params_t p = {par[i * 5], par[i * 5 + 1], par[i * 5 + 2], par[i * 5 + 3], par[i * 5 + 4]};
+        st[i] = (int8_t)accumulate_chunk_kinds(block_for((int)r[T_XKIND], (int)r[T_YKIND]), x, (int)r[T_XKIND], y,
+                                               (int)r[T_YKIND], (Py_ssize_t)r[T_COUNT], &p, s);
+        if (st[i])
+            memset(s, 0, N_SUMS * sizeof(double));
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    release_buffers(xs, n_xs);
+    release_buffers(ys, n_ys);
+    if (table.obj) PyBuffer_Release(&table);
+    if (params.obj) PyBuffer_Release(&params);
+    if (sums.obj) PyBuffer_Release(&sums);
+    if (status.obj) PyBuffer_Release(&status);
     return result;
 }
 
@@ -578,6 +757,9 @@ static PyMethodDef methods[] = {
     {"pair_sums", pair_sums, METH_VARARGS,
      "pair_sums(x, y, sums, x_lo, x_floor, y_lo, y_floor, rel_floor) -> 0, or 1 if a value is not finite\n\n"
      "Add one chunk of a tensor pair (float32/float64, C-contiguous, equal length) to the float64 sums."},
+    {"pairs_sums", pairs_sums, METH_VARARGS,
+     "pairs_sums(x_buffers, y_buffers, table, params, sums, status) -> None\n\n"
+     "The sums of many tensor pairs held in byte buffers, one row of sums and one status a pair (see _native.c)."},
     {"stats_rows", stats_rows, METH_VARARGS,
      "stats_rows(arrays, cancellation) -> list\n\n"
      "For each array (non-empty, C-contiguous float32/float64) the tuple (count, min, max, mean, std,\n"

@@ -19,11 +19,12 @@ from typing import Callable, Iterator, Protocol
 
 import numpy as np
 
+from precision_tool.compare.batch import score_packed
 from precision_tool.compare.cancel import StopFlag, pool_map, raise_if_interrupted
 from precision_tool.compare.judged import (gradient_scale, loss_scale_ratios, near_zero, not_data,
                                            skip_consumed_near_zero)
 from precision_tool.compare.matching import MatchResult, TensorPair, match_ops
-from precision_tool.compare.metrics import FLOAT64_EPS, PairAccumulator
+from precision_tool.compare.metrics import FLOAT64_EPS, PairAccumulator, TensorMetrics
 from precision_tool.compare.report import SHAPE_MISMATCH, CompareReport, DumpInfo, OpComparison, TensorRow
 from precision_tool.compare.selection import select_ops
 from precision_tool.compare.stats import ValueCounts, compare_stats, extra_nonfinite
@@ -120,11 +121,13 @@ def _score_pairs(pairs: list[TensorPair], golden: DumpSource, target: DumpSource
     lock = threading.Lock()
     done = 0
 
-    def score(pair: TensorPair, stop: StopFlag | None = None) -> TensorRow:
-        scale = 1.0
+    def pair_scale(pair: TensorPair) -> float:
         if ratios and pair.target_op.direction == "backward":
-            scale = gradient_scale(pair.target, pair.golden, ratios.get(pair.target_op.step, 1.0))
-        return score_pair(pair, golden, target, options.chunk_elements, lock, stop, scale)
+            return gradient_scale(pair.target, pair.golden, ratios.get(pair.target_op.step, 1.0))
+        return 1.0
+
+    def score(pair: TensorPair, stop: StopFlag | None = None) -> TensorRow:
+        return score_pair(pair, golden, target, options.chunk_elements, lock, stop, pair_scale(pair))
 
     def report(row_pair):
         nonlocal done
@@ -132,7 +135,6 @@ def _score_pairs(pairs: list[TensorPair], golden: DumpSource, target: DumpSource
         if progress is not None:
             progress(done, total)
 
-    rows = []
     if options.scheduler is not None:
         from precision_tool.compare.cluster import score_on_cluster
 
@@ -142,15 +144,21 @@ def _score_pairs(pairs: list[TensorPair], golden: DumpSource, target: DumpSource
                       if p.target_op.direction == "backward" else 1.0 for p in pairs]
         return score_on_cluster(options.scheduler, score_pair, pairs, scales, golden, target, options.chunk_elements,
                                 [_size(p) for p in pairs], report)
-    if options.jobs == 1 or len(pairs) < 2 or total < COMPARE_POOL_MIN_ELEMENTS * len(pairs):
-        for pair in pairs:
-            rows.append(score(pair))
-            report(pair)
+    scales = [pair_scale(pair) for pair in pairs]
+    rows: list[TensorRow | None] = [None] * len(pairs)
+    raise_if_interrupted()
+    score_packed(pairs, golden, target, options.chunk_elements, scales, rows, report)  # most small tensors
+    rest = [i for i, row in enumerate(rows) if row is None]
+    rest_total = sum(_size(pairs[i]) for i in rest)
+    if options.jobs == 1 or len(rest) < 2 or rest_total < COMPARE_POOL_MIN_ELEMENTS * len(rest):
+        for i in rest:
+            rows[i] = score(pairs[i])
+            report(pairs[i])
         return rows
-    with pool_map(score, pairs, options.jobs, "compare") as results:  # Ctrl-C cancels the queued pairs
-        for pair, row in zip(pairs, results):
-            rows.append(row)
-            report(pair)
+    with pool_map(lambda i, stop=None: score(pairs[i], stop), rest, options.jobs, "compare") as results:
+        for i, row in zip(rest, results):  # Ctrl-C cancels the queued pairs
+            rows[i] = row
+            report(pairs[i])
     return rows
 
 
@@ -163,14 +171,7 @@ def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_e
     compared but not judged carry the reason in ``skip`` (`precision_tool.compare.judged`).
     """
     t, g = pair.target, pair.golden
-    row = dict(
-        step=pair.target_op.step, exec_index=pair.target_op.exec_index, op=pair.target_op.name,
-        type=pair.target_op.type, direction=pair.target_op.direction, tensor=t.slot,
-        golden_op=pair.golden_op.name, golden_tensor=g.slot, target_dtype=t.dtype, golden_dtype=g.dtype,
-        shape=tuple(t.shape), golden_shape=tuple(g.shape), target_counts=ValueCounts.from_stats(t.stats),
-        golden_counts=ValueCounts.from_stats(g.stats), pass_name=pair.target_op.pass_name,
-        skip=not_data(t) or not_data(g), loss_scale=loss_scale,
-    )
+    row = row_fields(pair, loss_scale)
     if tuple(t.shape) != tuple(g.shape):
         return TensorRow(**row, problem=SHAPE_MISMATCH)
     if not (t.has_data and g.has_data):
@@ -194,9 +195,25 @@ def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_e
         for x, y in aligned_chunks(_locked(target_chunks, read_lock), _locked(golden_chunks, read_lock)):
             _check_stop(stop)  # Ctrl-C: a running pair ends within one chunk, not at its last
             accumulator.update(x, y)
-    metrics = accumulator.result()
+    return metrics_row(row, pair, accumulator.result())
+
+
+def row_fields(pair: TensorPair, loss_scale: float = 1.0) -> dict:
+    """The fields of a pair's `TensorRow` that do not depend on its values."""
+    t, g, op = pair.target, pair.golden, pair.target_op
+    return dict(
+        step=op.step, exec_index=op.exec_index, op=op.name, type=op.type, direction=op.direction, tensor=t.slot,
+        golden_op=pair.golden_op.name, golden_tensor=g.slot, target_dtype=t.dtype, golden_dtype=g.dtype,
+        shape=tuple(t.shape), golden_shape=tuple(g.shape), target_counts=ValueCounts.from_stats(t.stats),
+        golden_counts=ValueCounts.from_stats(g.stats), pass_name=op.pass_name,
+        skip=not_data(t) or not_data(g), loss_scale=loss_scale,
+    )
+
+
+def metrics_row(row: dict, pair: TensorPair, metrics: TensorMetrics) -> TensorRow:
+    """The row of a pair whose values were compared (``row`` from `row_fields`)."""
     if not row["skip"] and metrics.count:
-        row["skip"] = near_zero(pair.golden_op, g, metrics.rmse * math.sqrt(metrics.count))
+        row["skip"] = near_zero(pair.golden_op, pair.golden, metrics.rmse * math.sqrt(metrics.count))
     return TensorRow(**row, metrics=metrics, extra_nonfinite=metrics.target_only_nonfinite)
 
 

@@ -240,9 +240,9 @@ class PairAccumulator:
 
     def _fold_kernel_sums(self) -> None:
         """Move the C kernel's sums into the attributes `result` reads."""
-        sums = self._sums
-        if sums is None or not sums[_COUNT]:
+        if self._sums is None or not self._sums[_COUNT]:
             return
+        sums = self._sums.tolist()  # Python floats: the metrics hold no numpy scalars
         self.count += int(sums[_COUNT])
         self.rel_count += int(sums[_REL_COUNT])
         self.sxy += sums[_XY]
@@ -250,13 +250,13 @@ class PairAccumulator:
         self.syy += sums[_YY]
         self.sdd += sums[_DD]
         self.sum_abs += sums[_ABS]
-        self.max_abs = max(self.max_abs, float(sums[_MAX_ABS]))
+        self.max_abs = max(self.max_abs, sums[_MAX_ABS])
         self.sum_rel += sums[_REL]
-        self.max_rel = max(self.max_rel, float(sums[_MAX_REL]))
+        self.max_rel = max(self.max_rel, sums[_MAX_REL])
         self.kl_u += sums[_KL_U]
         self.kl_v += sums[_KL_V]
         self.kl_s += sums[_KL_S]
-        sums[:] = 0.0
+        self._sums[:] = 0.0
 
     def _finite_pairs(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         x_ok, y_ok = np.isfinite(x), np.isfinite(y)
@@ -364,33 +364,26 @@ class PairAccumulator:
     def result(self) -> TensorMetrics:
         """The metrics of everything added so far."""
         self._fold_kernel_sums()
-        n = self.count
-        if n == 0:
-            return self._empty_result()
-        cosine, note = cosine_similarity(self.sxy, self.sxx, self.syy, identical=self.max_abs == 0.0)
-        return TensorMetrics(
-            count=n,
-            cosine=cosine,
-            max_abs_err=self.max_abs,
-            max_rel_err=self.max_rel,
-            mean_abs_err=self.sum_abs / n,
-            mean_rel_err=self.sum_rel / self.rel_count if self.rel_count else 0.0,
-            rmse=math.sqrt(self.sdd / n),
-            rel_euclidean=relative_euclidean(self.sdd, self.syy),
-            accumulated_rel_err=self.sum_rel,
-            kl_divergence=kl_divergence(self.kl_s, self.kl_u, self.kl_v),
-            nonfinite_pairs=self.nonfinite_pairs,
-            target_only_nonfinite=self.target_only_nonfinite,
-            note=note,
-        )
+        return metrics_from_sums(self.count, self.rel_count, self.sxy, self.sxx, self.syy, self.sdd, self.sum_abs,
+                                 self.max_abs, self.sum_rel, self.max_rel, self.kl_s, self.kl_u, self.kl_v,
+                                 self.nonfinite_pairs, self.target_only_nonfinite)
 
-    def _empty_result(self) -> TensorMetrics:
-        """No pair compared: an empty tensor matches (cosine 1), an all-non-finite one is unknown."""
-        if self.nonfinite_pairs:
+
+def metrics_from_sums(n: int, rel_count: int, sxy: float, sxx: float, syy: float, sdd: float, sum_abs: float,
+                      max_abs: float, sum_rel: float, max_rel: float, kl_s: float, kl_u: float, kl_v: float,
+                      nonfinite_pairs: int = 0, target_only_nonfinite: int = 0) -> TensorMetrics:
+    """The metrics of a pair from its float64 sums (`PairAccumulator`, or the batch of `compare.batch`)."""
+    if n == 0:
+        if nonfinite_pairs:  # no pair compared: an all-non-finite pair is unknown, an empty one matches
             nan = math.nan
             return TensorMetrics(0, nan, nan, nan, nan, nan, nan, nan, nan, nan,
-                                 self.nonfinite_pairs, self.target_only_nonfinite, NO_FINITE_PAIRS)
+                                 nonfinite_pairs, target_only_nonfinite, NO_FINITE_PAIRS)
         return TensorMetrics(0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    cosine, note = cosine_similarity(sxy, sxx, syy, identical=max_abs == 0.0)
+    return TensorMetrics(
+        n, cosine, max_abs, max_rel, sum_abs / n, sum_rel / rel_count if rel_count else 0.0, math.sqrt(sdd / n),
+        relative_euclidean(sdd, syy), sum_rel, kl_divergence(kl_s, kl_u, kl_v), nonfinite_pairs,
+        target_only_nonfinite, note)
 
 
 def _kernel_operand(values: np.ndarray) -> np.ndarray:

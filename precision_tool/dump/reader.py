@@ -218,6 +218,35 @@ class Dump:
         for selection in chunk_selections(dataset.shape, limit):
             yield from_storage(np.asarray(dataset[selection]), dtype).reshape(-1)
 
+    def packed_table(self, step: int, keys: list[tuple[int, str]], kinds: dict[str, int]) -> tuple[list, np.ndarray]:
+        """Where many tensors of one step lie in its packs, for reading them in one pass.
+
+        ``keys`` are (exec_index, slot); ``kinds`` maps the dtypes wanted to a code. Returns the packs
+        involved (flat byte arrays, mapped where stored plainly) and an int64 table of (position in that
+        list, byte offset, kind code) per key; the code is -1 for a tensor that is not packed, has no data,
+        or has a dtype not in ``kinds``: the caller reads those one by one. Offsets are not checked here.
+        """
+        table = np.full((len(keys), 3), -1, np.int64)
+        if step not in self._step_names or not keys:
+            return [], table
+        index = self.step_index(step)
+        rows_table = index.tensor_rows
+        if "pack" not in (rows_table.dtype.names or ()):  # schema 1: every tensor has a dataset
+            return [], table
+        rows = index.rows_of(keys)
+        found = rows >= 0
+        picked = rows_table[np.where(found, rows, 0)]
+        code = np.full(len(keys), -1, np.int64)
+        for dtype, value in kinds.items():
+            code[picked["dtype"] == dtype.encode()] = value
+        usable = found & (picked["pack"] >= 0) & (picked["has_data"] != 0) & (code >= 0)
+        numbers = np.unique(picked["pack"][usable])
+        packs = [self._pack(step, int(number)) for number in numbers]
+        table[usable, 0] = np.searchsorted(numbers, picked["pack"][usable])
+        table[usable, 1] = picked["offset"][usable]
+        table[usable, 2] = code[usable]
+        return packs, table
+
     def _location(self, step: int, exec_index: int, slot: str) -> TensorLocation:
         """Where a tensor with data is; KeyError when the step, op or tensor was not recorded, or has no data."""
         if step not in self._step_names:

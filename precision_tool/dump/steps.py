@@ -66,7 +66,7 @@ class StepIndex:
         """Every recorded op of the step, in execution order."""
         if self._records is None:
             tensors = self._tensors()
-            self._records = [self._record(row, tensors) for row in self.op_rows.tolist()]
+            self._records = [self._record(row, tensors, 0) for row in self.op_rows.tolist()]
         return self._records
 
     def record_at(self, position: int) -> OpRecord:
@@ -75,7 +75,7 @@ class StepIndex:
             return self._records[position]
         row = self.op_rows[position].tolist()
         first, count = row[5], row[6]
-        return self._record(row, {i: t for i, t in zip(range(first, first + count), self._tensors(first, count))})
+        return self._record(row, self._tensors(first, count), first)
 
     def tensor_location(self, exec_index: int, slot: str) -> TensorLocation:
         """Where a tensor's values are; KeyError when it was not recorded."""
@@ -90,6 +90,19 @@ class StepIndex:
         op, dtype, has_data, ndim, shape, pack, offset = (column[row] for column in self._columns)
         shape = tuple(self._long_shapes.get(row) or shape[:ndim])
         return TensorLocation(op, dtype.decode(), bool(has_data), math.prod(shape), shape, pack, offset)
+
+    def rows_of(self, keys: list[tuple[int, str]]) -> np.ndarray:
+        """The ``index`` row of each (exec_index, slot), -1 where the step recorded no such tensor."""
+        if self._slots is None:
+            self._slots = self._slot_rows()
+        slots, parsed = self._slots, {}
+        rows = np.empty(len(keys), np.int64)
+        for i, (exec_index, slot) in enumerate(keys):
+            kind_index = parsed.get(slot)
+            if kind_index is None:
+                kind_index = parsed[slot] = layout.parse_slot(slot)
+            rows[i] = slots.get((exec_index, *kind_index), -1)
+        return rows
 
     def group_name(self, location: TensorLocation) -> str:
         """The name of the ``ops/`` group holding a tensor that is not packed."""
@@ -111,23 +124,38 @@ class StepIndex:
         return {key: row for row, key in enumerate(keys)}
 
     def _tensors(self, first: int = 0, count: int | None = None) -> list[TensorRecord]:
+        """The tensor records of index rows ``first`` to ``first + count`` (all by default).
+
+        This is the reader's inner loop (one iteration per tensor of a dump): names and dtypes are
+        decoded once per distinct value, a row's statistics are one slice of its tuple.
+        """
         rows = self.tensor_rows if count is None else self.tensor_rows[first:first + count]
+        long_shapes, slots, dtypes = self._long_shapes, {}, {}
         result = []
-        for offset, t in enumerate(rows.tolist()):
-            (_, kind, index, dtype, has_data, ndim, shape, n, lo, hi, mean, std, norm, nan, inf, sat, *_) = t
-            row = first + offset
-            full_shape = self._long_shapes.get(row) or tuple(int(d) for d in shape[:ndim])
-            try:
-                dtype = dtype.decode("ascii")
-            except UnicodeDecodeError:
-                raise DamagedDump(self._where(layout.INDEX), f"row {row}: its dtype is not text") from None
-            result.append(TensorRecord(layout.slot_name(kind, index), dtype, full_shape,
-                                       TensorStats(n, lo, hi, mean, std, norm, nan, inf, sat), bool(has_data)))
+        append = result.append
+        shapes = rows["shape"].tolist()  # row tuples hold the shape column as an array: read it as lists once
+        for row, (t, shape) in enumerate(zip(rows.tolist(), shapes), first):
+            kind, index, dtype, has_data, ndim = t[1:6]
+            slot = slots.get((kind, index))
+            if slot is None:
+                slot = slots[(kind, index)] = layout.slot_name(kind, index)
+            name = dtypes.get(dtype)
+            if name is None:
+                name = dtypes[dtype] = self._dtype_name(dtype, row)
+            full_shape = long_shapes.get(row) or tuple(shape[:ndim]) if long_shapes else tuple(shape[:ndim])
+            append(TensorRecord(slot, name, full_shape, TensorStats(*t[7:16]), has_data != 0))
         return result
 
-    def _record(self, row: tuple, tensors) -> OpRecord:
+    def _dtype_name(self, dtype: bytes, row: int) -> str:
         try:
-            return self._build_record(row, tensors)
+            return dtype.decode("ascii")
+        except UnicodeDecodeError:
+            raise DamagedDump(self._where(layout.INDEX), f"row {row}: its dtype is not text") from None
+
+    def _record(self, row: tuple, tensors: list[TensorRecord], base: int) -> OpRecord:
+        """The op of ``op_index`` row ``row``; ``tensors`` holds index rows from ``base`` on."""
+        try:
+            return self._build_record(row, tensors, base)
         except DamagedDump:
             raise
         except (TypeError, ValueError, KeyError, IndexError) as exc:  # undecodable text, a malformed fusion entry
@@ -136,19 +164,27 @@ class StepIndex:
     def _where(self, table: str) -> str:
         return f"/{layout.STEPS}/{layout.step_name(self.step)}/{table}"
 
-    def _build_record(self, row: tuple, tensors) -> OpRecord:
+    def _build_record(self, row: tuple, tensors: list[TensorRecord], base: int) -> OpRecord:
         (exec_index, direction, overflow, inherited, _, first, count, name, op_type, compute, fusion, attrs) = row
+        start = first - base
+        own = tuple(tensors[start:start + count])
+        if len(own) != count or start < 0:
+            raise IndexError(f"tensors {first}-{first + count} are outside the rows read")
+        if not fusion:  # most ops: no fusion fields to decode
+            return OpRecord(self.step, exec_index, name.decode("utf-8"), op_type.decode("utf-8"),
+                            DIRECTIONS[direction], compute.decode(), overflow != 0, own,
+                            inherited_nonfinite=inherited != 0, attrs=self._json(attrs, exec_index, "attrs"))
         fused = self._json(fusion, exec_index, "fusion")
         return OpRecord(
             step=self.step, exec_index=exec_index, name=name.decode("utf-8"), type=op_type.decode("utf-8"),
-            direction=DIRECTIONS[direction], compute_dtype=compute.decode(), overflow=bool(overflow),
-            tensors=tuple(tensors[i] for i in range(first, first + count)),
+            direction=DIRECTIONS[direction], compute_dtype=compute.decode(), overflow=overflow != 0,
+            tensors=own,
             pass_name=fused.get("pass_name", ""),
             original_names=tuple(fused.get("original_names", ())),
             original_types=tuple(fused.get("original_types", ())),
             output_origins=tuple((n, int(i)) for n, i in fused.get("output_origins", ())),
             input_origins=tuple((n, int(i)) for n, i in fused.get("input_origins", ())),
-            inherited_nonfinite=bool(inherited),
+            inherited_nonfinite=inherited != 0,
             attrs=self._json(attrs, exec_index, "attrs"),
         )
 
