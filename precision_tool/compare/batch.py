@@ -62,10 +62,10 @@ def _batchable(pair: TensorPair, chunk_elements: int) -> bool:
 
 def _score_window(kernel, pairs: list[TensorPair], positions: list[int], golden, target,
                   rows: list[TensorRow | None], done) -> None:
-    from precision_tool.compare.comparator import metrics_row, relative_error_floor, row_fields
+    from precision_tool.compare.comparator import pair_row, relative_error_floor
 
-    x_packs, x_table = _locate(target, [(p.target_op.step, p.target_op.exec_index, p.target.slot) for p in pairs])
-    y_packs, y_table = _locate(golden, [(p.golden_op.step, p.golden_op.exec_index, p.golden.slot) for p in pairs])
+    x_packs, x_table = _locate(target, [(p.target_op.step, p.target.index_row) for p in pairs])
+    y_packs, y_table = _locate(golden, [(p.golden_op.step, p.golden.index_row) for p in pairs])
     usable = (x_table[:, 2] >= 0) & (y_table[:, 2] >= 0)
     if not usable.any():
         return
@@ -94,20 +94,21 @@ def _score_window(kernel, pairs: list[TensorPair], positions: list[int], golden,
         count, sxy, sxx, syy, sdd, sum_abs, max_abs, sum_rel, max_rel, rel_count, kl_u, kl_v, kl_s = s[:13]
         metrics = metrics_from_sums(int(count), int(rel_count), sxy, sxx, syy, sdd, sum_abs, max(0.0, max_abs),
                                     sum_rel, max(0.0, max_rel), kl_s, kl_u, kl_v)
-        rows[position] = metrics_row(row_fields(pair), pair, metrics)
+        rows[position] = pair_row(pair, 1.0, metrics)
         if done is not None:
             done(pair)
 
 
-def _locate(source, keys: list[tuple[int, int, str]]) -> tuple[list, np.ndarray]:
-    """Packs and (pack, offset, kind) rows of ``keys`` (step, exec_index, slot) in one dump, step by step."""
+def _locate(source, keys: list[tuple[int, int]]) -> tuple[list, np.ndarray]:
+    """Packs and (pack, offset, kind) rows of tensors given as (step, index row) in one dump, step by step."""
     table = np.full((len(keys), 3), -1, np.int64)
     packs: list = []
     by_step: dict[int, list[int]] = {}
-    for i, key in enumerate(keys):
-        by_step.setdefault(key[0], []).append(i)
+    for i, (step, _) in enumerate(keys):
+        by_step.setdefault(step, []).append(i)
     for step, members in by_step.items():
-        step_packs, step_table = source.packed_table(step, [keys[i][1:] for i in members], KINDS)
+        rows = np.array([keys[i][1] for i in members], np.int64)
+        step_packs, step_table = source.packed_table(step, rows, KINDS)
         found = step_table[:, 2] >= 0
         step_table[found, 0] += len(packs)
         table[members] = step_table

@@ -27,7 +27,7 @@ from precision_tool.compare.matching import MatchResult, TensorPair, match_ops
 from precision_tool.compare.metrics import FLOAT64_EPS, PairAccumulator, TensorMetrics
 from precision_tool.compare.report import SHAPE_MISMATCH, CompareReport, DumpInfo, OpComparison, TensorRow
 from precision_tool.compare.selection import select_ops
-from precision_tool.compare.stats import ValueCounts, compare_stats, extra_nonfinite
+from precision_tool.compare.stats import StatsDelta, ValueCounts, compare_stats, extra_nonfinite
 from precision_tool.defaults import COMPARE_CHUNK_ELEMENTS, COMPARE_JOBS, COMPARE_POOL_MIN_ELEMENTS
 from precision_tool.dump.records import OpRecord
 from precision_tool.errors import ConfigError
@@ -171,11 +171,10 @@ def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_e
     compared but not judged carry the reason in ``skip`` (`precision_tool.compare.judged`).
     """
     t, g = pair.target, pair.golden
-    row = row_fields(pair, loss_scale)
     if tuple(t.shape) != tuple(g.shape):
-        return TensorRow(**row, problem=SHAPE_MISMATCH)
+        return pair_row(pair, loss_scale, problem=SHAPE_MISMATCH)
     if not (t.has_data and g.has_data):
-        return TensorRow(**row, stats=compare_stats(t.stats, g.stats), extra_nonfinite=extra_nonfinite(t.stats, g.stats))
+        return pair_row(pair, loss_scale, stats=compare_stats(t.stats, g.stats))
     target_range = (t.stats.min / loss_scale, t.stats.max / loss_scale)
     accumulator = PairAccumulator(target_range, (g.stats.min, g.stats.max),
                                   relative_error_floor(g.dtype), check_finite=not (t.stats.finite and g.stats.finite))
@@ -195,26 +194,28 @@ def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_e
         for x, y in aligned_chunks(_locked(target_chunks, read_lock), _locked(golden_chunks, read_lock)):
             _check_stop(stop)  # Ctrl-C: a running pair ends within one chunk, not at its last
             accumulator.update(x, y)
-    return metrics_row(row, pair, accumulator.result())
+    return pair_row(pair, loss_scale, accumulator.result())
 
 
-def row_fields(pair: TensorPair, loss_scale: float = 1.0) -> dict:
-    """The fields of a pair's `TensorRow` that do not depend on its values."""
+def pair_row(pair: TensorPair, loss_scale: float = 1.0, metrics: TensorMetrics | None = None,
+             stats: StatsDelta | None = None, problem: str = "") -> TensorRow:
+    """A pair's row: with its metrics (values compared), its stats deltas (statistics only) or a problem.
+
+    Built positionally: the batch builds one per pair of a dump (`precision_tool.compare.batch`).
+    """
     t, g, op = pair.target, pair.golden, pair.target_op
-    return dict(
-        step=op.step, exec_index=op.exec_index, op=op.name, type=op.type, direction=op.direction, tensor=t.slot,
-        golden_op=pair.golden_op.name, golden_tensor=g.slot, target_dtype=t.dtype, golden_dtype=g.dtype,
-        shape=tuple(t.shape), golden_shape=tuple(g.shape), target_counts=ValueCounts.from_stats(t.stats),
-        golden_counts=ValueCounts.from_stats(g.stats), pass_name=op.pass_name,
-        skip=not_data(t) or not_data(g), loss_scale=loss_scale,
-    )
-
-
-def metrics_row(row: dict, pair: TensorPair, metrics: TensorMetrics) -> TensorRow:
-    """The row of a pair whose values were compared (``row`` from `row_fields`)."""
-    if not row["skip"] and metrics.count:
-        row["skip"] = near_zero(pair.golden_op, pair.golden, metrics.rmse * math.sqrt(metrics.count))
-    return TensorRow(**row, metrics=metrics, extra_nonfinite=metrics.target_only_nonfinite)
+    skip = not_data(t) or not_data(g)
+    extra = 0
+    if metrics is not None:
+        extra = metrics.target_only_nonfinite
+        if not skip and metrics.count:
+            skip = near_zero(pair.golden_op, g, metrics.rmse * math.sqrt(metrics.count))
+    elif stats is not None:
+        extra = extra_nonfinite(t.stats, g.stats)
+    return TensorRow(op.step, op.exec_index, op.name, op.type, op.direction, t.slot, pair.golden_op.name, g.slot,
+                     t.dtype, g.dtype, tuple(t.shape), tuple(g.shape), metrics, stats,
+                     ValueCounts.from_stats(t.stats), ValueCounts.from_stats(g.stats), extra, op.pass_name, problem,
+                     skip, loss_scale)
 
 
 class _NoLock:
@@ -283,13 +284,28 @@ def aligned_chunks(first: Iterator[np.ndarray], second: Iterator[np.ndarray]) ->
 def _group(pairs: list[TensorPair], rows: list[TensorRow]) -> list[OpComparison]:
     """Rows grouped by target op execution, in execution order."""
     groups: dict[int, tuple[OpRecord, list[TensorRow]]] = {}
+    last, last_rows = None, None
     for pair, row in zip(pairs, rows):
-        groups.setdefault(id(pair.target_op), (pair.target_op, []))[1].append(row)
+        if pair.target_op is not last:  # an op's pairs are usually next to each other: one lookup per op
+            last = pair.target_op
+            last_rows = groups.setdefault(id(last), (last, []))[1]
+        last_rows.append(row)
     ops = [OpComparison(op.step, op.exec_index, op.name, op.type, op.direction, tuple(op_rows),
-                        op.pass_name, tuple(op.original_names))
+                        op.pass_name, op.original_names)
            for op, op_rows in groups.values()]
-    ops.sort(key=lambda op: (op.step, op.exec_index))
+    if not _in_order(ops):
+        ops.sort(key=lambda op: (op.step, op.exec_index))
     return ops
+
+
+def _in_order(ops: list[OpComparison]) -> bool:
+    previous = (-1, -1)
+    for op in ops:
+        key = (op.step, op.exec_index)
+        if key < previous:
+            return False
+        previous = key
+    return True
 
 
 def _notes(report: CompareReport, match: MatchResult, golden_ops: list[OpRecord],

@@ -42,9 +42,13 @@ def input_scale(op: OpRecord) -> float:
 
     Inputs holding mask sentinels (|x| >= 1e30, finfo.min) do not count.
     """
-    norms = [t.stats.norm for t in op.inputs if t.dtype in _FLOATS and t.stats.count and math.isfinite(t.stats.norm)
-             and max(abs(t.stats.min), abs(t.stats.max)) < SENTINEL]
-    return max(norms, default=0.0)
+    scale = 0.0
+    for tensor in op.tensors:  # every output of a dump asks: no tuples built on the way
+        stats = tensor.stats
+        if (tensor.slot.startswith("input") and tensor.dtype in _FLOATS and stats.count and stats.norm > scale
+                and math.isfinite(stats.norm) and max(abs(stats.min), abs(stats.max)) < SENTINEL):
+            scale = stats.norm
+    return scale
 
 
 def near_zero(golden_op: OpRecord, golden: TensorRecord, error_norm: float) -> str:

@@ -29,7 +29,7 @@ GOLDEN = "golden"
 TARGET = "target"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # one per compared tensor pair: plain slots are the cheapest to build
 class TensorPair:
     """One target tensor and the golden tensor it is compared with."""
 

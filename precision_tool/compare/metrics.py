@@ -55,7 +55,7 @@ ONE_SIDE_ZERO = "one side is all zeros"
 NO_FINITE_PAIRS = "no element is finite on both sides"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # immutable by convention: see records.py
 class TensorMetrics:
     """The metrics of one tensor pair; ``note`` says why cosine is NaN, if it is."""
 

@@ -19,7 +19,7 @@ from precision_tool.dump.records import MODULE_TYPE_PREFIX
 SHAPE_MISMATCH = "shape mismatch"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # immutable by convention: see records.py
 class TensorRow:
     """One compared tensor pair: target op and slot, its golden partner, metrics or stats deltas."""
 
@@ -80,7 +80,7 @@ def row_flags(row: TensorRow, cosine_threshold: float) -> list[str]:
     return reasons
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # immutable by convention: see records.py
 class OpComparison:
     """The compared tensors of one target op execution."""
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from precision_tool.dump.records import TensorStats
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # immutable by convention: see records.py
 class StatsDelta:
     """How two tensors' statistics differ."""
 
@@ -62,7 +62,7 @@ def extra_nonfinite(target: TensorStats, golden: TensorStats) -> int:
     return max(0, target.nan - golden.nan) + max(0, target.inf - golden.inf)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # immutable by convention: see records.py
 class ValueCounts:
     """NaN, inf and saturated (|v| == the dtype's max) counts of one side."""
 
@@ -72,4 +72,9 @@ class ValueCounts:
 
     @classmethod
     def from_stats(cls, stats: TensorStats) -> "ValueCounts":
+        if not (stats.nan or stats.inf or stats.saturated):
+            return _NO_COUNTS  # most tensors: one shared instance
         return cls(stats.nan, stats.inf, stats.saturated)
+
+
+_NO_COUNTS = ValueCounts()

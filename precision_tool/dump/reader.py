@@ -218,25 +218,24 @@ class Dump:
         for selection in chunk_selections(dataset.shape, limit):
             yield from_storage(np.asarray(dataset[selection]), dtype).reshape(-1)
 
-    def packed_table(self, step: int, keys: list[tuple[int, str]], kinds: dict[str, int]) -> tuple[list, np.ndarray]:
+    def packed_table(self, step: int, rows: np.ndarray, kinds: dict[str, int]) -> tuple[list, np.ndarray]:
         """Where many tensors of one step lie in its packs, for reading them in one pass.
 
-        ``keys`` are (exec_index, slot); ``kinds`` maps the dtypes wanted to a code. Returns the packs
-        involved (flat byte arrays, mapped where stored plainly) and an int64 table of (position in that
-        list, byte offset, kind code) per key; the code is -1 for a tensor that is not packed, has no data,
-        or has a dtype not in ``kinds``: the caller reads those one by one. Offsets are not checked here.
+        ``rows`` are the tensors' rows in the step's ``index`` table (`TensorRecord.index_row`); ``kinds``
+        maps the dtypes wanted to a code. Returns the packs involved (flat byte arrays, mapped where stored
+        plainly) and an int64 table of (position in that list, byte offset, kind code) per row; the code is
+        -1 for a tensor that is not packed, has no data, or has a dtype not in ``kinds``, and for a row that
+        is not in the table: the caller reads those one by one. Offsets are checked by the caller's kernel.
         """
-        table = np.full((len(keys), 3), -1, np.int64)
-        if step not in self._step_names or not keys:
+        table = np.full((len(rows), 3), -1, np.int64)
+        if step not in self._step_names or not len(rows):
             return [], table
-        index = self.step_index(step)
-        rows_table = index.tensor_rows
-        if "pack" not in (rows_table.dtype.names or ()):  # schema 1: every tensor has a dataset
+        index_rows = self.step_index(step).tensor_rows
+        if "pack" not in (index_rows.dtype.names or ()):  # schema 1: every tensor has a dataset
             return [], table
-        rows = index.rows_of(keys)
-        found = rows >= 0
-        picked = rows_table[np.where(found, rows, 0)]
-        code = np.full(len(keys), -1, np.int64)
+        found = (rows >= 0) & (rows < len(index_rows))
+        picked = index_rows[np.where(found, rows, 0)]
+        code = np.full(len(rows), -1, np.int64)
         for dtype, value in kinds.items():
             code[picked["dtype"] == dtype.encode()] = value
         usable = found & (picked["pack"] >= 0) & (picked["has_data"] != 0) & (code >= 0)

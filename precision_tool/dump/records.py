@@ -3,19 +3,27 @@
 Everything downstream (compare, analysis, the shell, the torch front end)
 reads dumps through these types and `precision_tool.dump.reader.open_dump`,
 never through h5py directly.
+
+The per-op and per-tensor classes here (and compare's rows) are immutable by
+convention, not ``frozen``: a frozen dataclass's ``__init__`` sets each field
+through ``object.__setattr__``, five times the cost of a plain one, and a
+comparison builds about ten such objects per tensor pair, tens of thousands
+a dump. Nothing assigns to them after construction; `dataclasses.replace`
+makes changed copies; they hash by value (``unsafe_hash``) as before.
 """
 
 from __future__ import annotations
-from precision_tool.errors import NotFoundError
 
 import math
 from dataclasses import dataclass, field
+
+from precision_tool.errors import NotFoundError
 
 SCHEMA_VERSION = 2
 MODULE_TYPE_PREFIX = "module."  # the type of a module-boundary record: module.<class name>
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # immutable by convention: see records.py
 class TensorStats:
     """Statistics of one tensor, computed in float64 accumulators.
 
@@ -45,7 +53,7 @@ class TensorStats:
         return cls(0, nan, nan, nan, nan, 0.0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # immutable by convention: see records.py
 class TensorRecord:
     """One tensor slot of one op execution.
 
@@ -59,6 +67,9 @@ class TensorRecord:
     shape: tuple[int, ...]
     stats: TensorStats
     has_data: bool = True
+    # its row in the step's ``index`` table, when read from a dump file (-1 otherwise): where the reader
+    # finds its values without a lookup; not part of what the record says, so not compared
+    index_row: int = field(default=-1, compare=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -69,7 +80,7 @@ class TensorRecord:
         return int(self.slot.rsplit("_", 1)[1])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # immutable by convention: see records.py
 class OpRecord:
     """One op execution in one step, with its tensors.
 
