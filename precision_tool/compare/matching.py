@@ -107,9 +107,11 @@ class _Matcher:
         return runs[occurrence] if occurrence < len(runs) else None
 
     def add(self, record: OpRecord) -> None:
-        occurrence = self.seen[_key(record)]
-        self.seen[_key(record)] += 1
-        partner = self.golden_op(record.step, record.direction, record.name, occurrence)
+        key = _key(record)
+        occurrence = self.seen[key]
+        self.seen[key] = occurrence + 1
+        runs = self.index.get(key)
+        partner = runs[occurrence] if runs is not None and occurrence < len(runs) else None
         if partner is not None:
             self.pair_direct(record, partner)
         elif record.fused:
@@ -119,6 +121,10 @@ class _Matcher:
 
     def pair_direct(self, record: OpRecord, partner: OpRecord) -> None:
         self.direct.add(id(partner))
+        targets, goldens = record.tensors, partner.tensors
+        if len(targets) == len(goldens) and all(t.slot == g.slot for t, g in zip(targets, goldens)):
+            self.result.pairs.extend([TensorPair(record, t, partner, g) for t, g in zip(targets, goldens)])
+            return  # the usual case: the same slots in the same order
         golden_slots = _slot_map(partner)
         for tensor in record.tensors:
             golden = golden_slots.pop(tensor.slot, None)

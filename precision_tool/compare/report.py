@@ -47,7 +47,7 @@ class TensorRow:
 
     @property
     def kind(self) -> str:
-        return self.tensor.split("_", 1)[0]
+        return "output" if self.tensor.startswith("output_") else self.tensor.split("_", 1)[0]
 
     @property
     def cosine(self) -> float | None:
@@ -92,10 +92,15 @@ class OpComparison:
     rows: tuple[TensorRow, ...]
     pass_name: str = ""
     original_names: tuple[str, ...] = ()
+    _outputs: tuple | None = field(default=None, init=False, repr=False, compare=False)  # `outputs`, once asked
 
     @property
     def outputs(self) -> tuple[TensorRow, ...]:
-        return tuple(r for r in self.rows if r.kind == "output")
+        """The output rows: what flags an op (views ask for them several times an op)."""
+        outputs = self._outputs
+        if outputs is None:
+            outputs = self._outputs = tuple(r for r in self.rows if r.kind == "output")
+        return outputs
 
     def flagged(self, cosine_threshold: float = COSINE_THRESHOLD) -> bool:
         """True when any output is flagged (inputs are shown, never judged: the vcs rule)."""

@@ -35,6 +35,7 @@ class StepIndex:
         self.tensor_rows = tensor_rows
         self._long_shapes = long_shapes
         self._records: list[OpRecord] | None = None
+        self._texts: dict[bytes, str] = {}
         self._slots: dict[tuple[int, int, int], int] | None = None
 
     @classmethod
@@ -160,9 +161,10 @@ class StepIndex:
         if len(own) != count or start < 0:
             raise IndexError(f"tensors {first}-{first + count} are outside the rows read")
         if not fusion:  # most ops: no fusion fields to decode
-            return OpRecord(self.step, exec_index, name.decode("utf-8"), op_type.decode("utf-8"),
-                            DIRECTIONS[direction], compute.decode(), overflow != 0, own,
-                            inherited_nonfinite=inherited != 0, attrs=self._json(attrs, exec_index, "attrs"))
+            return OpRecord(self.step, exec_index, name.decode("utf-8"), self._text(op_type),
+                            DIRECTIONS[direction], self._text(compute), overflow != 0, own,
+                            inherited_nonfinite=inherited != 0,
+                            attrs=self._json(attrs, exec_index, "attrs") if attrs else {})
         fused = self._json(fusion, exec_index, "fusion")
         return OpRecord(
             step=self.step, exec_index=exec_index, name=name.decode("utf-8"), type=op_type.decode("utf-8"),
@@ -176,6 +178,13 @@ class StepIndex:
             inherited_nonfinite=inherited != 0,
             attrs=self._json(attrs, exec_index, "attrs"),
         )
+
+    def _text(self, value: bytes) -> str:
+        """A column with few distinct values (op types, compute dtypes), decoded once per value."""
+        text = self._texts.get(value)
+        if text is None:
+            text = self._texts[value] = value.decode("utf-8")
+        return text
 
     def _json(self, text: bytes, exec_index: int, column: str) -> dict:
         """A JSON column of op_index (empty: {}); `DamagedDump` when it is not a JSON object."""

@@ -103,7 +103,7 @@ def jsonable(value):
 
 def _jsonable(value):
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.repr}
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
