@@ -45,6 +45,7 @@ def batch_command(spec: CommandSpec) -> click.Command:
     """The click command of ``spec``."""
 
     def callback(**values):
+        from precision_tool.bulk import bulk_objects
         from precision_tool.commands.sources import DumpFiles
         from precision_tool.render.exports import deliver
 
@@ -53,7 +54,8 @@ def batch_command(spec: CommandSpec) -> click.Command:
         with DumpFiles(paths, allow_incomplete=allow_incomplete, progress=progress_callback, warn=_warn) as source:
             result, delivered, inputs = spec.run(source, values)
             shown = deliver(result, inputs, **delivered)
-        present(spec, shown)
+        with bulk_objects():  # a view of a big comparison builds a point per op
+            present(spec, shown)
         after = AFTER.get(spec.name)
         if after is not None:
             after(result)

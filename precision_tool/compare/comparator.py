@@ -19,6 +19,7 @@ from typing import Callable, Iterator, Protocol
 
 import numpy as np
 
+from precision_tool.bulk import bulk_objects
 from precision_tool.compare.batch import score_packed
 from precision_tool.compare.cancel import StopFlag, pool_map, raise_if_interrupted
 from precision_tool.compare.judged import (gradient_scale, loss_scale_ratios, near_zero, not_data,
@@ -89,7 +90,12 @@ def compare_dumps(golden, target, options: CompareOptions | None = None,
 def compare_sources(golden: DumpSource, target: DumpSource, options: CompareOptions | None = None,
                     progress: Progress | None = None) -> CompareReport:
     """Compare two opened dumps (anything with the reader's ``ops`` and ``tensor_chunks``)."""
-    options = options or CompareOptions()
+    with bulk_objects():  # records and rows by the ten thousand, no cycles among them
+        return _compare_sources(golden, target, options or CompareOptions(), progress)
+
+
+def _compare_sources(golden: DumpSource, target: DumpSource, options: CompareOptions,
+                     progress: Progress | None) -> CompareReport:
     golden_ops = select_ops(golden.ops(), options.steps, options.ops)
     target_ops = select_ops(target.ops(), options.steps, options.ops)
     match = match_ops(golden_ops, target_ops)

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from precision_tool.bulk import bulk_objects
 from precision_tool.dump import layout
 from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, TensorRecord, TensorStats
 from precision_tool.engine.hooks import DIRECTIONS
@@ -66,8 +67,9 @@ class StepIndex:
     def records(self) -> list[OpRecord]:
         """Every recorded op of the step, in execution order."""
         if self._records is None:
-            tensors = self._tensors()
-            self._records = [self._record(row, tensors, 0) for row in self.op_rows.tolist()]
+            with bulk_objects():  # records by the ten thousand, no cycles among them
+                tensors = self._tensors()
+                self._records = [self._record(row, tensors, 0) for row in self.op_rows.tolist()]
         return self._records
 
     def record_at(self, position: int) -> OpRecord:
