@@ -23,6 +23,7 @@ ill-conditioned in its dtype (precision loss).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from precision_tool.analysis.results import Attribution
 from precision_tool.compare.judged import gradient_scale, loss_scale_ratios
 from precision_tool.compare.matching import match_ops
 from precision_tool.compare.metrics import compare_arrays
+from precision_tool.defaults import SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 from precision_tool.engine.formats import FLOAT32, get_format
 
@@ -129,36 +131,78 @@ def attribute_record(golden_dump, target_dump, record: OpRecord, device: str = "
     overflowed = sum(e.overflowed for _, e in outputs)
     new_nan = sum(e.new_nan for _, e in outputs)
     inputs_off = tuple(slot for slot, e in inputs if e.overflowed or e.new_nan)
-    introduced = expected = None
-    if replay and not record.is_module:
-        introduced, expected = replay_introduced(golden_dump, target_dump, record, view, device, notes)
+    errors = replay_errors(golden_dump, target_dump, record, view, device, notes) \
+        if replay and not record.is_module else []
+    introduced = max((e.introduced for e in errors), default=None)
+    expected = max((e.expected for e in errors), default=None)
     return Attribution(record.step, record.name, record.type, record.direction, record.compute_dtype,
                        observed, inherited, introduced, expected, device, tuple(notes), overflowed, new_nan,
-                       inputs_off)
+                       inputs_off, significant_slots(errors))
+
+
+def significant_slots(errors: list[OutputError]) -> tuple[str, ...]:
+    """The output slots that introduce SIGNIFICANT_ERROR or more: those a precision loss is about."""
+    return tuple(e.slot for e in errors if e.introduced >= SIGNIFICANT_ERROR)
 
 
 def replay_introduced(golden_dump, target_dump, record: OpRecord, view: GoldenView, device: str, notes: list):
     """(introduced, expected) of ``record`` replayed on golden inputs; (None, None) when it cannot be."""
+    errors = replay_errors(golden_dump, target_dump, record, view, device, notes)
+    if not errors:
+        return None, None
+    return max(e.introduced for e in errors), max(e.expected for e in errors)
+
+
+@dataclass(frozen=True)
+class OutputError:
+    """One float output of a replayed op: the error it introduces and what its dtype explains."""
+
+    slot: str
+    introduced: float
+    expected: float
+
+
+def replay_errors(golden_dump, target_dump, record: OpRecord, view: GoldenView, device: str,
+                  notes: list) -> list[OutputError]:
+    """`replay_introduced` per float output slot; empty when the op cannot be replayed."""
     inputs = view.input_list(record)
     golden_outputs = [view.get(t.slot) for t in record.outputs]
     if inputs is None or any(g is None for g in golden_outputs):
         notes.append("golden inputs or outputs unavailable: cannot replay")
-        return None, None
+        return []
     if not is_float(record.compute_dtype):
         notes.append(f"computes in {record.compute_dtype}: nothing to replay")
-        return None, None
+        return []
     try:
         replayed, ideal = _replays(record, inputs, target_dump, device)
     except NotReplayable as exc:
         notes.append(str(exc))
-        return None, None
-    floats = [(r, i, g, t.dtype) for r, i, g, t in zip(replayed, ideal, golden_outputs, record.outputs)
-              if is_float(t.dtype)]
-    if not floats:
-        return None, None
-    introduced = max(split_error(r, g, dtype).error for r, _, g, dtype in floats)
-    expected = max(split_error(i, g, dtype).error for _, i, g, dtype in floats)
-    return introduced, expected
+        return []
+    compute = _numerics(record, target_dump, device).compute
+    return [OutputError(t.slot, split_error(r, g, t.dtype).error,
+                        split_error(i, g, t.dtype).error * _accumulation(record, t, compute))
+            for r, i, g, t in zip(replayed, ideal, golden_outputs, record.outputs) if is_float(t.dtype)]
+
+
+def _accumulation(record: OpRecord, output, compute) -> float:
+    """How many times the input rounding bound a kernel computing in ``compute`` may lose on ``output`` by
+    holding its partial sums in that format: sqrt(n) for an output that sums n input elements, in a format
+    narrower than float32 (1 otherwise).
+
+    The expected bound computes exactly on inputs rounded to the compute
+    dtype: for a sum of n terms that is about u ||x||_2 / |sum x|. A kernel
+    accumulating in a 16-bit format adds rounding of its partial sums, about
+    sqrt(n) u ||x||_1 / |sum x| (the probabilistic bound), which is at most
+    sqrt(n) times the former. Sums of many terms that cancel (a LayerNorm's
+    bias gradient over batch and tokens in bfloat16) lose that much in a
+    clean run; n is read off the shapes: the largest input's elements per
+    output element.
+    """
+    if compute.bits >= 32:
+        return 1.0
+    size = math.prod(output.shape) if output.shape else 1
+    largest = max((math.prod(t.shape) if t.shape else 1 for t in record.inputs), default=1)
+    return math.sqrt(max(largest / max(size, 1), 1.0))
 
 
 def self_consistency(target_dump, record: OpRecord, device: str = "npu") -> tuple[float, float] | None:
@@ -285,3 +329,25 @@ def attribute(golden, target, op: str, step: int | None = None, direction: str =
     """`rerun OP`: replay ``op`` of ``target`` on ``golden``'s inputs; see the module docstring."""
     record = find_record(target, op, step, direction)
     return attribute_record(golden, target, record, device)
+
+
+def input_sensitivity(dump, record: OpRecord) -> float | None:
+    """How far rounding ``record``'s own inputs to its compute dtype moves its exact output (relative L2)."""
+    if dump.metadata.get("framework") != "torch" or not all(t.has_data for t in record.inputs):
+        return None
+    try:
+        from precision_tool.torch import NotReplayable, replay
+    except ImportError:
+        return None
+    inputs = [dump.tensor(record.step, record.exec_index, t.slot) for t in record.inputs]
+    u = get_format(record.compute_dtype).unit_roundoff
+    rng = np.random.default_rng(record.exec_index)
+    nudged = [a * (1 + u * rng.choice((-1.0, 1.0), size=np.shape(a))) if np.asarray(a).dtype.kind == "f" else a
+              for a in inputs]
+    try:
+        exact = replay(record, inputs, device="golden", exact=True)
+        moved = replay(record, nudged, device="golden", exact=True)
+    except NotReplayable:
+        return None
+    errors = [split_error(m, e, "float64").error for m, e in zip(moved, exact) if np.asarray(e).dtype.kind == "f"]
+    return max(errors, default=None)

@@ -100,3 +100,26 @@ def noise_floor(dtype: str) -> float:
     """Relative error below which a tensor in ``dtype`` is never judged: 16 units of its last place."""
     fmt = FORMATS.get(dtype)
     return 16 * fmt.unit_roundoff if fmt is not None else 16 * FORMATS["float32"].unit_roundoff
+
+
+def starts_nonfinite(record: OpRecord) -> bool | None:
+    """From its statistics alone: False when ``record`` reaches +-max or inf on a side none of its inputs
+    reaches (it overflowed), True when it makes NaN from inputs without NaN or inf, else None."""
+    def extremes(tensors):
+        hi = lo = nan = False
+        for t in tensors:
+            s, limit = t.stats, format_limit(t.dtype)
+            if not s.count or t.dtype not in FORMATS:
+                continue
+            hi |= bool(s.inf) or s.max >= limit
+            lo |= bool(s.inf) or s.min <= -limit
+            nan |= bool(s.nan)
+        return hi, lo, nan
+
+    in_hi, in_lo, in_nan = extremes(record.inputs)
+    out_hi, out_lo, out_nan = extremes(record.outputs)
+    if (out_hi and not in_hi) or (out_lo and not in_lo):
+        return False
+    if out_nan and not (in_nan or in_hi or in_lo):
+        return True
+    return None

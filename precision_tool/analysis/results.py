@@ -115,6 +115,7 @@ class Attribution:
     overflowed: int = 0  # output values golden holds but the target's format could not
     new_nan: int = 0  # output NaN where golden is finite
     inputs_off: tuple[str, ...] = ()  # input slots holding overflowed or NaN values against golden
+    introduced_at: tuple[str, ...] = ()  # output slots whose introduced error is SIGNIFICANT_ERROR or more
 
     @property
     def excess(self) -> float | None:

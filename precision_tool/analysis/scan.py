@@ -35,23 +35,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
 from precision_tool.analysis.arguments import called_differently
-from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, pair_errors,
-                                                 replay_introduced, self_consistency)
-from precision_tool.analysis.errors import format_limit, noise_floor, split_error
+from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, input_sensitivity,
+                                                 pair_errors, replay_errors, self_consistency, significant_slots)
+from precision_tool.analysis.errors import noise_floor, split_error, starts_nonfinite
 from precision_tool.analysis.fusion import switch_off_action
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
-from precision_tool.analysis.structure import (Consumers, Rewritten, enclosing_module, module_path,
+from precision_tool.analysis.structure import (Consumers, Rewritten, enclosing_module, fingerprint, group_results,
+                                               module_path,
                                                rewritten_backward, rewritten_modules)
 from precision_tool.compare.cancel import raise_if_interrupted
 from precision_tool.compare.judged import gradient_scale, loss_scale_ratios
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
-from precision_tool.engine.formats import get_format
 
 MAX_REPLAYS = 5000  # bound on ops replayed by one diagnosis
 _HARM_DEPTH = 6  # readers followed from an overflow before it counts as absorbed
@@ -115,7 +113,7 @@ class Scanner:
     def _scan_step(self, step: int) -> Verdict | None:
         target = [r for r in self.target.ops(step=step) if r.tensors]
         golden = self.golden.ops(step=step)
-        self.step_records = target
+        self.step_records, self.golden_records = target, golden
         rewrites = rewritten_modules(golden, target) + rewritten_backward(golden, target)
         inside = {name for r in rewrites for name in r.members}
         by_record = {id(r.target_record): r for r in rewrites}
@@ -181,8 +179,10 @@ class Scanner:
             return measured
         self.replays += 1
         notes = list(measured.notes)
-        introduced, expected = replay_introduced(self.golden, self.target, record, view, "npu", notes)
-        return replace(measured, introduced=introduced, expected=expected, notes=tuple(notes))
+        errors = replay_errors(self.golden, self.target, record, view, "npu", notes)
+        return replace(measured, introduced=max((e.introduced for e in errors), default=None),
+                       expected=max((e.expected for e in errors), default=None), notes=tuple(notes),
+                       introduced_at=significant_slots(errors))
 
     def _judge_op(self, record: OpRecord) -> Verdict | None:
         if not any(t.has_data and is_float(t.dtype) for t in record.outputs):
@@ -200,7 +200,7 @@ class Scanner:
         a = self._attribute(record, replay=True)
         self.result.attributions.append(a)
         if a.introduced is not None and a.introduced >= max(SIGNIFICANT_ERROR, floor) \
-                and a.introduced > INTRODUCED_EXCESS * max(a.expected or 0.0, 1e-12):
+                and a.introduced > INTRODUCED_EXCESS * max(a.expected or 0.0, 1e-12) and not _ill_conditioned(a):
             return self._kernel_verdict(record, a, f"computes {a.excess:.3g}x worse than {a.compute_dtype} allows")
         unexplained = a.observed >= max(floor, INTRODUCED_EXCESS * max(a.inherited, a.introduced or 0.0))
         if unexplained:
@@ -265,7 +265,8 @@ class Scanner:
                        module=module_path(record.name))
 
     def _precision_loss(self, record: OpRecord, a: Attribution) -> Verdict | None:
-        harmful = record.direction == "forward" and self._harmful(record, lambda _: SIGNIFICANT_ERROR)
+        harmful = record.direction == "forward" and self._harmful(record, lambda _: SIGNIFICANT_ERROR,
+                                                                  slots=a.introduced_at or None)
         outcome = harmful and self._outcome_diverges(record.step)
         if not outcome:
             if a.type not in self._dtype_notes:
@@ -287,14 +288,17 @@ class Scanner:
 
     # -- harm: does anything that reads the result diverge? ----------------------------------------
 
-    def _harmful(self, record: OpRecord, threshold, depth: int = 0) -> bool:
-        """Whether a reader of ``record``'s outputs diverges by ``threshold(dtype)`` and, when the threshold is
-        the noise floor (an overflow), beyond what its inputs' unaffected values explain."""
-        readers = self.consumers[record.direction].of(self._golden_of(record)) \
+    def _harmful(self, record: OpRecord, threshold, depth: int = 0, slots=None) -> bool:
+        """Whether a reader of ``record``'s outputs (those in ``slots``, default all) diverges by
+        ``threshold(dtype)`` and, when the threshold is the noise floor (an overflow), beyond what its inputs'
+        unaffected values explain."""
+        readers = self.consumers[record.direction].of(self._golden_of(record), slots) \
             if record.direction in self.consumers and self._golden_of(record) is not None else []
         targets = [t for t in (self._target_of(g) for g in readers[:_HARM_FANOUT]) if t is not None]
         if not targets:
-            return self._module_diverges(record, threshold) if record.direction == "forward" else True
+            if record.direction != "forward":
+                return True
+            return self._module_diverges(record, threshold) if self._returned(record, slots) else False
         for reader in targets:
             a = self._attribute(reader, replay=False)
             floor = threshold(_output_dtype(reader))
@@ -327,6 +331,18 @@ class Scanner:
             if b.overflowed or b.new_nan:
                 return True
         return False
+
+    def _returned(self, record: OpRecord, slots) -> bool:
+        """Whether one of ``record``'s outputs in ``slots`` (default all) is what its enclosing module returns
+        (or there is no module to tell). An output that no op reads and no module returns (a batch norm's saved
+        mean, read only in backward) reaches nothing in forward."""
+        if slots is None:
+            return True
+        module = enclosing_module(record, self.step_records)
+        if module is None:
+            return True
+        returned = {fingerprint(t) for t in module.outputs}
+        return any(fingerprint(t) in returned for t in record.outputs if t.slot in slots)
 
     def _module_diverges(self, record: OpRecord, threshold) -> bool:
         module = enclosing_module(record, self.step_records)
@@ -381,19 +397,39 @@ class Scanner:
             a = self._attribute(record, replay=False)
             return a.observed, a.inherited, _output_dtype(record)
         golden_last, golden_first = rewrite.golden_record, rewrite.golden_first
-        observed = self._slot_error(record, golden_last, "output_0")
+        observed = self._results_error(rewrite)
+        if observed is None:
+            observed = self._slot_error(record, golden_last, "output_0")
         inherited = self._slot_error(rewrite.target_first, golden_first, "input_0")
         return observed, inherited, _output_dtype(record)
 
-    def _slot_error(self, record: OpRecord, golden_record: OpRecord, slot: str) -> float:
+    def _results_error(self, rewrite: Rewritten) -> float | None:
+        """The largest error among the gradients a rewritten backward group produces: each result no later op of
+        the group reads, against golden's result of the same size (the closest, where several are). A group
+        computes a gradient per input (activation, weight, bias), not only its last op's; None when no result
+        has a golden partner of its size."""
+        target = [r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module]
+        golden = [r for r in self.golden_records if r.direction == rewrite.direction and not r.is_module
+                  and module_path(r.name) == rewrite.name]
+        candidates = group_results(golden)
+        errors = []
+        for record, tensor in group_results(target):
+            partners = [(g, t) for g, t in candidates if t.stats.count == tensor.stats.count]
+            found = [self._slot_error(record, g, tensor.slot, t.slot) for g, t in partners]
+            if found:
+                errors.append(min(found))
+        return max(errors, default=None)
+
+    def _slot_error(self, record: OpRecord, golden_record: OpRecord, slot: str, golden_slot: str | None = None) \
+            -> float:
         try:
-            tensor, golden = record.tensor(slot), golden_record.tensor(slot)
+            tensor, golden = record.tensor(slot), golden_record.tensor(golden_slot or slot)
         except KeyError:
             return math.inf
         if not (tensor.has_data and golden.has_data):
             return math.inf
         t = self.target.tensor(record.step, record.exec_index, slot)
-        g = self.golden.tensor(golden_record.step, golden_record.exec_index, slot)
+        g = self.golden.tensor(golden_record.step, golden_record.exec_index, golden.slot)
         scale = gradient_scale(tensor, golden, loss_scale_ratios(self.golden, self.target).get(record.step, 1.0))
         return split_error(t, g, tensor.dtype, scale).error
 
@@ -404,11 +440,11 @@ class Scanner:
         for record in self.step_records:
             if (record.direction, record.name) not in rewrite.members:
                 continue
-            started = _starts_nonfinite(record)
+            started = starts_nonfinite(record)
             if started is not None:
                 return record, "invalid" if started else "overflow", None
             if record.compute_dtype in ("float16", "bfloat16"):
-                sensitivity = _sensitivity(self.target, record)
+                sensitivity = input_sensitivity(self.target, record)
                 if sensitivity is not None and sensitivity >= SIGNIFICANT_ERROR:
                     return record, "ill-conditioned", sensitivity
         return None
@@ -422,54 +458,16 @@ class Scanner:
             self.result.first_module = record.name
 
 
-def _sensitivity(dump, record: OpRecord) -> float | None:
-    """How far rounding ``record``'s own inputs to its compute dtype moves its exact output (relative L2)."""
-    if dump.metadata.get("framework") != "torch" or not all(t.has_data for t in record.inputs):
-        return None
-    try:
-        from precision_tool.torch import NotReplayable, replay
-    except ImportError:
-        return None
-    inputs = [dump.tensor(record.step, record.exec_index, t.slot) for t in record.inputs]
-    u = get_format(record.compute_dtype).unit_roundoff
-    rng = np.random.default_rng(record.exec_index)
-    nudged = [a * (1 + u * rng.choice((-1.0, 1.0), size=np.shape(a))) if np.asarray(a).dtype.kind == "f" else a
-              for a in inputs]
-    try:
-        exact = replay(record, inputs, device="golden", exact=True)
-        moved = replay(record, nudged, device="golden", exact=True)
-    except NotReplayable:
-        return None
-    errors = [split_error(m, e, "float64").error for m, e in zip(moved, exact) if np.asarray(e).dtype.kind == "f"]
-    return max(errors, default=None)
+def _ill_conditioned(a: Attribution) -> bool:
+    """Whether rounding the op's golden inputs to its dtype alone moves its output by SIGNIFICANT_ERROR: there
+    the expected bound (input and output rounding) says nothing of what a kernel that holds intermediates in
+    that dtype loses on top, so an excess over it is no evidence of a wrong kernel; precision loss is judged."""
+    return a.expected is not None and a.expected >= SIGNIFICANT_ERROR
 
 
 _INVALID_ACTION = ("an invalid operation (square root or log of a negative value, 0/0, inf - inf): check the "
                    "inputs of {type}; a variance taken as E[x^2] - E[x]^2 can go negative in low precision: "
                    "use a two-pass variance or a LayerNorm kernel")
-
-
-def _starts_nonfinite(record: OpRecord) -> bool | None:
-    """From its statistics alone: False when ``record`` reaches +-max or inf on a side none of its inputs
-    reaches (it overflowed), True when it makes NaN from inputs without NaN or inf, else None."""
-    def extremes(tensors):
-        hi = lo = nan = False
-        for t in tensors:
-            s, limit = t.stats, format_limit(t.dtype)
-            if not s.count or not is_float(t.dtype):
-                continue
-            hi |= bool(s.inf) or s.max >= limit
-            lo |= bool(s.inf) or s.min <= -limit
-            nan |= bool(s.nan)
-        return hi, lo, nan
-
-    in_hi, in_lo, in_nan = extremes(record.inputs)
-    out_hi, out_lo, out_nan = extremes(record.outputs)
-    if (out_hi and not in_hi) or (out_lo and not in_lo):
-        return False
-    if out_nan and not (in_nan or in_hi or in_lo):
-        return True
-    return None
 
 
 def _keep_fp32(op_type: str) -> str:

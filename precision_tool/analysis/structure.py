@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from precision_tool.analysis.replay import is_float
 from precision_tool.dump.records import OpRecord
 
 # Ops autocast inserts and copies that compute nothing: not part of an op sequence.
@@ -149,7 +150,7 @@ def module_path(name: str) -> str:
     return "/".join(parts[:-1])
 
 
-def _fingerprint(tensor) -> tuple:
+def fingerprint(tensor) -> tuple:
     s = tensor.stats  # no shape: an op often reads a reshaped view of what another wrote
     return s.count, s.min, s.max, s.mean, s.norm
 
@@ -165,10 +166,10 @@ class Consumers:
                 continue
             for tensor in record.inputs:
                 if tensor.stats.count:
-                    self._readers[_fingerprint(tensor)].append(record)
+                    self._readers[fingerprint(tensor)].append(record)
             for tensor in record.outputs:
                 if tensor.stats.count:
-                    self._writers[_fingerprint(tensor)].append(record)
+                    self._writers[fingerprint(tensor)].append(record)
 
     def producer(self, record: OpRecord, slot: str) -> OpRecord | None:
         """The latest earlier record whose output is ``record``'s input ``slot``."""
@@ -176,16 +177,25 @@ class Consumers:
             tensor = record.tensor(slot)
         except KeyError:
             return None
-        writers = [w for w in self._writers.get(_fingerprint(tensor), ()) if w.exec_index < record.exec_index]
+        writers = [w for w in self._writers.get(fingerprint(tensor), ()) if w.exec_index < record.exec_index]
         return writers[-1] if writers else None
 
-    def of(self, record: OpRecord) -> list[OpRecord]:
-        """The later records that read one of ``record``'s outputs."""
+    def of(self, record: OpRecord, slots=None) -> list[OpRecord]:
+        """The later records that read one of ``record``'s outputs (those in ``slots``, default all)."""
         found: dict[int, OpRecord] = {}
         for tensor in record.outputs:
-            if not tensor.stats.count:
+            if not tensor.stats.count or (slots is not None and tensor.slot not in slots):
                 continue
-            for reader in self._readers.get(_fingerprint(tensor), ()):
+            for reader in self._readers.get(fingerprint(tensor), ()):
                 if reader.exec_index > record.exec_index:
                     found.setdefault(id(reader), reader)
         return sorted(found.values(), key=lambda r: r.exec_index)
+
+
+def group_results(records: list[OpRecord]) -> list[tuple[OpRecord, object]]:
+    """(record, float output tensor) for each output of ``records`` (one group, in order) that no later record
+    of the group reads: what the group hands on."""
+    readers = Consumers(records)
+    return [(record, tensor) for record in records for tensor in record.outputs
+            if is_float(tensor.dtype) and tensor.stats.count
+            and not any(r.exec_index > record.exec_index for r in readers.of(record, {tensor.slot}))]

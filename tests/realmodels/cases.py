@@ -198,6 +198,66 @@ def lstm(**_) -> Run:
     return Run(model, torch.optim.Adam(model.parameters(), lr=1e-3), {"ids": ids}, loss)
 
 
+def swin(**_) -> Run:
+    """Shifted-window attention, patch merging, mean pooling before the head (a bias gradient that cancels)."""
+    tf = _quiet_transformers()
+    config = tf.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4,
+                           num_labels=4, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0)
+    model = tf.SwinForImageClassification(config)
+    batch = {"pixel_values": torch.randn(4, 3, 32, 32), "labels": torch.tensor([0, 1, 2, 3])}
+    return Run(model, torch.optim.AdamW(model.parameters(), lr=1e-3), batch, _hf_loss)
+
+
+class MLPRegressor(nn.Module):
+    """Linear -> LayerNorm -> GELU -> square Linear -> SiLU -> Linear, an MSE loss: no transformers at all."""
+
+    def __init__(self, width: int = 64):
+        super().__init__()
+        self.fc1 = nn.Linear(20, width)
+        self.norm = nn.LayerNorm(width)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(width, width)
+        self.act2 = nn.SiLU()
+        self.fc3 = nn.Linear(width, 1)
+
+    def forward(self, x):
+        return self.fc3(self.act2(self.fc2(self.act(self.norm(self.fc1(x))))))
+
+
+def mlp(**_) -> Run:
+    model = MLPRegressor()
+    batch = {"x": torch.randn(32, 20), "y": torch.randn(32, 1)}
+    return Run(model, torch.optim.Adam(model.parameters(), lr=1e-3), batch,
+               lambda model, batch: nn.functional.mse_loss(model(batch["x"]), batch["y"]))
+
+
+class SmallCNN(nn.Module):
+    """Conv -> BatchNorm -> ReLU -> max pool, twice, global average pool, Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.act1 = nn.ReLU()
+        self.pool = nn.MaxPool2d(2)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.act2 = nn.ReLU()
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        x = self.pool(self.act1(self.bn1(self.conv1(x))))
+        x = self.act2(self.bn2(self.conv2(x)))
+        return self.head(x.mean((2, 3)))
+
+
+def cnn(**_) -> Run:
+    model = SmallCNN()
+    batch = {"x": torch.randn(8, 3, 16, 16), "y": torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])}
+    return Run(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), batch,
+               lambda model, batch: nn.functional.cross_entropy(model(batch["x"]), batch["y"]))
+
+
 # name -> (builder, keyword arguments, module paths by role)
 MODELS: dict[str, tuple[Callable, dict, dict]] = {
     "gpt2-sdpa": (gpt2, {"attn": "sdpa"}, {"act": "transformer.h.1.mlp.act", "ln": "transformer.h.0.ln_1",
@@ -226,6 +286,9 @@ MODELS: dict[str, tuple[Callable, dict, dict]] = {
     "convnext": (convnext, {}, {"act": "convnext.encoder.stages.1.layers.0.act"}),
     "t5": (t5, {}, {"act": "encoder.block.1.layer.1.DenseReluDense.act"}),
     "gru": (gru, {}, {"act": "act"}),
+    "swin": (swin, {}, {"act": "swin.encoder.layers.1.blocks.0.intermediate.intermediate_act_fn"}),
+    "mlp": (mlp, {}, {"act": "act", "ln": "norm", "fc": "fc2"}),
+    "cnn": (cnn, {}, {"act": "act2", "bn": "bn1"}),
 }
 # Clean targets a model cannot pass, because the precision mode itself breaks it (a genuine verdict, tested in
 # test_mechanisms): force_fp16 overrides Llama's float32 upcast in RMSNorm, and rsqrt's backward, x^-1.5 of a
@@ -346,6 +409,64 @@ def conv_noise(run: Run, path: str) -> None:
     _patch_forward(conv, forward)
 
 
+def attention_scale(run: Run, path: str) -> None:
+    """The attention scales its scores by 1/d instead of 1/sqrt(d) (the module's ``scaling`` squared)."""
+    attn = module(run.model, path)
+    attn.scaling = attn.scaling ** 2
+
+
+def transposed_weight(run: Run, path: str) -> None:
+    """A square Linear multiplies by W instead of W^T: every shape agrees, the values do not."""
+    linear = module(run.model, path)
+    _patch_forward(linear, lambda x: x @ linear.weight + linear.bias)
+
+
+class _WeightGradientScaled(torch.autograd.Function):
+    """A hand-written Linear: right forward and input gradient, weight gradient 5 % too large."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return nn.functional.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        rows = grad.reshape(-1, grad.shape[-1])
+        return grad @ weight, (rows.t() @ x.reshape(-1, x.shape[-1])) * 1.05, rows.sum(0)
+
+
+def weight_gradient(run: Run, path: str) -> None:
+    """The Linear's forward is right; its custom backward makes the weight gradient 5 % too large."""
+    linear = module(run.model, path)
+    _patch_forward(linear, lambda x: _WeightGradientScaled.apply(x, linear.weight, linear.bias))
+
+
+def summed_variance(run: Run, path: str) -> None:
+    """A hand-written LayerNorm whose variance sums over the features instead of averaging."""
+    ln = module(run.model, path)
+
+    def forward(x):
+        centered = x - x.mean(-1, keepdim=True)
+        return centered / torch.sqrt((centered * centered).sum(-1, keepdim=True) + ln.eps) * ln.weight + ln.bias
+
+    _patch_forward(ln, forward)
+
+
+def batchnorm_eval(run: Run, path: str) -> None:
+    """The BatchNorm normalises with its running statistics (eval mode) while the model trains."""
+    bn = module(run.model, path)
+    _patch_forward(bn, lambda x: nn.functional.batch_norm(x, bn.running_mean.clone(), bn.running_var.clone(),
+                                                          bn.weight, bn.bias, False, 0.0, bn.eps))
+
+
+def dropout_left_on(run: Run, path: str) -> None:
+    """A dropout of 0.1 after the module that golden does not have."""
+    mod = module(run.model, path)
+    original = mod.forward
+    _patch_forward(mod, lambda *args, **kwargs: nn.functional.dropout(original(*args, **kwargs), 0.1, training=True))
+
+
 @dataclass(frozen=True)
 class Case:
     """One golden/target pair and the verdict it must get."""
@@ -372,7 +493,9 @@ FAULTS: dict[str, Callable] = {
     "scale": scale_output, "handwritten": handwritten_activation, "onepass_ln": onepass_layernorm,
     "naive_softmax": naive_softmax, "backward_only": backward_only, "attn_overflow": None, "loss_scale": None,
     "sqrt_act": sqrt_activation, "ln_eps": layernorm_eps, "gelu_tanh": gelu_tanh, "drop_bias": drop_bias,
-    "conv_noise": conv_noise,
+    "conv_noise": conv_noise, "attn_scale": attention_scale, "transposed": transposed_weight,
+    "weight_grad": weight_gradient, "summed_var": summed_variance, "bn_eval": batchnorm_eval,
+    "dropout_on": dropout_left_on,
 }
 
 
@@ -416,6 +539,15 @@ def fault_cases() -> list[Case]:
     cases.append(Case("vit", "fp32", "gelu_tanh", "act", "kernel_bug"))
     cases.append(Case("bert-eager", "fp32", "drop_bias", "fc", "kernel_bug"))
     cases.append(Case("resnet", "fp32", "conv_noise", "conv", "kernel_bug"))
+    # code bugs that keep every shape: a wrong attention scale, a transposed weight, a wrong gradient of a
+    # hand-written Linear, a variance summed instead of averaged, BatchNorm in eval mode, a stray dropout
+    cases.append(Case("bert-sdpa", "fp32", "attn_scale", "attn", "kernel_bug"))
+    cases.append(Case("gpt2-eager", "fp32", "attn_scale", "attn", "kernel_bug"))
+    cases.append(Case("mlp", "fp32", "transposed", "fc", "kernel_bug"))
+    cases.append(Case("mlp", "fp32", "weight_grad", "fc", "kernel_bug", "backward"))
+    cases.append(Case("mlp", "fp32", "summed_var", "ln", "kernel_bug"))
+    cases.append(Case("cnn", "fp32", "bn_eval", "bn", "kernel_bug"))
+    cases.append(Case("cnn", "fp32", "dropout_on", "act", "kernel_bug"))
     return cases
 
 
