@@ -15,7 +15,7 @@ counted instead (`PairAccumulator.nonfinite_pairs`,
 Speed: a chunk is processed in blocks of `BLOCK_ELEMENTS` in five
 preallocated float64 buffers, every numpy call writing ``out=`` (no
 temporaries), about 30 vectorised passes a block. Dot products are short-row
-BLAS calls (`_dot`). KL's log(u/v) is 2·atanh(s), s = (u − v)/(u + v), summed
+BLAS calls (`row_dot`). KL's log(u/v) is 2·atanh(s), s = (u − v)/(u + v), summed
 as a truncated series where |s| is small (`_kl_series`), to within half a
 float64 ulp of each term: numpy's float64 log is scalar and cost a third of
 the pass. A block where x == y skips the errors and the series.
@@ -45,7 +45,7 @@ KERNEL = "c" if _kernel is not None else "numpy"  # which path PairAccumulator t
 FLOAT32_EPS = float(np.finfo(np.float32).eps)  # msaccucmp's KL floor and zero snap
 FLOAT64_EPS = float(np.finfo(np.float64).eps)  # msaccucmp's relative-error and norm floor
 BLOCK_ELEMENTS = 1 << 17  # values per block: amortises the ~40 numpy calls a block makes (measured best of 32-256 Ki)
-DOT_ROW = 256  # values per BLAS dot (see `_dot`)
+DOT_ROW = 256  # values per BLAS dot (see `row_dot`)
 SERIES_MAX = 0.025  # KL: |s| beyond this takes a float64 log, below it the atanh series (5 terms at most)
 DIRECT_SHARE = 8  # KL: a block with more than 1/8 of its |s| beyond SERIES_MAX takes logs throughout
 # largest s² for which k = 1, 2, ... terms of the atanh series are within half a float64 ulp (see `_series_terms`)
@@ -122,7 +122,7 @@ def kl_shift(lo: float, hi: float) -> tuple[float, float]:
     return lo, FLOAT32_EPS * (hi - lo)
 
 
-def _dot(a: np.ndarray, b: np.ndarray) -> float:
+def row_dot(a: np.ndarray, b: np.ndarray) -> float:
     """Σa·b of two contiguous float64 blocks: one batched matmul of rows of `DOT_ROW` values.
 
     OpenBLAS threads a dot of more than 10,000 values, and with --jobs 2 on two
@@ -161,14 +161,14 @@ def _atanh_sum(u: np.ndarray, s: np.ndarray, z: np.ndarray, q: np.ndarray, terms
         np.add(q, 1.0 / (2 * k + 1), out=q)
         if k:
             np.multiply(q, z, out=q)
-    return _dot(u, q)
+    return row_dot(u, q)
 
 
 def _u_log_ratio(u: np.ndarray, v: np.ndarray, out: np.ndarray | None = None) -> float:
     """Σu·log(u/v) with numpy's float64 log."""
     ratio = np.divide(u, v, out=out)
     np.log(ratio, out=ratio)
-    return _dot(u, ratio)
+    return row_dot(u, ratio)
 
 
 def finite_range(values: np.ndarray) -> tuple[float, float]:
@@ -279,11 +279,11 @@ class PairAccumulator:
         np.copyto(a, x, casting="unsafe")
         np.copyto(b, y, casting="unsafe")
         self.count += x.size
-        self.sxy += _dot(a, b)
-        self.sxx += _dot(a, a)
-        self.syy += _dot(b, b)
+        self.sxy += row_dot(a, b)
+        self.sxx += row_dot(a, a)
+        self.syy += row_dot(b, b)
         np.subtract(a, b, out=d)
-        self.sdd += _dot(d, d)
+        self.sdd += row_dot(d, d)
         np.abs(d, out=d)
         self.sum_abs += float(np.add.reduce(d))
         block_max = float(d.max())

@@ -89,6 +89,7 @@ def replay_as_recorded(op_record: OpRecord, input_arrays, metadata: dict) -> tup
 
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_NUMPY_FLOATS = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
 
 
 def _widen(value):
@@ -119,10 +120,14 @@ def _rebuild(op_record: OpRecord, input_arrays, overflow_mode: str | None, exact
     torch_dtypes = _slot_dtypes(attrs)
     tensors = []
     for i, (record, array) in enumerate(zip(slots, input_arrays)):
-        tensor = torch.from_numpy(np.array(array, copy=True))
+        array = np.asarray(array)
         dtype = torch_dtypes.get(i)
-        if exact and tensor.is_floating_point():
+        if exact and array.dtype.kind == "f":
             dtype = torch.float64
+        wide = _NUMPY_FLOATS.get(dtype)
+        # one copy, converted by numpy where it can: torch's .to() of a large tensor threads, and stalls
+        # for milliseconds on a busy two-core machine (a diagnosis makes hundreds of them)
+        tensor = torch.from_numpy(np.array(array, dtype=wide if wide is not None else array.dtype, copy=True))
         if dtype is not None and tensor.dtype != dtype:
             tensor = tensor.to(dtype)
         fmt = torch_format(getattr(torch, record.dtype, None))

@@ -274,7 +274,7 @@ def test_atanh_series_terms_keep_float64_accuracy(s):
 def test_dot_over_short_rows(size):
     rng = np.random.default_rng(size)
     a, b = rng.standard_normal(size), rng.standard_normal(size)
-    assert metrics._dot(a, b) == pytest.approx(math.fsum(a * b), rel=1e-12, abs=1e-12)
+    assert metrics.row_dot(a, b) == pytest.approx(math.fsum(a * b), rel=1e-12, abs=1e-12)
 
 
 def test_dump_file_chunks_mapped_into_memory(tmp_path):
