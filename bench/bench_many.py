@@ -21,12 +21,17 @@ It prints the medians, compare's ratio to the floor (target: within 2x for
 20,000 ops), and how peak memory moves with the number of ops (run it with
 ``--ops 50000`` too). The dumps are deleted afterwards unless --keep.
 
-    python bench/bench_many.py [--ops 20000] [--values 1000] [--repeats 3] [--dir DIR] [--keep]
+``--json FILE`` writes the medians, spreads and peaks with the date, for the
+README's table (`bench/perf_table.py`).
+
+    python bench/bench_many.py [--ops 20000] [--values 1000] [--repeats 3] [--dir DIR] [--keep] [--packed-only]
+                               [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import shutil
@@ -127,6 +132,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--packed-only", action="store_true",
+                        help="leave out the one-dataset-per-tensor pair (its build and compare take minutes)")
+    parser.add_argument("--json", type=Path, default=None, help="write every figure, with the date, here")
     args = parser.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="bench_many_"))
     packed, datasets = root / "packed", root / "datasets"
@@ -134,11 +142,13 @@ def main() -> None:
     build(packed, args.ops, args.values, None)
     built_packed = time.perf_counter() - started
     started = time.perf_counter()
-    build(datasets, args.ops, args.values, -1)
+    if not args.packed_only:
+        build(datasets, args.ops, args.values, -1)
     built_datasets = time.perf_counter() - started
     size = sum((packed / n).stat().st_size for n in ("golden.h5", "target.h5"))
     print(f"{args.ops:,d} ops x {args.values:,d} float32, two dumps of {size / 1e6:.0f} MB; written in "
-          f"{built_packed:.1f} s packed, {built_datasets:.1f} s one dataset per tensor (with the flat files)")
+          f"{built_packed:.1f} s packed" + ("" if args.packed_only else
+                                            f", {built_datasets:.1f} s one dataset per tensor (with the flat files)"))
     times: dict[str, list[float]] = {}
     peaks: dict[str, list[float]] = {}
     try:
@@ -150,6 +160,8 @@ def main() -> None:
                     ("cli compare", lambda: cli("compare", packed / "golden.h5", packed / "target.h5")),
                     ("cli check", lambda: cli("check", packed / "golden.h5", packed / "target.h5")),
                     ("cli vcs", lambda: cli("shell", packed / "golden.h5", packed / "target.h5", "-c", "vcs"))]
+            if args.packed_only:
+                jobs = [job for job in jobs if not job[0].endswith("datasets")]
             if round_ % 2:
                 jobs.reverse()
             for name, job in jobs:
@@ -163,8 +175,13 @@ def main() -> None:
     for name, values in times.items():
         peak = f"{statistics.median(peaks[name]) / 1024:>9.0f}" if name in peaks else ""
         print(f"{name:<18}{median[name]:>10.2f}{max(values) - min(values):>9.2f}{median[name] / floor:>9.1f}{peak}")
-    print(json.dumps({"ops": args.ops, "values": args.values, "median_s": median,
-                      "peak_kb": {k: statistics.median(v) for k, v in peaks.items()}}))
+    document = {"date": datetime.date.today().isoformat(), "ops": args.ops, "values": args.values,
+                "repeats": args.repeats, "median_s": median,
+                "spread_s": {k: max(v) - min(v) for k, v in times.items()},
+                "peak_kb": {k: statistics.median(v) for k, v in peaks.items()}}
+    print(json.dumps(document))
+    if args.json is not None:
+        args.json.write_text(json.dumps(document, indent=1) + "\n")
 
 
 def _compare(folder: Path, ops: int, peaks: dict, name: str) -> float:

@@ -1,0 +1,28 @@
+"""The README's performance table is what bench/perf_table.py makes of the saved benchmark output."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def perf_table():
+    spec = importlib.util.spec_from_file_location("perf_table", ROOT / "bench" / "perf_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_table_is_generated_from_the_saved_results():
+    module = perf_table()
+    readme = (ROOT / "README.md").read_text()
+    between = readme.split(module.START, 1)[1].split(module.END, 1)[0]
+    assert between == "\n" + module.table()  # rerun: python bench/perf_table.py --write README.md
+
+
+def test_every_saved_result_is_dated_and_shown():
+    module = perf_table()
+    table = module.table()
+    for path in sorted(module.RESULTS.glob("*.json")):
+        document = module.load(path.name)
+        assert document["date"] in table, path.name
