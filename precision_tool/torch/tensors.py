@@ -74,8 +74,32 @@ def to_numpy(tensor: torch.Tensor, copy: bool = False) -> np.ndarray:
     return array.copy() if copy else array
 
 
+_ROUND16 = getattr(native.extension, "round16", None)  # None: Format.round does every rounding
+_ROUND16_KINDS = {"float16": 0, "bfloat16": 1, "float32": 2}
+_FLOAT32 = torch.float32
+
+
+def _native_kind(tensor: torch.Tensor, fmt: Format) -> int | None:
+    """The `round16` kind of rounding ``tensor`` into ``fmt`` in C, or None where Format.round must do it:
+    the C loop reads a contiguous float32 CPU tensor's memory at its data pointer."""
+    if _ROUND16 is None or tensor.dtype is not _FLOAT32 or not tensor.is_cpu or not tensor.is_contiguous() \
+            or tensor.is_neg():
+        return None
+    return _ROUND16_KINDS.get(fmt.name)
+
+
 def round_to(tensor: torch.Tensor, fmt: Format, overflow_mode: str) -> tuple[torch.Tensor, bool]:
-    """A new float32 tensor of ``tensor``'s values rounded into ``fmt``; and whether that overflowed."""
+    """A new float32 tensor of ``tensor``'s values rounded into ``fmt``; and whether that overflowed.
+
+    In range (no |x| at the format's overflow threshold, no NaN) the C
+    extension's `round16` rounds it, bit for bit as `Format.round`; else, and
+    without the extension, `Format.round` does, which applies the overflow mode.
+    """
+    kind = _native_kind(tensor, fmt)
+    if kind is not None:
+        result = torch.empty(tensor.shape, dtype=_FLOAT32)
+        if _ROUND16(tensor.data_ptr(), result.data_ptr(), result.numel(), kind):
+            return result, False
     array = to_numpy(tensor)
     rounded, overflow = fmt.round(array, overflow_mode)
     if rounded is array:
@@ -87,7 +111,16 @@ def round_to(tensor: torch.Tensor, fmt: Format, overflow_mode: str) -> tuple[tor
 
 
 def round_in_place(tensor: torch.Tensor, fmt: Format, overflow_mode: str) -> bool:
-    """Round ``tensor``'s values into ``fmt`` where they are; return whether that overflowed."""
+    """Round ``tensor``'s values into ``fmt`` where they are; return whether that overflowed.
+
+    Like `round_to`, the C extension writes in-range values in place (as the
+    numpy path below does, without counting a write in the tensor's version).
+    """
+    kind = _native_kind(tensor, fmt)
+    if kind is not None:
+        address = tensor.data_ptr()
+        if _ROUND16(address, address, tensor.numel(), kind):
+            return False
     array = to_numpy(tensor)
     rounded, overflow = fmt.round(array, overflow_mode)
     if rounded is not array:
@@ -121,6 +154,9 @@ def all_finite(tensor: torch.Tensor) -> bool:
     """
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return True
+    if _native_kind(tensor, FORMATS["float32"]) is not None:  # float32 range check: finite
+        address = tensor.data_ptr()
+        return _ROUND16(address, address, tensor.numel(), 2)
     array = to_numpy(memory_order(tensor)).reshape(-1)
     # stats_rows gives a row, or None: not finite (or a variance lost to cancellation, which says nothing here)
     if native.extension is not None and array.size <= _SCREEN_MAX and array.dtype.char in "fd" \
