@@ -22,6 +22,7 @@ from precision_tool.torch.ops import dtype_name
 
 FORMAT_ATTR = "_precision_tool_format"  # the logical Format of a float32 tensor under simulation
 _LOW_DTYPES = (torch.float16, torch.bfloat16)
+_STRIDED = torch.strided
 _BLOCK = 1024  # values per float32 partial sum in `array_stats`
 _SCREEN_MAX = 1 << 14  # up to this many values `all_finite` screens with the C extension, faster there
 _CANCELLATION = 1e-6  # variance / mean^2 below which E[x^2] - mean^2 has lost its digits
@@ -255,19 +256,30 @@ class TensorStatsCache:
         self._objects: dict = {}  # id(tensor) -> (weak reference, version, dtype, data pointer, shape, strides, stats)
 
     def get(self, tensor: torch.Tensor, dtype: str) -> tuple:
-        version = _version(tensor)
+        try:
+            version = tensor._version
+        except RuntimeError:  # inference tensors have no version counter
+            version = -1
         entry = self._objects.get(id(tensor))
         if entry is not None and entry[0]() is tensor and entry[1] == version and entry[2] == dtype \
                 and entry[3] == tensor.data_ptr() and entry[4] == tensor.shape and entry[5] == tensor.stride():
             return entry[6]
-        if tensor.layout != torch.strided or tensor.numel() == 0:
+        if tensor.layout != _STRIDED or tensor.numel() == 0:
             return stats_of(tensor, dtype)
-        values = memory_order(tensor)  # a transpose hits the entry of the tensor it transposes
-        if self._copies:
-            entry = self._copies.get(_view_key(values, dtype))
-            if entry is not None and entry[1] == version and entry[0]() is not None:
-                return entry[2]
-        key = _memory_key(values, dtype)
+        if tensor.is_contiguous():  # `memory_order` and `_memory_key` of the common case, in one
+            values = tensor
+            key = (tensor.data_ptr(), tensor.numel(), tensor.dtype, tensor.device, dtype)
+            if self._copies:
+                entry = self._copies.get(_view_key(values, dtype))
+                if entry is not None and entry[1] == version and entry[0]() is not None:
+                    return entry[2]
+        else:
+            values = memory_order(tensor)  # a transpose hits the entry of the tensor it transposes
+            if self._copies:
+                entry = self._copies.get(_view_key(values, dtype))
+                if entry is not None and entry[1] == version and entry[0]() is not None:
+                    return entry[2]
+            key = _memory_key(values, dtype)
         entry = self._entries.get(key)
         if entry is not None and entry[1] == version and entry[0]() is not None:
             self._remember(tensor, version, dtype, entry[2])
@@ -299,8 +311,9 @@ class TensorStatsCache:
 
     def _compute(self, tensor: torch.Tensor, values: torch.Tensor, key: tuple, version: int, dtype: str) -> tuple:
         stats = EMPTY_STATS if values.is_complex() else array_stats(to_numpy(values), dtype)
-        self._entries[key] = (_storage_ref(tensor), version, stats)
-        self._remember(tensor, version, dtype, stats)
+        self._entries[key] = (weakref.ref(tensor.untyped_storage()), version, stats)  # see `_storage_ref`
+        self._objects[id(tensor)] = (weakref.ref(tensor), version, dtype, tensor.data_ptr(), tensor.shape,
+                                     tensor.stride(), stats)  # `_remember`
         return stats
 
     def _remember(self, tensor: torch.Tensor, version: int, dtype: str, stats: tuple) -> None:
