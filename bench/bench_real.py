@@ -28,7 +28,7 @@ same bytes (every tensor read back from the dump and written, one dataset
 each). ``--json FILE`` writes every figure, with the date, for the README's
 table.
 
-    python bench/bench_real.py [--models gpt2,bert,vit,resnet,lstm] [--steps 3] [--repeats 5] [--json FILE]
+    python bench/bench_real.py [--models gpt2,bert,vit,resnet,lstm] [--steps 3] [--repeats 5] [--json FILE] [--no-msprobe]
 """
 
 from __future__ import annotations
@@ -224,13 +224,14 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--no-msprobe", action="store_true", help="leave msprobe's runs out even where installed")
     parser.add_argument("--markdown", type=Path, default=None, metavar="JSON",
                         help="print the table rows of docs/torch.md from a --json file, and stop")
     args = parser.parse_args()
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())))
         return 0
-    msprobe = _has_msprobe()
+    msprobe = _has_msprobe() and not args.no_msprobe
     results = {}
     for short in args.models.split(","):
         model = MODELS[short]
@@ -243,7 +244,7 @@ def main() -> int:
             result["msprobe_tensor_bytes"] = tensor["bytes"]
         results[short] = result
         _print_model(short, result, args.steps)
-    if not msprobe:
+    if not msprobe and not args.no_msprobe:
         print("msprobe not installed (pip install mindstudio-probe==26.2.0): its columns are left out")
     if args.json:
         args.json.write_text(json.dumps({"date": datetime.date.today().isoformat(), "steps": args.steps,

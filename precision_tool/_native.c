@@ -5,7 +5,8 @@
  * - diff_norms: the diagnosis's relative error of a tensor pair;
  * - stats_rows: the statistics of many arrays at once, for precision_tool.dump.stats
  *   (the collector's statistics, every op of every step);
- * - slots: the collector's per-tensor bookkeeping of one op, statistics included.
+ * - slots: the collector's per-tensor bookkeeping of one op, statistics included;
+ * - round16: simulate_npu's rounding into float16 / bfloat16 (see below).
  *
  * The module is optional (setup.py): without a C compiler both callers take
  * their numpy paths, which compute the same float64 sums more slowly.
@@ -816,6 +817,83 @@ static PyObject *slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     Py_RETURN_NONE;
 }
 
+
+/* ---- round16: simulate_npu's rounding of a float32 tensor into float16 / bfloat16 ----
+ *
+ * precision_tool.torch.tensors rounds every simulated op's float32 outputs (and
+ * its inputs, when the op computes in a 16-bit format) with Format.round; on the
+ * small tensors of a training step numpy's per-call cost dominates. This is the
+ * same rounding on the tensor's memory (its data_ptr): round-to-nearest-even on
+ * the bits, integer operations only (the fast-math flags of this build cannot
+ * touch them), so the result is bit for bit Format.round's, which rounds the
+ * same way (checked in tests/torch against Format.round on a stride of all 2**32
+ * float32 patterns). Only the in-range case is handled: when some |x| reaches the
+ * format's overflow threshold, or is NaN, nothing is written and the call returns
+ * False, and the caller takes Format.round, which applies the overflow mode.
+ * kind 0: float16, 1: bfloat16, 2: float32 (no rounding: only the range check).
+ */
+static inline uint32_t round_f16_bits(uint32_t u)
+{
+    uint32_t sign = u & 0x80000000u, a = u & 0x7FFFFFFFu, e = a >> 23;
+    if (e >= 113) {                                   /* a float16 normal: keep 10 of 23 mantissa bits */
+        a += 0xFFFu + ((a >> 13) & 1u);
+        return sign | (a & ~0x1FFFu);
+    }
+    if (e < 102)                                      /* below 2**-25: rounds to zero */
+        return sign;
+    uint32_t m = (a & 0x7FFFFFu) | 0x800000u;         /* value m * 2**(e - 150), onto the 2**-24 grid */
+    uint32_t shift = 126u - e, q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u)))
+        q += 1u;
+    if (q == 0)
+        return sign;
+    /* q * 2**-24 with q <= 1024: normalise q into a float32 bit pattern by hand */
+    uint32_t exponent = 103u;                         /* 2**-24 is biased exponent 103 */
+    while (!(q & 0x800000u)) {
+        q <<= 1;
+        exponent -= 1u;
+    }
+    exponent += 23u;
+    return sign | (exponent << 23) | (q & 0x7FFFFFu);
+}
+
+static const uint32_t round16_limits[3] = {0x477FF000u, 0x7F7F8000u, 0x7F800000u};
+
+static PyObject *round16(PyObject *module, PyObject *args)
+{
+    unsigned long long src_address, dst_address;
+    Py_ssize_t n;
+    int kind;
+    if (!PyArg_ParseTuple(args, "KKni", &src_address, &dst_address, &n, &kind))
+        return NULL;
+    if (kind < 0 || kind > 2 || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "round16: bad kind or length");
+        return NULL;
+    }
+    const uint32_t *src = (const uint32_t *)(uintptr_t)src_address;
+    uint32_t *dst = (uint32_t *)(uintptr_t)dst_address;
+    const uint32_t limit = round16_limits[kind];
+    uint32_t worst = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {             /* |x| bits order like |x|, NaNs above inf */
+        uint32_t a = src[i] & 0x7FFFFFFFu;
+        worst = a > worst ? a : worst;
+    }
+    if (worst >= limit)
+        Py_RETURN_FALSE;
+    if (kind == 0) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            dst[i] = round_f16_bits(src[i]);
+    } else if (kind == 1) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t u = src[i];
+            dst[i] = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+        }
+    } else if (dst != src) {
+        memcpy(dst, src, (size_t)n * 4u);
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"pair_sums", pair_sums, METH_VARARGS,
      "pair_sums(x, y, sums, x_lo, x_floor, y_lo, y_floor, rel_floor) -> 0, or 1 if a value is not finite\n\n"
@@ -830,6 +908,10 @@ static PyMethodDef methods[] = {
      "stats_rows(arrays, cancellation) -> list\n\n"
      "For each array (non-empty, C-contiguous float32/float64) the tuple (count, min, max, mean, std,\n"
      "norm, 0, 0, 0), or None where a value is not finite or variance < cancellation * mean**2."},
+    {"round16", round16, METH_VARARGS,
+     "round16(src_address, dst_address, n, kind) -> bool\n\n"
+     "Round n float32 values at src_address into float16 (kind 0) or bfloat16 (1), or only check them (2),\n"
+     "writing float32 to dst_address (may equal src); False, writing nothing, if some |x| is out of range."},
     {"slots", (PyCFunction)(void (*)(void))slots, METH_FASTCALL,
      "slots(inputs, input_dtypes, outputs, output_dtypes, floats, ndarray, seen, tensors, rows, later, leftover,\n"
      "      cancellation, floor) -> None\n\n"

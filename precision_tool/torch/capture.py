@@ -96,6 +96,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self.mode = mode
         self.steps = None if steps is None else frozenset(int(s) for s in steps)
         self.selection = Selection.build(self.steps, ops, op_types, backward, module_globs)
+        self._every_op = self.selection.every_op  # (a property: asked once, not per op)
         self._wanted: dict[tuple, bool] = {}
         self.role = role
         self.model = model
@@ -174,10 +175,10 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
 
     def wants(self, call: OpCall) -> bool:
         return self.level == "op" and (self.record_views or not call.info.is_view) and \
-            self._selected(call.name, call.info.type, call.direction)
+            (self._every_op or self._selected(call.name, call.info.type, call.direction))
 
     def _selected(self, name: str, op_type: str, direction: str) -> bool:
-        if self.selection.every_op:
+        if self._every_op:
             return True
         key = (name, op_type, direction)
         if key not in self._wanted:

@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from precision_tool.dump.records import MODULE_TYPE_PREFIX
 from precision_tool.engine.hooks import BACKWARD
-from precision_tool.torch.modules import ModuleGradients, without_modes
+from precision_tool.torch.modules import QUIET, ModuleGradients, without_modes
 from precision_tool.torch.naming import Namer
 from precision_tool.torch.ops import (AtenOp, complete_collective, dtype_name, encode_args, flat_tensors, op_info,
                                      result_tensors)
@@ -90,6 +90,8 @@ class _Interceptor(TorchDispatchMode):
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if QUIET.depth:  # the capture reading tensors (`without_modes`): not an op of the run
+            return func(*args, **(kwargs or {}))
         return self._session.dispatch(func, args, kwargs or {})
 
 
@@ -136,6 +138,7 @@ class Session:
         if self._mode is None and self._needs_ops():
             self._mode = _Interceptor(self)
             self._mode.__enter__()
+            QUIET.mode = self._mode
 
     def _needs_ops(self) -> bool:
         """Whether some context sees aten ops: a simulator does, and so does every recorder but a module-level one."""
@@ -165,6 +168,7 @@ class Session:
 
     def _stop(self) -> None:
         mode, self._mode = self._mode, None
+        QUIET.mode = None
         self._started = False
         try:
             if mode is not None:

@@ -31,6 +31,7 @@ from precision_tool.torch.session import SESSION, OpCall
 from precision_tool.torch.tensors import (FORMAT_ATTR, has_nonfinite, round_in_place, round_to,
                                           saturate_in_place, set_logical_format)
 
+_FLOAT32 = torch.float32
 OVERFLOW_OPS_LIMIT = 10_000  # `overflow_ops` keeps the first this many
 
 
@@ -78,7 +79,7 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         info = call.info
         floats = [t for t in _tensors(call.args, call.kwargs) if t.is_floating_point()]
         native = (not floats or info.collective or call.direction == "optimizer" or _accumulates_grad(call)
-                  or any(t.dtype != torch.float32 for t in floats)
+                  or any(t.dtype is not _FLOAT32 for t in floats)
                   or (info.cast and call.kwargs.get("dtype", torch.float32) != torch.float32))
         if native:
             result = self._run_native(call, floats, before, saturate=bool(floats) and call.direction != "optimizer")
@@ -107,8 +108,8 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         for out in call.outputs:
             if out.is_floating_point():
                 overflow |= saturate_in_place(out, mode)
-                if out.dtype == torch.float32:
-                    set_logical_format(out, None)
+                if out.dtype is _FLOAT32 and getattr(out, FORMAT_ATTR, None) is not None:
+                    setattr(out, FORMAT_ATTR, None)  # `set_logical_format(out, None)`
         call.overflow = overflow
         return result
 
@@ -182,8 +183,18 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
             self.overflow_ops.append(ref)
 
 
+_NODE_HAS_VARIABLE: dict = {}  # autograd node class -> whether it has ``variable`` (AccumulateGrad)
+
+
 def _accumulates_grad(call: OpCall) -> bool:
-    return call.node is not None and getattr(call.node, "variable", None) is not None
+    node = call.node
+    if node is None:
+        return False
+    kind = type(node)
+    has = _NODE_HAS_VARIABLE.get(kind)
+    if has is None:  # a failed getattr on a node costs an exception: ask each node class once
+        has = _NODE_HAS_VARIABLE[kind] = hasattr(kind, "variable")
+    return has and getattr(node, "variable", None) is not None
 
 
 def _tensors(args, kwargs) -> list:

@@ -22,6 +22,7 @@ from precision_tool.torch.ops import dtype_name
 
 FORMAT_ATTR = "_precision_tool_format"  # the logical Format of a float32 tensor under simulation
 _LOW_DTYPES = (torch.float16, torch.bfloat16)
+_STRIDED = torch.strided
 _BLOCK = 1024  # values per float32 partial sum in `array_stats`
 _SCREEN_MAX = 1 << 14  # up to this many values `all_finite` screens with the C extension, faster there
 _CANCELLATION = 1e-6  # variance / mean^2 below which E[x^2] - mean^2 has lost its digits
@@ -74,8 +75,32 @@ def to_numpy(tensor: torch.Tensor, copy: bool = False) -> np.ndarray:
     return array.copy() if copy else array
 
 
+_ROUND16 = getattr(native.extension, "round16", None)  # None: Format.round does every rounding
+_ROUND16_KINDS = {"float16": 0, "bfloat16": 1, "float32": 2}
+_FLOAT32 = torch.float32
+
+
+def _native_kind(tensor: torch.Tensor, fmt: Format) -> int | None:
+    """The `round16` kind of rounding ``tensor`` into ``fmt`` in C, or None where Format.round must do it:
+    the C loop reads a contiguous float32 CPU tensor's memory at its data pointer."""
+    if _ROUND16 is None or tensor.dtype is not _FLOAT32 or not tensor.is_cpu or not tensor.is_contiguous() \
+            or tensor.is_neg():
+        return None
+    return _ROUND16_KINDS.get(fmt.name)
+
+
 def round_to(tensor: torch.Tensor, fmt: Format, overflow_mode: str) -> tuple[torch.Tensor, bool]:
-    """A new float32 tensor of ``tensor``'s values rounded into ``fmt``; and whether that overflowed."""
+    """A new float32 tensor of ``tensor``'s values rounded into ``fmt``; and whether that overflowed.
+
+    In range (no |x| at the format's overflow threshold, no NaN) the C
+    extension's `round16` rounds it, bit for bit as `Format.round`; else, and
+    without the extension, `Format.round` does, which applies the overflow mode.
+    """
+    kind = _native_kind(tensor, fmt)
+    if kind is not None:
+        result = torch.empty(tensor.shape, dtype=_FLOAT32)
+        if _ROUND16(tensor.data_ptr(), result.data_ptr(), result.numel(), kind):
+            return result, False
     array = to_numpy(tensor)
     rounded, overflow = fmt.round(array, overflow_mode)
     if rounded is array:
@@ -87,7 +112,16 @@ def round_to(tensor: torch.Tensor, fmt: Format, overflow_mode: str) -> tuple[tor
 
 
 def round_in_place(tensor: torch.Tensor, fmt: Format, overflow_mode: str) -> bool:
-    """Round ``tensor``'s values into ``fmt`` where they are; return whether that overflowed."""
+    """Round ``tensor``'s values into ``fmt`` where they are; return whether that overflowed.
+
+    Like `round_to`, the C extension writes in-range values in place (as the
+    numpy path below does, without counting a write in the tensor's version).
+    """
+    kind = _native_kind(tensor, fmt)
+    if kind is not None:
+        address = tensor.data_ptr()
+        if _ROUND16(address, address, tensor.numel(), kind):
+            return False
     array = to_numpy(tensor)
     rounded, overflow = fmt.round(array, overflow_mode)
     if rounded is not array:
@@ -121,6 +155,9 @@ def all_finite(tensor: torch.Tensor) -> bool:
     """
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return True
+    if _native_kind(tensor, FORMATS["float32"]) is not None:  # float32 range check: finite
+        address = tensor.data_ptr()
+        return _ROUND16(address, address, tensor.numel(), 2)
     array = to_numpy(memory_order(tensor)).reshape(-1)
     # stats_rows gives a row, or None: not finite (or a variance lost to cancellation, which says nothing here)
     if native.extension is not None and array.size <= _SCREEN_MAX and array.dtype.char in "fd" \
@@ -219,19 +256,30 @@ class TensorStatsCache:
         self._objects: dict = {}  # id(tensor) -> (weak reference, version, dtype, data pointer, shape, strides, stats)
 
     def get(self, tensor: torch.Tensor, dtype: str) -> tuple:
-        version = _version(tensor)
+        try:
+            version = tensor._version
+        except RuntimeError:  # inference tensors have no version counter
+            version = -1
         entry = self._objects.get(id(tensor))
         if entry is not None and entry[0]() is tensor and entry[1] == version and entry[2] == dtype \
                 and entry[3] == tensor.data_ptr() and entry[4] == tensor.shape and entry[5] == tensor.stride():
             return entry[6]
-        if tensor.layout != torch.strided or tensor.numel() == 0:
+        if tensor.layout != _STRIDED or tensor.numel() == 0:
             return stats_of(tensor, dtype)
-        values = memory_order(tensor)  # a transpose hits the entry of the tensor it transposes
-        if self._copies:
-            entry = self._copies.get(_view_key(values, dtype))
-            if entry is not None and entry[1] == version and entry[0]() is not None:
-                return entry[2]
-        key = _memory_key(values, dtype)
+        if tensor.is_contiguous():  # `memory_order` and `_memory_key` of the common case, in one
+            values = tensor
+            key = (tensor.data_ptr(), tensor.numel(), tensor.dtype, tensor.device, dtype)
+            if self._copies:
+                entry = self._copies.get(_view_key(values, dtype))
+                if entry is not None and entry[1] == version and entry[0]() is not None:
+                    return entry[2]
+        else:
+            values = memory_order(tensor)  # a transpose hits the entry of the tensor it transposes
+            if self._copies:
+                entry = self._copies.get(_view_key(values, dtype))
+                if entry is not None and entry[1] == version and entry[0]() is not None:
+                    return entry[2]
+            key = _memory_key(values, dtype)
         entry = self._entries.get(key)
         if entry is not None and entry[1] == version and entry[0]() is not None:
             self._remember(tensor, version, dtype, entry[2])
@@ -263,8 +311,9 @@ class TensorStatsCache:
 
     def _compute(self, tensor: torch.Tensor, values: torch.Tensor, key: tuple, version: int, dtype: str) -> tuple:
         stats = EMPTY_STATS if values.is_complex() else array_stats(to_numpy(values), dtype)
-        self._entries[key] = (_storage_ref(tensor), version, stats)
-        self._remember(tensor, version, dtype, stats)
+        self._entries[key] = (weakref.ref(tensor.untyped_storage()), version, stats)  # see `_storage_ref`
+        self._objects[id(tensor)] = (weakref.ref(tensor), version, dtype, tensor.data_ptr(), tensor.shape,
+                                     tensor.stride(), stats)  # `_remember`
         return stats
 
     def _remember(self, tensor: torch.Tensor, version: int, dtype: str, stats: tuple) -> None:

@@ -51,6 +51,30 @@ def test_rounding_into_float16_saturates_and_reports_overflow():
     assert not all_finite(x) and all_finite(torch.ones(3)) and all_finite(torch.arange(3))
 
 
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32"])
+def test_rounding_in_c_is_bit_for_bit_format_round(name):
+    """round_to / round_in_place take the C extension's round16 in range; Format.round is the reference,
+    on a stride of all 2**32 float32 patterns (a stride prime to 2: every pattern of the low bits)."""
+    from precision_tool.engine.formats import FORMATS
+    from precision_tool.torch import tensors
+
+    if tensors._ROUND16 is None:
+        pytest.skip("the C extension is not built")
+    fmt = FORMATS[name]
+    bits = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32)
+    bits = np.r_[bits, np.arange(0x33000000, 0x39000000, 1021, dtype=np.uint32)]  # float16's subnormal binades
+    values = bits.view(np.float32)
+    values = values[np.abs(values) < fmt.overflow_threshold]  # out of range: Format.round itself
+    expected, overflow = fmt.round(values.copy(), "saturation")
+    assert not overflow
+    tensor = torch.from_numpy(values.copy())
+    rounded, flag = round_to(tensor, fmt, "saturation")
+    assert not flag and np.array_equal(rounded.numpy().view(np.uint32), np.asarray(expected).view(np.uint32))
+    assert not round_in_place(tensor, fmt, "saturation")
+    assert np.array_equal(tensor.numpy().view(np.uint32), np.asarray(expected).view(np.uint32))
+    assert tensor._version == 0  # written where it lies, as the numpy path does
+
+
 def test_statistics_are_shared_by_every_tensor_over_the_same_memory_while_it_lives():
     cache = TensorStatsCache()
     x = torch.randn(6, 8)
