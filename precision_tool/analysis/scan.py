@@ -12,6 +12,10 @@ their boundary; every other op by its own tensors:
    reads the result diverges too. A mask saturated from -3.4e38 to -65504 is
    absorbed by the softmax that reads it and is only noted.
 2. Ops whose observed error stays under their dtype's noise floor are passed.
+   An op that reads an input changed after the op that wrote it in golden
+   (`departures`) points past itself: integers changed by unrecorded integer
+   ops (**kernel_bug** at the op reading them), or a value rewritten by ops
+   only the target runs, a gradient hook say (**kernel_bug** at that op).
 3. The rest are replayed on golden inputs (`attribution`): an op that
    introduces significant error and more than INTRODUCED_EXCESS times what
    its dtype explains is a **kernel_bug** (**fusion** for a fused op).
@@ -35,16 +39,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from precision_tool.analysis.actions import INVALID_ACTION as _INVALID_ACTION
+from precision_tool.analysis.actions import keep_fp32 as _keep_fp32
+from precision_tool.analysis.actions import listing_short as _listing_short
 from precision_tool.analysis.arguments import called_differently
 from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, input_sensitivity,
                                                  pair_errors, replay_errors, self_consistency, significant_slots)
+from precision_tool.analysis.departures import DepartureFinder, integer_verdict, target_only_verdict
 from precision_tool.analysis.errors import noise_floor, split_error, starts_nonfinite
 from precision_tool.analysis.fusion import switch_off_action
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
 from precision_tool.analysis.structure import (Consumers, Rewritten, enclosing_module, fingerprint, group_results,
-                                               module_path,
+                                               module_path, occurrence_keys as _occurrence_keys,
                                                rewritten_backward, rewritten_modules)
 from precision_tool.compare.cancel import raise_if_interrupted
 from precision_tool.compare.judged import gradient_scale, loss_scale_ratios
@@ -124,6 +132,8 @@ class Scanner:
         self.golden_by_key = {self.golden_key[id(r)]: r for r in golden}
         self.target_key = _occurrence_keys(target)
         self.target_by_key = {self.target_key[id(r)]: r for r in target}
+        self.departures = DepartureFinder(self.golden, self.target, golden, target, self._golden_of, self._target_of,
+                                          lambda r: self._attribute(r, replay=False))
         for record in target:
             raise_if_interrupted()  # Ctrl-C stops the scan between two ops even if a finaliser ate it
             if id(record) in by_record:
@@ -193,6 +203,9 @@ class Scanner:
         floor = noise_floor(_output_dtype(record))
         if a.observed < floor or self.replays >= MAX_REPLAYS:
             return None
+        verdict = self._departed(record, a, floor)
+        if verdict is not None:
+            return verdict
         if record.direction == "forward" and a.observed > INTRODUCED_EXCESS * max(a.inherited, 1e-12):
             verdict = self._called_differently(record, a)
             if verdict is not None:
@@ -212,6 +225,20 @@ class Scanner:
                                f"{check[1]:.3g}", recorded=True)
         if a.introduced is not None and a.introduced >= SIGNIFICANT_ERROR:
             return self._precision_loss(record, a)
+        return None
+
+    def _departed(self, record: OpRecord, a: Attribution, floor: float) -> Verdict | None:
+        """An input changed after the op that wrote it in golden (`departures`): integers changed before this
+        op, or a value rewritten by ops only the target runs; the change, not this op, is the culprit."""
+        view = self.views.get(id(record)) or GoldenView(self.golden, [])
+        found = self.departures.integer(record, view, a)
+        if found is not None:
+            self.result.attributions.append(a)
+            return integer_verdict(record, a, found)
+        found = self.departures.floating(record, view, floor) if a.inherited >= floor else None
+        if found is not None:
+            self.result.attributions.append(a)
+            return target_only_verdict(record, found, self.departures.target_only_between(found, record))
         return None
 
     def _called_differently(self, record: OpRecord, a: Attribution) -> Verdict | None:
@@ -465,33 +492,5 @@ def _ill_conditioned(a: Attribution) -> bool:
     return a.expected is not None and a.expected >= SIGNIFICANT_ERROR
 
 
-_INVALID_ACTION = ("an invalid operation (square root or log of a negative value, 0/0, inf - inf): check the "
-                   "inputs of {type}; a variance taken as E[x^2] - E[x]^2 can go negative in low precision: "
-                   "use a two-pass variance or a LayerNorm kernel")
-
-
-def _keep_fp32(op_type: str) -> str:
-    return (f'keep {op_type} in float32 through the mix list ({{"black-list": {{"to-add": ["{op_type}"]}}}}) '
-            "or use a precision mode that keeps it in float32 (allow_mix_precision, must_keep_origin_dtype)")
-
-
-def _listing_short(types: tuple[str, ...]) -> str:
-    return ", ".join(t.removeprefix("aten.") for t in types[:6]) + (", ..." if len(types) > 6 else "")
-
-
 def _with_module(verdict: Verdict, module: str) -> Verdict:
     return replace(verdict, module=verdict.module or module)
-
-
-def _occurrence_key(record: OpRecord, occurrence: int) -> tuple:
-    return record.step, record.direction, record.name, occurrence
-
-
-def _occurrence_keys(records: list[OpRecord]) -> dict[int, tuple]:
-    seen: dict[tuple, int] = {}
-    keys = {}
-    for record in records:
-        base = (record.step, record.direction, record.name)
-        keys[id(record)] = _occurrence_key(record, seen.get(base, 0))
-        seen[base] = seen.get(base, 0) + 1
-    return keys

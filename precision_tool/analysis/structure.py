@@ -122,9 +122,25 @@ def rewritten_backward(golden: list[OpRecord], target: list[OpRecord]) -> list[R
             continue
         g_types, t_types = _compute_types(partner), _compute_types(group)
         if g_types != t_types:
-            found.append(Rewritten(name, "backward", g_types, t_types, partner[-1], group[-1], group[0], partner[0],
+            found.append(Rewritten(name, "backward", g_types, t_types, partner[-1], group[-1],
+                                   _reads_incoming(group, partner[0]), partner[0],
                                    frozenset((r.direction, r.name) for r in group)))
     return _innermost(found)
+
+
+def _reads_incoming(group: list[OpRecord], golden_first: OpRecord) -> OpRecord:
+    """The first op of a target backward group that reads the incoming gradient: its first input has as many
+    elements as golden's first op's. The group may open with ops that read nothing from outside (a hook's
+    ``randn``); the group's first op when none does."""
+    try:
+        count = golden_first.tensor("input_0").stats.count
+    except KeyError:
+        return group[0]
+    for record in group:
+        inputs = record.inputs
+        if inputs and inputs[0].slot == "input_0" and inputs[0].stats.count == count:
+            return record
+    return group[0]
 
 
 def enclosing_module(record: OpRecord, records: list[OpRecord]) -> OpRecord | None:
@@ -199,3 +215,15 @@ def group_results(records: list[OpRecord]) -> list[tuple[OpRecord, object]]:
     return [(record, tensor) for record in records for tensor in record.outputs
             if is_float(tensor.dtype) and tensor.stats.count
             and not any(r.exec_index > record.exec_index for r in readers.of(record, {tensor.slot}))]
+
+
+def occurrence_keys(records: list[OpRecord]) -> dict[int, tuple]:
+    """``id(record)`` -> (step, direction, name, occurrence): what pairs a target op with golden's (an op name
+    repeats when a module is called more than once in a step)."""
+    seen: dict[tuple, int] = {}
+    keys = {}
+    for record in records:
+        base = (record.step, record.direction, record.name)
+        keys[id(record)] = (*base, seen.get(base, 0))
+        seen[base] = seen.get(base, 0) + 1
+    return keys

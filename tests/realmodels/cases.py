@@ -263,7 +263,8 @@ MODELS: dict[str, tuple[Callable, dict, dict]] = {
     "gpt2-sdpa": (gpt2, {"attn": "sdpa"}, {"act": "transformer.h.1.mlp.act", "ln": "transformer.h.0.ln_1",
                                            "attn": "transformer.h.0.attn"}),
     "gpt2-eager": (gpt2, {"attn": "eager"}, {"act": "transformer.h.1.mlp.act", "ln": "transformer.h.0.ln_1",
-                                             "attn": "transformer.h.0.attn"}),
+                                             "attn": "transformer.h.0.attn", "embed": "transformer.wte",
+                                             "fc": "transformer.h.0.mlp.c_fc"}),
     "bert-sdpa": (bert, {"attn": "sdpa"}, {"act": "bert.encoder.layer.1.intermediate.intermediate_act_fn",
                                            "ln": "bert.embeddings.LayerNorm",
                                            "attn": "bert.encoder.layer.0.attention.self"}),
@@ -271,7 +272,8 @@ MODELS: dict[str, tuple[Callable, dict, dict]] = {
                                              "ln": "bert.embeddings.LayerNorm",
                                              "attn": "bert.encoder.layer.0.attention.self",
                                              "ln2": "bert.encoder.layer.1.output.LayerNorm",
-                                             "fc": "bert.encoder.layer.1.intermediate.dense"}),
+                                             "fc": "bert.encoder.layer.1.intermediate.dense",
+                                             "embed": "bert.embeddings.word_embeddings"}),
     "vit": (vit, {"attn": "sdpa"}, {"act": "vit.layers.1.mlp.activation_fn", "ln": "vit.layers.0.layernorm_before",
                                     "attn": "vit.layers.0.attention"}),
     "vit-eager": (vit, {"attn": "eager"}, {"act": "vit.layers.1.mlp.activation_fn",
@@ -285,7 +287,7 @@ MODELS: dict[str, tuple[Callable, dict, dict]] = {
                                     "ln": "distilbert.embeddings.LayerNorm"}),
     "convnext": (convnext, {}, {"act": "convnext.encoder.stages.1.layers.0.act"}),
     "t5": (t5, {}, {"act": "encoder.block.1.layer.1.DenseReluDense.act"}),
-    "gru": (gru, {}, {"act": "act"}),
+    "gru": (gru, {}, {"act": "act", "embed": "embed"}),
     "swin": (swin, {}, {"act": "swin.encoder.layers.1.blocks.0.intermediate.intermediate_act_fn"}),
     "mlp": (mlp, {}, {"act": "act", "ln": "norm", "fc": "fc2"}),
     "cnn": (cnn, {}, {"act": "act2", "bn": "bn1"}),
@@ -467,6 +469,54 @@ def dropout_left_on(run: Run, path: str) -> None:
     _patch_forward(mod, lambda *args, **kwargs: nn.functional.dropout(original(*args, **kwargs), 0.1, training=True))
 
 
+def gradient_noise(run: Run, path: str) -> None:
+    """A tensor hook on the module's weight adds noise of 1e-2 of its norm to the weight's gradient (a
+    hand-written gradient-noise or clipping hook gone wrong): forward and every other gradient are right."""
+    weight = module(run.model, path).weight
+    generator = torch.Generator().manual_seed(1)
+
+    def hook(grad):
+        noise = torch.randn(grad.shape, generator=generator)
+        return grad + noise * (1e-2 * grad.norm() / noise.norm())
+
+    weight.register_hook(hook)
+
+
+def activation_gradient_noise(run: Run, path: str) -> None:
+    """A tensor hook on the module's output adds noise of 5e-2 of its norm to the gradient flowing back into
+    the module (a debugging hook left in): forward is right, backward from there on is not."""
+    mod = module(run.model, path)
+    original = mod.forward
+    generator = torch.Generator().manual_seed(1)
+
+    def hook(grad):
+        noise = torch.randn(grad.shape, generator=generator)
+        return grad + noise * (5e-2 * grad.norm() / noise.norm())
+
+    def forward(*args, **kwargs):
+        y = original(*args, **kwargs)
+        if y.requires_grad:
+            y.register_hook(hook)
+        return y
+
+    _patch_forward(mod, forward)
+
+
+def clamped_input_ids(run: Run, path: str) -> None:
+    """The model's forward feeds ``clamp(input_ids - 1, min=0)`` to the network (an off-by-one between a
+    tokenizer and the vocabulary) while the labels stay right; ``path`` is the embedding that reads them."""
+    original = run.model.forward
+    _patch_forward(run.model, lambda input_ids, **kwargs: original((input_ids - 1).clamp(min=0), **kwargs))
+
+
+def shifted_ids(run: Run, path: str) -> None:
+    """The embedding looks up the next token id (an off-by-one in a hand-written vocabulary mapping):
+    ``(ids + 1) % vocab`` instead of ``ids``."""
+    embedding = module(run.model, path)
+    _patch_forward(embedding, lambda ids: nn.functional.embedding((ids + 1) % embedding.num_embeddings,
+                                                                   embedding.weight, embedding.padding_idx))
+
+
 @dataclass(frozen=True)
 class Case:
     """One golden/target pair and the verdict it must get."""
@@ -495,7 +545,8 @@ FAULTS: dict[str, Callable] = {
     "sqrt_act": sqrt_activation, "ln_eps": layernorm_eps, "gelu_tanh": gelu_tanh, "drop_bias": drop_bias,
     "conv_noise": conv_noise, "attn_scale": attention_scale, "transposed": transposed_weight,
     "weight_grad": weight_gradient, "summed_var": summed_variance, "bn_eval": batchnorm_eval,
-    "dropout_on": dropout_left_on,
+    "dropout_on": dropout_left_on, "grad_noise": gradient_noise, "shifted_ids": shifted_ids,
+    "act_grad_noise": activation_gradient_noise, "clamped_ids": clamped_input_ids,
 }
 
 
@@ -548,6 +599,13 @@ def fault_cases() -> list[Case]:
     cases.append(Case("mlp", "fp32", "summed_var", "ln", "kernel_bug"))
     cases.append(Case("cnn", "fp32", "bn_eval", "bn", "kernel_bug"))
     cases.append(Case("cnn", "fp32", "dropout_on", "act", "kernel_bug"))
+    # faults outside any paired op: a gradient hook only the target has, token ids shifted before the lookup
+    cases.append(Case("mlp", "fp32", "grad_noise", "fc", "kernel_bug", "backward"))
+    cases.append(Case("bert-eager", "fp32", "grad_noise", "fc", "kernel_bug", "backward"))
+    cases.append(Case("gru", "fp32", "shifted_ids", "embed", "kernel_bug"))
+    cases.append(Case("bert-eager", "fp32", "shifted_ids", "embed", "kernel_bug"))
+    cases.append(Case("cnn", "fp32", "act_grad_noise", "act", "kernel_bug", "backward"))
+    cases.append(Case("gpt2-eager", "fp32", "clamped_ids", "embed", "kernel_bug"))
     return cases
 
 

@@ -1,0 +1,194 @@
+"""Inputs that change between the op that writes them and the op that reads them, where no paired op is to blame.
+
+The scan judges each target op against its golden partner. Two kinds of
+change happen *between* paired ops and so escape it:
+
+* **Ops only the target runs.** A tensor hook on a gradient, a
+  hand-written step between two library calls: their records have no golden
+  partner, so nothing compares them, and the op reading their result only
+  inherits the error. Seen from that reader, one of its float inputs departs
+  from golden although the op that wrote the value in golden (found by its
+  statistics, across directions: a weight gradient written in backward is
+  read by the optimizer) wrote it in the target too, and matching golden. The
+  change lies between them: in the target-only op that wrote what the reader
+  read.
+* **Integers.** Ops that compute only in integers (``ids + 1``, a
+  remainder, a clamp of indices) are not recorded, and error is measured on
+  floats. An op whose integer input (embedding indices, gather indices,
+  labels) differs from golden, element for element, while no recorded op
+  explains it (none wrote those integers, or the one that did wrote golden's
+  values), read integers changed before it: its float output departs for
+  that reason alone.
+
+A departure counts only when it is beyond what the input's dtype explains
+(`noise_floor`) and INTRODUCED_EXCESS times the error of its writer: the
+casts autocast inserts round a value, they never move it that far.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from precision_tool.analysis.attribution import GoldenView, pair_errors
+from precision_tool.analysis.errors import noise_floor
+from precision_tool.analysis.replay import is_float
+from precision_tool.analysis.results import Attribution, Verdict
+from precision_tool.analysis.structure import Consumers, fingerprint, module_path
+from precision_tool.compare.judged import loss_scale_ratios
+from precision_tool.defaults import INTRODUCED_EXCESS
+from precision_tool.dump.records import OpRecord
+
+_LISTED = 6  # target-only ops named in the evidence
+
+
+@dataclass(frozen=True)
+class Departure:
+    """One input of a paired op that changed after the op that wrote it in golden."""
+
+    slot: str
+    error: float  # float input: relative error against golden; integer input: share of differing elements
+    differing: int  # integer input: elements that differ from golden (0 for a float input)
+    size: int
+    producer: OpRecord | None  # the target partner of the op that wrote the value in golden
+    producer_error: float
+    writer: OpRecord | None  # the target-only op that wrote what the reader read (float inputs)
+
+
+class DepartureFinder:
+    """Finds departing inputs of one step's target ops; built once per step, its writer indexes on first use."""
+
+    def __init__(self, golden_dump, target_dump, golden_records: list[OpRecord], target_records: list[OpRecord],
+                 golden_of, target_of, measure):
+        self.golden_dump, self.target_dump = golden_dump, target_dump
+        self._golden_records, self._target_records = golden_records, target_records
+        self.golden_of, self.target_of = golden_of, target_of  # partner lookups of the scan
+        self.measure = measure  # record -> Attribution (measured errors, cached by the scan)
+        self._writers: tuple[Consumers, Consumers] | None = None
+
+    def writers(self) -> tuple[Consumers, Consumers]:
+        """(golden, target) writer indexes over every direction of the step: a value may cross directions."""
+        if self._writers is None:
+            self._writers = (Consumers(self._golden_records), Consumers(self._target_records))
+        return self._writers
+
+    def integer(self, record: OpRecord, view: GoldenView, a: Attribution) -> Departure | None:
+        """The first integer input of ``record`` that differs from golden with no recorded op to explain it,
+        when its float output departs beyond its float inputs; else None."""
+        if a.observed <= INTRODUCED_EXCESS * a.inherited:
+            return None
+        for tensor in record.inputs:
+            if is_float(tensor.dtype) or not tensor.has_data or tensor.dtype == "bool":
+                continue
+            golden = view.get(tensor.slot)
+            if golden is None:
+                continue
+            differing, size = _differing(self.target_dump.tensor(record.step, record.exec_index, tensor.slot), golden)
+            if not differing:
+                continue
+            producer, explained = self._integer_producer(record, view, tensor.slot)
+            if not explained:
+                return Departure(tensor.slot, differing / max(size, 1), differing, size, producer, 0.0, None)
+        return None
+
+    def _integer_producer(self, record: OpRecord, view: GoldenView, slot: str) -> tuple[OpRecord | None, bool]:
+        """(the target op that wrote the integers in golden, whether its own output already differs or it
+        cannot be told): a recorded op whose integer output differs (argmax of values a low precision
+        reordered) is judged by its float inputs, not here."""
+        golden_record = self.golden_of(record)
+        golden_tensor = view.record(slot)
+        if golden_record is None or golden_tensor is None:
+            return None, True
+        written = self._golden_writer(golden_record, golden_tensor)
+        if written is None:
+            return None, False
+        golden_writer, golden_slot = written
+        producer = self.target_of(golden_writer)
+        if producer is None:
+            return None, True
+        try:
+            producer.tensor(golden_slot)
+        except KeyError:
+            return producer, True
+        ours = self.target_dump.tensor(producer.step, producer.exec_index, golden_slot)
+        theirs = self.golden_dump.tensor(golden_writer.step, golden_writer.exec_index, golden_slot)
+        return producer, bool(_differing(ours, theirs)[0])
+
+    def floating(self, record: OpRecord, view: GoldenView, floor: float) -> Departure | None:
+        """The first float input of ``record`` beyond ``floor`` and its dtype's noise from golden while the op
+        that wrote it in golden wrote it in the target within 1/INTRODUCED_EXCESS of that, and a target-only op
+        wrote what ``record`` read; else None."""
+        golden_record = self.golden_of(record)
+        if golden_record is None:
+            return None
+        ratio = loss_scale_ratios(self.golden_dump, self.target_dump).get(record.step, 1.0) \
+            if record.direction == "backward" else 1.0
+        for slot, error in pair_errors(self.golden_dump, self.target_dump, record, view, "input", ratio):
+            if error.error < max(floor, noise_floor(record.tensor(slot).dtype)) or error.overflowed:
+                continue
+            golden_tensor = view.record(slot)
+            written = self._golden_writer(golden_record, golden_tensor) if golden_tensor is not None else None
+            producer = self.target_of(written[0]) if written is not None else None
+            if producer is None:
+                continue
+            producer_error = self.measure(producer).observed
+            if error.error <= INTRODUCED_EXCESS * producer_error:
+                continue
+            writer = self.writers()[1].producer(record, slot)
+            if writer is not None and writer.exec_index > producer.exec_index and self.golden_of(writer) is None:
+                return Departure(slot, error.error, 0, 0, producer, producer_error, writer)
+        return None
+
+    def _golden_writer(self, golden_record: OpRecord, golden_tensor) -> tuple[OpRecord, str] | None:
+        """(the golden op that last wrote ``golden_tensor`` before ``golden_record`` read it, its output slot)."""
+        writer = self.writers()[0].producer(golden_record, golden_tensor.slot)
+        if writer is None:
+            return None
+        key = fingerprint(golden_tensor)
+        slot = next((t.slot for t in writer.outputs if t.stats.count and fingerprint(t) == key), None)
+        return (writer, slot) if slot is not None else None
+
+    def target_only_between(self, d: Departure, reader: OpRecord) -> list[OpRecord]:
+        """The target's ops without a golden partner that ran between ``d``'s producer and ``reader``, in its
+        writer's module path: the hand-written step that changed the value."""
+        where = module_path(d.writer.name)
+        return [r for r in self._target_records if d.producer.exec_index < r.exec_index < reader.exec_index
+                and not r.is_module and module_path(r.name) == where and self.golden_of(r) is None]
+
+
+def _differing(target, golden) -> tuple[int, int]:
+    """(elements of ``target`` that differ from ``golden``, its size); a shape mismatch differs everywhere."""
+    t, g = np.ravel(np.asarray(target)), np.ravel(np.asarray(golden))
+    if t.size != g.size:
+        return max(t.size, g.size, 1), max(t.size, g.size, 1)
+    return int(np.count_nonzero(t != g)), int(t.size)
+
+
+def integer_verdict(record: OpRecord, a: Attribution, d: Departure) -> Verdict:
+    """The op that read changed integers: where the change first shows; the integers were made before it."""
+    source = (f"{d.producer.name}, which wrote them in golden, wrote golden's values" if d.producer is not None
+              else "no recorded op wrote them (ops on integers alone are not recorded)")
+    evidence = (f"{record.name} ({record.type}) reads integer {d.slot} that differs from golden's in {d.differing} "
+                f"of {d.size} element(s), while its float inputs are within {a.inherited:.3g} of golden",
+                f"its output is {a.observed:.3g} from golden; {source}",
+                "the integers were changed just before it, in the target only (an index offset, a shifted "
+                "vocabulary, a clamp), or the runs read different data")
+    action = (f"check how {d.slot} of {record.type} is computed in the target (an off-by-one, a vocabulary "
+              "mapping, a tokenizer) against golden, and that both runs read the same batch")
+    return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, evidence, action,
+                   module=module_path(record.name))
+
+
+def target_only_verdict(record: OpRecord, d: Departure, between: list[OpRecord]) -> Verdict:
+    """The target-only op that wrote what ``record`` read: an extra computation golden does not run."""
+    writer = d.writer
+    shown = ", ".join(r.name for r in between[:_LISTED]) + (" ..." if len(between) > _LISTED else "")
+    evidence = (f"{record.name} ({record.type}) reads {d.slot} {d.error:.3g} from golden, while "
+                f"{d.producer.name}, which wrote that value in golden, matches golden within {d.producer_error:.3g}",
+                f"{writer.name} ({writer.type}), an op golden does not run, wrote the value it read",
+                f"ops only the target runs between them: {shown}")
+    action = (f"the target runs ops golden does not between {d.producer.name} and {record.name} (a tensor or "
+              f"gradient hook, a hand-written step): check {module_path(writer.name) or writer.name}")
+    return Verdict(writer.name, "kernel_bug", writer.step, writer.direction, writer.type, evidence, action,
+                   module=module_path(writer.name))
