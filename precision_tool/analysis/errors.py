@@ -24,6 +24,7 @@ import numpy as np
 
 from precision_tool import native
 from precision_tool.compare.metrics import row_dot
+from precision_tool.dump.records import OpRecord
 from precision_tool.engine.formats import FORMATS
 
 

@@ -30,6 +30,7 @@ from precision_tool.compare.cancel import raise_if_interrupted
 from precision_tool.compare.matching import TensorPair
 from precision_tool.compare.metrics import kl_shift, metrics_from_sums
 from precision_tool.compare.report import TensorRow
+from precision_tool.compare.rows import pair_row, relative_error_floor
 
 WINDOW = 4096  # pairs per kernel call: their packs stay a few mapped segments, whatever the dump size
 KINDS = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}  # _native.c's K_F32 ... K_BF16
@@ -62,8 +63,6 @@ def _batchable(pair: TensorPair, chunk_elements: int) -> bool:
 
 def _score_window(kernel, pairs: list[TensorPair], positions: list[int], golden, target,
                   rows: list[TensorRow | None], done) -> None:
-    from precision_tool.compare.comparator import pair_row, relative_error_floor
-
     x_packs, x_table = _locate(target, [(p.target_op.step, p.target.index_row) for p in pairs])
     y_packs, y_table = _locate(golden, [(p.golden_op.step, p.golden.index_row) for p in pairs])
     usable = (x_table[:, 2] >= 0) & (y_table[:, 2] >= 0)

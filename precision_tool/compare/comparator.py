@@ -22,13 +22,13 @@ import numpy as np
 from precision_tool.bulk import bulk_objects
 from precision_tool.compare.batch import score_packed
 from precision_tool.compare.cancel import StopFlag, pool_map, raise_if_interrupted
-from precision_tool.compare.judged import (gradient_scale, loss_scale_ratios, near_zero, not_data,
-                                           skip_consumed_near_zero)
+from precision_tool.compare.judged import gradient_scale, loss_scale_ratios, skip_consumed_near_zero
 from precision_tool.compare.matching import MatchResult, TensorPair, match_ops
-from precision_tool.compare.metrics import FLOAT64_EPS, PairAccumulator, TensorMetrics
+from precision_tool.compare.metrics import PairAccumulator
 from precision_tool.compare.report import SHAPE_MISMATCH, CompareReport, DumpInfo, OpComparison, TensorRow
+from precision_tool.compare.rows import pair_row, relative_error_floor
 from precision_tool.compare.selection import select_ops
-from precision_tool.compare.stats import StatsDelta, ValueCounts, compare_stats, extra_nonfinite
+from precision_tool.compare.stats import compare_stats
 from precision_tool.defaults import COMPARE_CHUNK_ELEMENTS, COMPARE_JOBS, COMPARE_POOL_MIN_ELEMENTS
 from precision_tool.dump.records import OpRecord
 from precision_tool.errors import ConfigError
@@ -61,14 +61,6 @@ class CompareOptions:
             raise ConfigError(f"jobs must be at least 1, not {self.jobs}")
         if self.chunk_elements < 1:
             raise ConfigError(f"chunk size must be at least 1 element, not {self.chunk_elements}")
-
-
-def relative_error_floor(golden_dtype: str) -> float:
-    """Golden |y| at or below this is left out of relative errors: float64 eps, or fp16's smallest normal."""
-    from precision_tool.engine.formats import FORMATS
-
-    fmt = FORMATS.get(golden_dtype)
-    return max(FLOAT64_EPS, fmt.tiny) if fmt is not None else FLOAT64_EPS
 
 
 def compare_dumps(golden, target, options: CompareOptions | None = None,
@@ -201,27 +193,6 @@ def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_e
             _check_stop(stop)  # Ctrl-C: a running pair ends within one chunk, not at its last
             accumulator.update(x, y)
     return pair_row(pair, loss_scale, accumulator.result())
-
-
-def pair_row(pair: TensorPair, loss_scale: float = 1.0, metrics: TensorMetrics | None = None,
-             stats: StatsDelta | None = None, problem: str = "") -> TensorRow:
-    """A pair's row: with its metrics (values compared), its stats deltas (statistics only) or a problem.
-
-    Built positionally: the batch builds one per pair of a dump (`precision_tool.compare.batch`).
-    """
-    t, g, op = pair.target, pair.golden, pair.target_op
-    skip = not_data(t) or not_data(g)
-    extra = 0
-    if metrics is not None:
-        extra = metrics.target_only_nonfinite
-        if not skip and metrics.count:
-            skip = near_zero(pair.golden_op, g, metrics.rmse * math.sqrt(metrics.count))
-    elif stats is not None:
-        extra = extra_nonfinite(t.stats, g.stats)
-    return TensorRow(op.step, op.exec_index, op.name, op.type, op.direction, t.slot, pair.golden_op.name, g.slot,
-                     t.dtype, g.dtype, tuple(t.shape), tuple(g.shape), metrics, stats,
-                     ValueCounts.from_stats(t.stats), ValueCounts.from_stats(g.stats), extra, op.pass_name, problem,
-                     skip, loss_scale)
 
 
 class _NoLock:
