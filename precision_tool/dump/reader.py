@@ -219,14 +219,12 @@ class Dump:
             yield from_storage(np.asarray(dataset[selection]), dtype).reshape(-1)
 
     def packed_table(self, step: int, rows: np.ndarray, kinds: dict[str, int]) -> tuple[list, np.ndarray]:
-        """Where many tensors of one step lie in its packs, for reading them in one pass.
+        """Where tensors of one step (``rows`` of its index, `TensorRecord.index_row`) lie in its packs.
 
-        ``rows`` are the tensors' rows in the step's ``index`` table (`TensorRecord.index_row`); ``kinds``
-        maps the dtypes wanted to a code. Returns the packs involved (flat byte arrays, mapped where stored
-        plainly) and an int64 table of (position in that list, byte offset, kind code) per row; the code is
-        -1 for a tensor that is not packed, has no data, or has a dtype not in ``kinds``, and for a row that
-        is not in the table: the caller reads those one by one. Offsets are checked by the caller's kernel.
-        """
+        Returns the packs involved (byte arrays, mapped where stored plainly) and an int64 table of
+        (position in that list, byte offset, ``kinds[dtype]``) per row; -1 as the code where a tensor is not
+        packed, has no data or another dtype, or the row is not in the index: the caller reads those one by
+        one. Offsets are checked by the caller's kernel."""
         table = np.full((len(rows), 3), -1, np.int64)
         if step not in self._step_names or not len(rows):
             return [], table
