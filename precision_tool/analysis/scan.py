@@ -206,7 +206,9 @@ class Scanner:
         verdict = self._departed(record, a, floor)
         if verdict is not None:
             return verdict
-        if record.direction == "forward" and a.observed > INTRODUCED_EXCESS * max(a.inherited, 1e-12):
+        # forward ops, and the optimizer's (its lr, eps, betas and weight decay are call arguments); backward
+        # ops are called with what autograd saved, which loss scaling and autocast change by design
+        if record.direction != "backward" and a.observed > INTRODUCED_EXCESS * max(a.inherited, 1e-12):
             verdict = self._called_differently(record, a)
             if verdict is not None:
                 return verdict

@@ -539,6 +539,14 @@ class Case:
         return not self.fault
 
 
+def optimizer_setting(name: str, change: Callable) -> Callable:
+    """A fault that changes one hyperparameter of every param group of the target's optimizer."""
+    def plant(run: Run, path: str) -> None:
+        for group in run.optimizer.param_groups:
+            group[name] = change(group[name])
+    return plant
+
+
 FAULTS: dict[str, Callable] = {
     "scale": scale_output, "handwritten": handwritten_activation, "onepass_ln": onepass_layernorm,
     "naive_softmax": naive_softmax, "backward_only": backward_only, "attn_overflow": None, "loss_scale": None,
@@ -547,6 +555,8 @@ FAULTS: dict[str, Callable] = {
     "weight_grad": weight_gradient, "summed_var": summed_variance, "bn_eval": batchnorm_eval,
     "dropout_on": dropout_left_on, "grad_noise": gradient_noise, "shifted_ids": shifted_ids,
     "act_grad_noise": activation_gradient_noise, "clamped_ids": clamped_input_ids,
+    "adam_eps": optimizer_setting("eps", lambda eps: 1e-2), "lr_up": optimizer_setting("lr", lambda lr: lr * 1.5),
+    "betas": optimizer_setting("betas", lambda betas: (0.5, betas[1])),
 }
 
 
@@ -601,6 +611,10 @@ def fault_cases() -> list[Case]:
     cases.append(Case("cnn", "fp32", "dropout_on", "act", "kernel_bug"))
     # faults outside any paired op: a gradient hook only the target has, token ids shifted before the lookup
     cases.append(Case("mlp", "fp32", "grad_noise", "fc", "kernel_bug", "backward"))
+    # the optimizer configured differently: its update ops are called with another eps, lr or beta
+    cases.append(Case("mlp", "fp32", "adam_eps", "", "kernel_bug", "optimizer"))
+    cases.append(Case("resnet", "fp32", "lr_up", "", "kernel_bug", "optimizer"))
+    cases.append(Case("bert-eager", "fp32", "betas", "", "kernel_bug", "optimizer"))
     cases.append(Case("bert-eager", "fp32", "grad_noise", "fc", "kernel_bug", "backward"))
     cases.append(Case("gru", "fp32", "shifted_ids", "embed", "kernel_bug"))
     cases.append(Case("bert-eager", "fp32", "shifted_ids", "embed", "kernel_bug"))
@@ -694,7 +708,7 @@ def collect(case: Case, workdir: Path, mode: str = "dump", goldens: Path | None 
                 train(run)
         run = build(case)
         if case.fault and FAULTS[case.fault] is not None:
-            FAULTS[case.fault](run, MODELS[case.model][2][case.role])
+            FAULTS[case.fault](run, MODELS[case.model][2].get(case.role, ""))  # role "": the whole run
         _AUTOCAST[:] = [True] if case.target == "bf16" else []
         try:
             with _target_context(case.target), ptt.dump(target, mode=mode, model=case.model, seed=0):
