@@ -9,8 +9,12 @@ then ``--steps`` timed steps: the steady-state cost a long run pays per step. Pe
 interleaved over ``--repeats`` rounds (the order rotates each round):
 
 * ``plain``: no instrumentation;
-* ``noop mode``: an empty ``TorchDispatchMode`` around the step, the floor of
-  any capture that intercepts aten ops from Python;
+* ``noop mode``: an empty ``TorchDispatchMode`` around the step (without
+  torch's dynamo wrapper, as the capture's own mode), the floor of any
+  capture that intercepts aten ops from Python;
+* ``module floor``: the global module hooks module-level capture installs,
+  with a gradient hook on every float tensor in and out of a module call,
+  all doing nothing: the floor of module-level capture in Python;
 * ``stats module``: ``precision_tool.torch.dump(path, "stats", level="module")``,
   module calls only, no aten op intercepted;
 * ``stats``, ``overflow``, ``dump``: ``precision_tool.torch.dump(path, mode)``;
@@ -18,8 +22,12 @@ interleaved over ``--repeats`` rounds (the order rotates each round):
 
 msprobe (``mindstudio-probe==26.2.0``, when installed) runs in processes of
 its own, since it patches torch: its plain runs first, then
-``PrecisionDebugger`` with task ``statistics`` and ``tensor`` at level L1
-(torch API level), started and stopped around every step as its docs say.
+``PrecisionDebugger`` with task ``statistics`` at level L1 (torch API
+level) and L0 (module level), and ``tensor`` at L1, started and stopped
+around every step as its docs say. The records a step each writes are
+counted (ours from the dump, msprobe's from its dump.json files): at op
+level we record every aten op, forward and backward, where msprobe's L1
+records one per torch API call (an LSTM layer is one ``torch.lstm``).
 
 Printed: the median time of each configuration as a ratio to plain, with the
 spread (max/min over the rounds), and for ``dump`` its write speed: the
@@ -29,6 +37,7 @@ each). ``--json FILE`` writes every figure, with the date, for the README's
 table.
 
     python bench/bench_real.py [--models gpt2,bert,vit,resnet,lstm] [--steps 3] [--repeats 5] [--json FILE] [--no-msprobe]
+                                [--cpu]
 """
 
 from __future__ import annotations
@@ -46,8 +55,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"gpt2": "gpt2-sdpa", "bert": "bert-sdpa", "vit": "vit", "resnet": "resnet", "lstm": "lstm-nodnn"}
-OURS = ("plain", "noop mode", "stats module", "stats", "overflow", "dump", "simulate")
-MSPROBE = ("msprobe plain", "msprobe stats", "msprobe tensor")
+OURS = ("plain", "noop mode", "module floor", "stats module", "stats", "overflow", "dump", "simulate")
+MSPROBE = ("msprobe plain", "msprobe stats", "msprobe stats L0", "msprobe tensor")
 
 
 # ---- inside a worker process ---------------------------------------------------------------------
@@ -60,6 +69,17 @@ def _case(model: str):
     return Case(model, "clean", "fp32")
 
 
+def _clock():
+    """The clock the steps are timed with: wall time, or with ``--cpu`` (``BENCH_REAL_CLOCK=cpu``) the process's
+    CPU time, torch on one thread: what a step costs, unmoved by other load on a shared machine."""
+    if os.environ.get("BENCH_REAL_CLOCK") == "cpu":
+        import torch
+
+        torch.set_num_threads(1)
+        return time.process_time
+    return time.perf_counter
+
+
 def _step_loop(run, steps: int, around=None, warm: int = 1) -> float:
     """Seconds to train ``steps`` optimizer steps after ``warm`` untimed ones; ``around(step_index)`` is a
     context per step, if given."""
@@ -67,17 +87,18 @@ def _step_loop(run, steps: int, around=None, warm: int = 1) -> float:
 
     import precision_tool.torch as ptt
 
-    start = time.perf_counter()
+    clock = _clock()
+    start = clock()
     for index in range(warm + steps):
         if index == warm:
-            start = time.perf_counter()
+            start = clock()
         with (around(index) if around else contextlib.nullcontext()):
             loss = run.loss(run.model, run.batch)
             run.optimizer.zero_grad()
             loss.backward()
             run.optimizer.step()
             ptt.step(loss)
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def _ours(model: str, steps: int, repeats: int, workdir: Path) -> dict:
@@ -92,6 +113,10 @@ def _ours(model: str, steps: int, repeats: int, workdir: Path) -> dict:
     case = _case(model)
 
     class Noop(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:  # as the capture's own mode: no torch._disable_dynamo wrapper
+            return False
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
 
@@ -100,6 +125,8 @@ def _ours(model: str, steps: int, repeats: int, workdir: Path) -> dict:
             return contextlib.nullcontext()
         if name == "noop mode":
             return Noop()
+        if name == "module floor":
+            return _ModuleFloor()
         if name == "simulate":
             return ptt.simulate_npu("allow_mix_precision")
         if name == "stats module":
@@ -108,6 +135,7 @@ def _ours(model: str, steps: int, repeats: int, workdir: Path) -> dict:
 
     times: dict[str, list[float]] = {name: [] for name in OURS}
     sizes: dict[str, int] = {}
+    records: dict[str, float] = {}
     order = list(OURS)
     with _dnn(case), torch.no_grad() if False else contextlib.nullcontext():
         _step_loop(build(case), steps)  # warm-up: first-call costs of torch and the model
@@ -115,8 +143,10 @@ def _ours(model: str, steps: int, repeats: int, workdir: Path) -> dict:
             for name in order:
                 path = workdir / f"{name}.h5"
                 run = build(case)
-                with context(name, path):
+                with context(name, path) as entered:
                     seconds = _step_loop(run, steps)
+                if getattr(entered, "steps_written", 0):
+                    records[name] = entered.ops_recorded / entered.steps_written
                 if round_:  # round 0 warms up every configuration
                     times[name].append(seconds)
                 if path.exists():
@@ -125,7 +155,45 @@ def _ours(model: str, steps: int, repeats: int, workdir: Path) -> dict:
                         path.unlink()
             order = order[1:] + order[:1]
     raw = _raw_write_seconds(workdir / "dump.h5", workdir / "raw.h5")
-    return {"times": times, "sizes": sizes, "raw_write_s": raw}
+    return {"times": times, "sizes": sizes, "raw_write_s": raw, "records_per_step": records}
+
+
+class _ModuleFloor:
+    """The floor of module-level capture in Python: the global module hooks it installs, and a gradient hook on
+    every float tensor in and out of a module call that takes part in autograd, doing nothing."""
+
+    def __enter__(self):
+        import torch
+        from torch.nn.modules import module
+
+        def leaves(value, found):
+            if isinstance(value, torch.Tensor):
+                if value.is_floating_point():
+                    found.append(value)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    leaves(item, found)
+            elif isinstance(value, dict):
+                for item in value.values():
+                    leaves(item, found)
+            return found
+
+        def nothing(grad):
+            return None
+
+        def after(module_, args, kwargs, output):
+            if torch.is_grad_enabled():
+                for tensor in leaves((args, kwargs), leaves(output, [])):
+                    if tensor.requires_grad:
+                        tensor.register_hook(nothing)
+
+        self._handles = [module.register_module_forward_pre_hook(lambda module_, args: None),
+                         module.register_module_forward_hook(after, with_kwargs=True, always_call=True)]
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self._handles:
+            handle.remove()
 
 
 def _raw_write_seconds(dump: Path, out: Path) -> float:
@@ -155,13 +223,13 @@ def _raw_write_seconds(dump: Path, out: Path) -> float:
     return best
 
 
-def _msprobe(model: str, steps: int, repeats: int, workdir: Path, task: str = "statistics") -> dict:
-    """msprobe's ``task`` dump; one task per process, since its PrecisionDebugger is a process-wide singleton
-    that keeps the first configuration it was given."""
+def _msprobe(model: str, steps: int, repeats: int, workdir: Path, task: str = "statistics", level: str = "L1") -> dict:
+    """msprobe's ``task`` dump at ``level``; one configuration per process, since its PrecisionDebugger is a
+    process-wide singleton that keeps the first configuration it was given."""
     from tests.realmodels.cases import _dnn, build
 
     case = _case(model)
-    name = f"msprobe {'stats' if task == 'statistics' else task}"
+    name = f"msprobe {'stats' if task == 'statistics' else task}" + ("" if level == "L1" else f" {level}")
     times: dict[str, list[float]] = {"msprobe plain": [], name: []}
     with _dnn(case):
         _step_loop(build(case), steps)
@@ -170,7 +238,7 @@ def _msprobe(model: str, steps: int, repeats: int, workdir: Path, task: str = "s
         from msprobe.pytorch import PrecisionDebugger
 
         config = workdir / f"{task}.json"
-        config.write_text(json.dumps({"task": task, "level": "L1", "dump_path": str(workdir / f"msprobe_{task}"),
+        config.write_text(json.dumps({"task": task, "level": level, "dump_path": str(workdir / f"msprobe_{task}"),
                                       task: {"data_mode": ["all"]}}))
         debugger = PrecisionDebugger(config_path=str(config))
         for round_ in range(repeats + 1):
@@ -190,8 +258,10 @@ def _msprobe(model: str, steps: int, repeats: int, workdir: Path, task: str = "s
             seconds = _step_loop(run, steps, Around)
             if round_:
                 times[name].append(seconds)
-    written = sum(f.stat().st_size for f in (workdir / f"msprobe_{task}").rglob("*") if f.is_file())
-    return {"times": times, "bytes": written}
+    files = [f for f in (workdir / f"msprobe_{task}").rglob("*") if f.is_file()]
+    entries = [len(json.loads(f.read_text()).get("data", {})) for f in files if f.name == "dump.json"]
+    return {"times": times, "bytes": sum(f.stat().st_size for f in files),
+            "records_per_step": sum(entries) / len(entries) if entries else 0.0}
 
 
 # ---- the driver ------------------------------------------------------------------------------------
@@ -224,6 +294,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--cpu", action="store_true",
+                        help="time CPU seconds with torch on one thread instead of wall time (a loaded machine)")
     parser.add_argument("--no-msprobe", action="store_true", help="leave msprobe's runs out even where installed")
     parser.add_argument("--markdown", type=Path, default=None, metavar="JSON",
                         help="print the table rows of docs/torch.md from a --json file, and stop")
@@ -231,6 +303,8 @@ def main() -> int:
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())))
         return 0
+    if args.cpu:
+        os.environ["BENCH_REAL_CLOCK"] = "cpu"
     msprobe = _has_msprobe() and not args.no_msprobe
     results = {}
     for short in args.models.split(","):
@@ -238,16 +312,21 @@ def main() -> int:
         result = _worker("ours", model, args.steps, args.repeats)
         if msprobe:
             stats = _worker("msprobe", model, args.steps, args.repeats, "statistics")
+            modules = _worker("msprobe", model, args.steps, args.repeats, "statistics", "L0")
             tensor = _worker("msprobe", model, args.steps, args.repeats, "tensor")
-            result["msprobe"] = {**stats["times"], "msprobe tensor": tensor["times"]["msprobe tensor"],
-                                 "msprobe plain": stats["times"]["msprobe plain"] + tensor["times"]["msprobe plain"]}
+            result["msprobe"] = {**stats["times"], "msprobe stats L0": modules["times"]["msprobe stats L0"],
+                                 "msprobe tensor": tensor["times"]["msprobe tensor"],
+                                 "msprobe plain": stats["times"]["msprobe plain"] + modules["times"]["msprobe plain"]
+                                 + tensor["times"]["msprobe plain"]}
             result["msprobe_tensor_bytes"] = tensor["bytes"]
+            result["msprobe_records_per_step"] = {"stats": stats["records_per_step"],
+                                                  "stats L0": modules["records_per_step"]}
         results[short] = result
         _print_model(short, result, args.steps)
     if not msprobe and not args.no_msprobe:
         print("msprobe not installed (pip install mindstudio-probe==26.2.0): its columns are left out")
     if args.json:
-        args.json.write_text(json.dumps({"date": datetime.date.today().isoformat(), "steps": args.steps,
+        args.json.write_text(json.dumps({"date": datetime.date.today().isoformat(), "steps": args.steps, "clock": "cpu" if args.cpu else "wall",
                                          "repeats": args.repeats, "results": results}, indent=1))
     return 0
 
@@ -267,11 +346,18 @@ def _print_model(name: str, result: dict, steps: int) -> None:
         ours, theirs = dump_bytes / added, dump_bytes / raw
         print(f"        dump {dump_bytes / 1e6:.1f} MB: written at {ours / 1e6:.0f} MB/s over plain, raw h5py "
               f"{theirs / 1e6:.0f} MB/s -> {ours / theirs:.0%} of raw")
+    records = result.get("records_per_step", {})
+    if records:
+        print("        records a step: " + ", ".join(f"{c} {records[c]:.0f}" for c in ("stats module", "stats")
+                                                      if c in records))
     if "msprobe" in result:
         mp = result["msprobe"]
         base = statistics.median(mp["msprobe plain"])
-        print(f"        msprobe (own plain {base * 1000 / steps:.1f} ms/step): statistics "
-              f"{statistics.median(mp['msprobe stats']) / base:.2f}x, tensor "
+        theirs = result.get("msprobe_records_per_step", {})
+        print(f"        msprobe (own plain {base * 1000 / steps:.1f} ms/step): statistics L1 "
+              f"{statistics.median(mp['msprobe stats']) / base:.2f}x ({theirs.get('stats', 0):.0f} records a step), "
+              f"statistics L0 {statistics.median(mp['msprobe stats L0']) / base:.2f}x "
+              f"({theirs.get('stats L0', 0):.0f} records a step), tensor "
               f"{statistics.median(mp['msprobe tensor']) / base:.2f}x "
               f"({result.get('msprobe_tensor_bytes', 0) / 1e6:.1f} MB written)")
 

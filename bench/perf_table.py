@@ -33,7 +33,8 @@ def load(name: str) -> dict | None:
 
 
 def capture_rows(document: dict) -> list[str]:
-    """One row per model: ratios to the plain step (medians), dump write speed against raw h5py, msprobe."""
+    """One row per model: ratios to the plain step (medians), the two floors, records a step, dump write
+    speed against raw h5py, msprobe's statistics at L1 and L0 and its tensor dump."""
     rows = []
     for name in [m for m in MODELS if m in document["results"]] + sorted(set(document["results"]) - set(MODELS)):
         result = document["results"][name]
@@ -46,13 +47,23 @@ def capture_rows(document: dict) -> list[str]:
         added = statistics.median(times["dump"]) - plain
         raw = result.get("raw_write_s")
         write = f"{raw / added:.0%}" if raw and added > 0 else "–"
+        records = result.get("records_per_step", {})
+        ours = " / ".join(f"{records[c]:.0f}" if c in records else "–" for c in ("stats module", "stats"))
         msprobe = result.get("msprobe")
-        theirs = ["–", "–"]
+        theirs = ["–", "–", "–"]
         if msprobe:
             base = statistics.median(msprobe["msprobe plain"])
-            theirs = [f"{statistics.median(msprobe[c]) / base:.1f}×" for c in ("msprobe stats", "msprobe tensor")]
-        cells = [name, f"{plain * 1000 / document['steps']:.1f} ms", ratio("noop mode"), ratio("stats module"),
-                 ratio("stats"), ratio("dump"), write, ratio("simulate"), *theirs]
+            counts = result.get("msprobe_records_per_step", {})
+
+            def their(config: str, count: str | None = None) -> str:
+                if config not in msprobe:
+                    return "–"
+                text = f"{statistics.median(msprobe[config]) / base:.1f}×"
+                return f"{text} ({counts[count]:.0f})" if count in counts else text
+
+            theirs = [their("msprobe stats L0", "stats L0"), their("msprobe stats", "stats"), their("msprobe tensor")]
+        cells = [name, f"{plain * 1000 / document['steps']:.1f} ms", ratio("module floor"), ratio("stats module"),
+                 ratio("noop mode"), ratio("stats"), ours, ratio("dump"), write, ratio("simulate"), *theirs]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 
@@ -72,13 +83,16 @@ def table() -> str:
     lines = []
     real = load("real.json")
     if real:
+        clock = "CPU time, torch on one thread" if real.get("clock") == "cpu" else "wall time"
         lines += [f"**Torch capture on real models** (`bench_real.py`, {real['date']}; {real['steps']} steps, "
-                  f"median of {real['repeats']} interleaved rounds; ratios to the plain step). Targets: stats ≤ 1.5× "
-                  "at module level and ≤ 2.5× at aten level, dump ≥ 50 % of raw h5py write speed, simulate ≤ 2×; "
-                  "the no-op dispatch mode is the floor of any aten-level capture in Python.", "",
-                  "| model | plain step | no-op mode | stats, module | stats, aten | dump | dump write vs raw h5py "
-                  "| simulate | msprobe stats | msprobe tensor |",
-                  "|---|---|---|---|---|---|---|---|---|---|", *capture_rows(real), ""]
+                  f"median of {real['repeats']} interleaved rounds, {clock}; ratios to the plain step). Targets: "
+                  "stats ≤ 1.5× at module level and ≤ 2.5× at aten level, dump ≥ 50 % of raw h5py write speed, "
+                  "simulate ≤ 2×. The floors: module hooks that do nothing, for module level; a no-op dispatch "
+                  "mode, for aten level and simulate. Records a step: module level / aten level; msprobe's in "
+                  "brackets (L0 is module level, L1 torch-API level).", "",
+                  "| model | plain step | module floor | stats, module | aten floor | stats, aten | records a step "
+                  "| dump | dump write vs raw h5py | simulate | msprobe stats L0 | msprobe stats L1 | msprobe tensor |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *capture_rows(real), ""]
     many = [d for d in (load("many-20000.json"), load("many-50000.json")) if d]
     if many:
         lines += ["**Many small tensors** (`bench_many.py`): `compare` in process against reading the same bytes "

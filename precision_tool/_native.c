@@ -6,6 +6,7 @@
  * - stats_rows: the statistics of many arrays at once, for precision_tool.dump.stats
  *   (the collector's statistics, every op of every step);
  * - slots: the collector's per-tensor bookkeeping of one op, statistics included;
+ * - stats_at: stats_rows of one torch tensor where it lies, float16 and bfloat16 included;
  * - round16: simulate_npu's rounding into float16 / bfloat16 (see below).
  *
  * The module is optional (setup.py): without a C compiler both callers take
@@ -568,6 +569,64 @@ static PyObject *stats_rows(PyObject *module, PyObject *args)
     return rows;
 }
 
+/* ---- stats_at ----
+ *
+ * stats_rows for one tensor given by its address (a torch tensor's data
+ * pointer: `n` contiguous values in CPU memory the caller keeps alive), of
+ * kind K_F32, K_F64, K_F16 or K_BF16. float16 and bfloat16 are widened
+ * exactly into a float32 buffer first and then summed by the very loop
+ * stats_rows runs on float32 (the compiler may split its sums across vector
+ * lanes, and a loop reading 16-bit values would split them otherwise): the
+ * row is the same to the bit as stats_rows over the tensor's values as
+ * float32. The row carries the count of values at or beyond `limit` in
+ * magnitude (the format's largest finite value; none counted when
+ * limit <= 0), as stats._saturated counts them.
+ */
+
+static PyObject *stats_at(PyObject *module, PyObject *args)
+{
+    unsigned long long address;
+    Py_ssize_t n;
+    int kind;
+    double cancellation, limit;
+    if (!PyArg_ParseTuple(args, "Knidd:stats_at", &address, &n, &kind, &cancellation, &limit))
+        return NULL;
+    if (kind < 0 || kind >= N_KINDS || n <= 0 || !address) {
+        PyErr_SetString(PyExc_ValueError, "stats_at: bad kind, length or address");
+        return NULL;
+    }
+    const void *buf = (const void *)(uintptr_t)address;
+    float *wide = NULL;
+    if (kind == K_F16 || kind == K_BF16) {
+        if ((size_t)n > PY_SSIZE_T_MAX / sizeof(float) || !(wide = PyMem_RawMalloc((size_t)n * sizeof(float))))
+            return PyErr_NoMemory();
+        widen(kind, (const char *)buf, n, wide);
+        buf = wide;
+        kind = K_F32;
+    }
+    double m[4];
+    moments(kind == K_F32 ? 'f' : 'd', buf, n, m);
+    PyObject *row = stats_row(n, m, cancellation);
+    if (row && row != Py_None && limit > 0.0 && (m[3] >= limit || -m[2] >= limit)) {
+        Py_ssize_t saturated = 0;
+        if (kind == K_F32)
+            for (Py_ssize_t i = 0; i < n; i++)
+                saturated += fabs((double)((const float *)buf)[i]) >= limit;
+        else
+            for (Py_ssize_t i = 0; i < n; i++)
+                saturated += fabs(((const double *)buf)[i]) >= limit;
+        PyObject *count = PyLong_FromSsize_t(saturated);
+        if (!count) {
+            Py_CLEAR(row);
+        } else {
+            Py_DECREF(PyTuple_GET_ITEM(row, 8));
+            PyTuple_SET_ITEM(row, 8, count);
+        }
+    }
+    PyMem_RawFree(wide);
+    return row;
+}
+
 /* ---- slots ----
  *
  * The collector's bookkeeping of one op's tensors in stats mode
@@ -908,6 +967,10 @@ static PyMethodDef methods[] = {
      "stats_rows(arrays, cancellation) -> list\n\n"
      "For each array (non-empty, C-contiguous float32/float64) the tuple (count, min, max, mean, std,\n"
      "norm, 0, 0, 0), or None where a value is not finite or variance < cancellation * mean**2."},
+    {"stats_at", stats_at, METH_VARARGS,
+     "stats_at(address, n, kind, cancellation, limit) -> tuple or None\n\n"
+     "stats_rows of n contiguous values of kind 0 float32, 1 float64, 2 float16, 3 bfloat16 at address,\n"
+     "with the count of |x| >= limit (limit <= 0: 0) as the row's last item."},
     {"round16", round16, METH_VARARGS,
      "round16(src_address, dst_address, n, kind) -> bool\n\n"
      "Round n float32 values at src_address into float16 (kind 0) or bfloat16 (1), or only check them (2),\n"

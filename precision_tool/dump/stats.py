@@ -56,8 +56,10 @@ _NO_ROWS = np.empty((0, 9), _F64)
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # native byte order: what the C pass reads
 _BATCH = 1 << 18  # values per `StatsBatch` buffer (2 MiB of float64: stays in cache)
 _SMALL = 40  # up to this many values plain Python beats numpy's per-call cost
+SMALL_COUNT = _SMALL  # (for callers that hand larger arrays to the C extension themselves)
 _CAST_WHOLE = 1 << 18  # up to this many values one float64 copy is cheaper than casting reductions
 _CANCELLATION = 1e-6  # below this variance / mean^2 the one-pass variance has lost its digits
+CANCELLATION = _CANCELLATION
 # the largest finite value of each float format: values at it count as saturated
 _LIMITS = {name: fmt.max for name, fmt in FORMATS.items()}
 

@@ -16,6 +16,8 @@ import torch
 
 from precision_tool import native
 from precision_tool.dump.records import TensorStats
+from precision_tool.dump.stats import CANCELLATION as _STATS_CANCELLATION
+from precision_tool.dump.stats import SMALL_COUNT as _SMALL_STATS
 from precision_tool.dump.stats import stats_tuple
 from precision_tool.engine.formats import FORMATS, Format
 from precision_tool.torch.ops import dtype_name
@@ -175,7 +177,27 @@ def stats_of(tensor: torch.Tensor, dtype: str) -> tuple:
     """Statistics of ``tensor``'s values as a `TensorStats` field tuple."""
     if tensor.is_complex() or tensor.layout != torch.strided:
         return EMPTY_STATS
-    return array_stats(to_numpy(memory_order(tensor)), dtype)
+    values = memory_order(tensor)
+    return _stats_where_they_lie(values, dtype) or array_stats(to_numpy(values), dtype)
+
+
+_STATS_AT = getattr(native.extension, "stats_at", None)  # None: numpy's path for every tensor
+_STATS_AT_KINDS = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
+
+
+def _stats_where_they_lie(values: torch.Tensor, dtype: str) -> tuple | None:
+    """`array_stats` of a contiguous CPU float tensor by the C extension's ``stats_at``, read at its data
+    pointer: no numpy view, and float16/bfloat16 widened on the fly instead of copied to float32; the same
+    row to the bit (the same float64 sums in the same order). None where the numpy path must answer: no
+    extension, another layout or dtype, a few values (`stats_tuple` sums those with fsum), or a row the C
+    pass declines (inf/NaN, a variance lost to cancellation)."""
+    kind = _STATS_AT_KINDS.get(values.dtype)
+    if kind is None or _STATS_AT is None or not values.is_cpu or not values.is_contiguous() or values.is_neg():
+        return None
+    count = values.numel()
+    if count <= _SMALL_STATS:
+        return None
+    return _STATS_AT(values.data_ptr(), count, kind, _STATS_CANCELLATION, _LIMITS.get(dtype, 0.0))
 
 
 def array_stats(array: np.ndarray, dtype: str) -> tuple:
@@ -310,7 +332,8 @@ class TensorStatsCache:
         self._objects.clear()
 
     def _compute(self, tensor: torch.Tensor, values: torch.Tensor, key: tuple, version: int, dtype: str) -> tuple:
-        stats = EMPTY_STATS if values.is_complex() else array_stats(to_numpy(values), dtype)
+        stats = _stats_where_they_lie(values, dtype) or \
+            (EMPTY_STATS if values.is_complex() else array_stats(to_numpy(values), dtype))
         self._entries[key] = (weakref.ref(tensor.untyped_storage()), version, stats)  # see `_storage_ref`
         self._objects[id(tensor)] = (weakref.ref(tensor), version, dtype, tensor.data_ptr(), tensor.shape,
                                      tensor.stride(), stats)  # `_remember`

@@ -31,6 +31,40 @@ def test_fast_statistics_agree_with_the_shared_helper(values):
         assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-6, abs=1e-9)
 
 
+def _stats_cases():
+    rng = np.random.default_rng(5)
+    normal = rng.standard_normal(5000)
+    saturating = normal.copy()
+    saturating[::7] = 65504.0
+    with_nan = normal.copy()
+    with_nan[3] = np.nan
+    return {"normal": normal * 3 + 1, "large": normal * 1e4, "cancelling": np.abs(normal) + 1e3,
+            "saturating": saturating, "constant": np.full(300, 2.5), "nan": with_nan, "few": normal[:41],
+            "big": rng.standard_normal(70_000)}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("case", list(_stats_cases()))
+def test_statistics_read_where_the_tensor_lies_are_those_of_its_float32_values_to_the_bit(dtype, case):
+    """The C pass over a tensor's memory (float16/bfloat16 widened as it goes) gives the numpy path's row,
+    repr for repr, saturated count included; rows it declines (NaN, cancellation) come from numpy."""
+    from precision_tool import native
+    from precision_tool.torch.tensors import _stats_where_they_lie, to_numpy
+
+    tensor = torch.from_numpy(_stats_cases()[case]).to(getattr(torch, dtype))
+    for logical in ("float32", "float16", "bfloat16"):
+        expected = array_stats(to_numpy(tensor), logical)
+        assert repr(stats_of(tensor, logical)) == repr(expected)
+        here = _stats_where_they_lie(tensor, logical)
+        if native.extension is not None and case not in ("nan", "cancelling"):
+            assert repr(here) == repr(expected)
+        else:
+            assert here is None
+    if case == "saturating" and dtype != "bfloat16":  # (bfloat16 rounds 65504 up to 65536)
+        assert stats_of(tensor, "float16")[8] == 715
+    assert _stats_where_they_lie(tensor[::2], "float32") is None  # strided: numpy's path
+
+
 def test_statistics_ignore_the_order_of_values_and_reuse_transposes():
     x = torch.randn(64, 80)
     cache = TensorStatsCache()
