@@ -37,7 +37,7 @@ each). ``--json FILE`` writes every figure, with the date, for the README's
 table.
 
     python bench/bench_real.py [--models gpt2,bert,vit,resnet,lstm] [--steps 3] [--repeats 5] [--json FILE] [--no-msprobe]
-                                [--cpu]
+                                [--cpu] [--size tiny|small]
 """
 
 from __future__ import annotations
@@ -67,6 +67,98 @@ def _case(model: str):
 
     _quiet_transformers()
     return Case(model, "clean", "fp32")
+
+
+def _builder(model: str, size: str):
+    """(a function building a fresh Run of ``model``, the context it trains in): the suite's tiny model, or with
+    ``size="small"`` the same family at a width and batch where a step's kernels outweigh its op count."""
+    from tests.realmodels.cases import _dnn, build
+
+    case = _case(model)
+    if size == "tiny":
+        return (lambda: build(case)), _dnn(case)
+    import torch
+
+    def seeded(make):
+        def run():
+            torch.manual_seed(0)
+            return make()
+        return run
+
+    return seeded(_SMALL[model.split("-")[0]]), _dnn(case)
+
+
+def _small_gpt2():
+    import torch
+    import transformers as tf
+
+    from tests.realmodels.cases import Run, _hf_loss
+
+    config = tf.GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=2048, n_positions=128, resid_pdrop=0.0,
+                           embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="sdpa")
+    model = tf.GPT2LMHeadModel(config)
+    ids = torch.randint(0, 2048, (4, 64))
+    return Run(model, torch.optim.AdamW(model.parameters(), lr=1e-4), {"input_ids": ids, "labels": ids}, _hf_loss)
+
+
+def _small_bert():
+    import torch
+    import transformers as tf
+
+    from tests.realmodels.cases import Run, _hf_loss
+
+    config = tf.BertConfig(vocab_size=2048, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                           intermediate_size=1024, max_position_embeddings=128, num_labels=4, hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0, attn_implementation="sdpa")
+    model = tf.BertForSequenceClassification(config)
+    batch = {"input_ids": torch.randint(1, 2048, (4, 64)), "labels": torch.arange(4)}
+    return Run(model, torch.optim.AdamW(model.parameters(), lr=1e-4), batch, _hf_loss)
+
+
+def _small_vit():
+    import torch
+    import transformers as tf
+
+    from tests.realmodels.cases import Run, _hf_loss
+
+    config = tf.ViTConfig(image_size=64, patch_size=8, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                          intermediate_size=1024, num_labels=4, hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0, attn_implementation="sdpa")
+    model = tf.ViTForImageClassification(config)
+    batch = {"pixel_values": torch.randn(4, 3, 64, 64), "labels": torch.arange(4)}
+    return Run(model, torch.optim.AdamW(model.parameters(), lr=1e-4), batch, _hf_loss)
+
+
+def _small_resnet():
+    import torch
+    import transformers as tf
+
+    from tests.realmodels.cases import Run, _hf_loss
+
+    config = tf.ResNetConfig(num_channels=3, embedding_size=32, hidden_sizes=[32, 64, 128], depths=[2, 2, 2],
+                             layer_type="basic", num_labels=4)
+    model = tf.ResNetForImageClassification(config)
+    batch = {"pixel_values": torch.randn(8, 3, 64, 64), "labels": torch.arange(8) % 4}
+    return Run(model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), batch, _hf_loss)
+
+
+def _small_lstm():
+    import torch
+    from torch import nn
+
+    from tests.realmodels.cases import LSTMLanguageModel, Run
+
+    model = LSTMLanguageModel(vocab=1024, width=256)
+    ids = torch.randint(0, 1024, (4, 32))
+
+    def loss(model, batch):
+        logits = model(batch["ids"][:, :-1])
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["ids"][:, 1:].reshape(-1))
+
+    return Run(model, torch.optim.Adam(model.parameters(), lr=1e-3), {"ids": ids}, loss)
+
+
+_SMALL = {"gpt2": _small_gpt2, "bert": _small_bert, "vit": _small_vit, "resnet": _small_resnet, "lstm": _small_lstm}
 
 
 def _clock():
@@ -101,16 +193,14 @@ def _step_loop(run, steps: int, around=None, warm: int = 1) -> float:
     return clock() - start
 
 
-def _ours(model: str, steps: int, repeats: int, workdir: Path) -> dict:
+def _ours(model: str, steps: int, repeats: int, workdir: Path, size: str = "tiny") -> dict:
     import contextlib
 
-    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     import precision_tool.torch as ptt
-    from tests.realmodels.cases import _dnn, build
 
-    case = _case(model)
+    build, dnn = _builder(model, size)
 
     class Noop(TorchDispatchMode):
         @classmethod
@@ -137,12 +227,12 @@ def _ours(model: str, steps: int, repeats: int, workdir: Path) -> dict:
     sizes: dict[str, int] = {}
     records: dict[str, float] = {}
     order = list(OURS)
-    with _dnn(case), torch.no_grad() if False else contextlib.nullcontext():
-        _step_loop(build(case), steps)  # warm-up: first-call costs of torch and the model
+    with dnn:
+        _step_loop(build(), steps)  # warm-up: first-call costs of torch and the model
         for round_ in range(repeats + 1):
             for name in order:
                 path = workdir / f"{name}.h5"
-                run = build(case)
+                run = build()
                 with context(name, path) as entered:
                     seconds = _step_loop(run, steps)
                 if getattr(entered, "steps_written", 0):
@@ -223,18 +313,17 @@ def _raw_write_seconds(dump: Path, out: Path) -> float:
     return best
 
 
-def _msprobe(model: str, steps: int, repeats: int, workdir: Path, task: str = "statistics", level: str = "L1") -> dict:
+def _msprobe(model: str, steps: int, repeats: int, workdir: Path, task: str = "statistics", level: str = "L1",
+             size: str = "tiny") -> dict:
     """msprobe's ``task`` dump at ``level``; one configuration per process, since its PrecisionDebugger is a
     process-wide singleton that keeps the first configuration it was given."""
-    from tests.realmodels.cases import _dnn, build
-
-    case = _case(model)
+    build, dnn = _builder(model, size)
     name = f"msprobe {'stats' if task == 'statistics' else task}" + ("" if level == "L1" else f" {level}")
     times: dict[str, list[float]] = {"msprobe plain": [], name: []}
-    with _dnn(case):
-        _step_loop(build(case), steps)
+    with dnn:
+        _step_loop(build(), steps)
         for _ in range(repeats):  # plain first: msprobe patches torch once imported and started
-            times["msprobe plain"].append(_step_loop(build(case), steps))
+            times["msprobe plain"].append(_step_loop(build(), steps))
         from msprobe.pytorch import PrecisionDebugger
 
         config = workdir / f"{task}.json"
@@ -242,7 +331,7 @@ def _msprobe(model: str, steps: int, repeats: int, workdir: Path, task: str = "s
                                       task: {"data_mode": ["all"]}}))
         debugger = PrecisionDebugger(config_path=str(config))
         for round_ in range(repeats + 1):
-            run = build(case)
+            run = build()
 
             class Around:
                 def __init__(self, index):
@@ -294,6 +383,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--size", choices=("tiny", "small"), default="tiny",
+                        help="tiny: the suite's models (the targets' benchmark); small: the same families at width "
+                             "256 and batches of 4 to 8, where a step's kernels outweigh its op count")
     parser.add_argument("--cpu", action="store_true",
                         help="time CPU seconds with torch on one thread instead of wall time (a loaded machine)")
     parser.add_argument("--no-msprobe", action="store_true", help="leave msprobe's runs out even where installed")
@@ -309,11 +401,11 @@ def main() -> int:
     results = {}
     for short in args.models.split(","):
         model = MODELS[short]
-        result = _worker("ours", model, args.steps, args.repeats)
+        result = _worker("ours", model, args.steps, args.repeats, args.size)
         if msprobe:
-            stats = _worker("msprobe", model, args.steps, args.repeats, "statistics")
-            modules = _worker("msprobe", model, args.steps, args.repeats, "statistics", "L0")
-            tensor = _worker("msprobe", model, args.steps, args.repeats, "tensor")
+            stats = _worker("msprobe", model, args.steps, args.repeats, "statistics", "L1", args.size)
+            modules = _worker("msprobe", model, args.steps, args.repeats, "statistics", "L0", args.size)
+            tensor = _worker("msprobe", model, args.steps, args.repeats, "tensor", "L1", args.size)
             result["msprobe"] = {**stats["times"], "msprobe stats L0": modules["times"]["msprobe stats L0"],
                                  "msprobe tensor": tensor["times"]["msprobe tensor"],
                                  "msprobe plain": stats["times"]["msprobe plain"] + modules["times"]["msprobe plain"]
@@ -327,6 +419,7 @@ def main() -> int:
         print("msprobe not installed (pip install mindstudio-probe==26.2.0): its columns are left out")
     if args.json:
         args.json.write_text(json.dumps({"date": datetime.date.today().isoformat(), "steps": args.steps, "clock": "cpu" if args.cpu else "wall",
+                                         "size": args.size,
                                          "repeats": args.repeats, "results": results}, indent=1))
     return 0
 

@@ -33,7 +33,7 @@ from precision_tool.errors import choice_error
 from precision_tool.torch.ops import args_signature, flat_tensors
 from precision_tool.torch.session import SESSION, OpCall
 from precision_tool.torch.tensors import (EMPTY_STATS, TensorStatsCache, array_stats, has_nonfinite, logical_dtype,
-                                         to_numpy)
+                                         storage_array, to_numpy)
 
 MODES = ("dump", "stats", "overflow")
 LEVELS = ("op", "module")  # every aten op and module call; module calls only (no op is intercepted)
@@ -198,7 +198,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                 array = to_numpy(tensor, copy=True)
                 inputs.append((array_stats(array, dtype) if self.mode == "dump" else None, array))
             elif self.mode == "dump":
-                inputs.append((self._stats.get(tensor, dtype), to_numpy(tensor)))
+                inputs.append((self._stats.get(tensor, dtype), storage_array(tensor)))
             else:  # overflow: the values are read only if the op overflows
                 inputs.append((None, tensor))
         self._inputs = inputs
@@ -213,7 +213,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                 return
             inputs = [_values(item, dtype) for item, dtype in zip(inputs, call.input_dtypes)]
         with_data = self.mode != "stats"
-        outputs = [(self._output_stats(call, inputs, t, d), to_numpy(t) if with_data else None)
+        outputs = [(self._output_stats(call, inputs, t, d), storage_array(t) if with_data else None)
                    for t, d in zip(call.outputs, call.output_dtypes)]
         overflow, inherited = call.overflow, call.inherited
         if overflow is None:
@@ -257,7 +257,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                 dtype = logical_dtype(tensor)
                 entries.append((kind, index, dtype, tuple(tensor.shape), self._stats.get(tensor, dtype)))
                 if with_data:
-                    arrays.append(to_numpy(tensor))
+                    arrays.append(storage_array(tensor))
         self._writer.add_op(exec_index, direction, name, module_type, entries[-1][2], False, False, None,
                             _MODULE_ATTRS, entries, arrays)
         self._step_ops += 1

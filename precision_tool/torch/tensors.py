@@ -77,6 +77,20 @@ def to_numpy(tensor: torch.Tensor, copy: bool = False) -> np.ndarray:
     return array.copy() if copy else array
 
 
+def storage_array(tensor: torch.Tensor) -> np.ndarray:
+    """The values of ``tensor`` for the dump writer, as it stores them where that needs no conversion: a
+    float16 CPU tensor as float16, a bfloat16 one as its bits (uint16), both without a copy; else `to_numpy`.
+    Only for arrays that go to the writer (`precision_tool.dump.storage.to_storage` takes both as they are):
+    statistics read float values."""
+    t = tensor.detach() if tensor.requires_grad else tensor
+    if t.is_cpu:
+        if t.dtype is torch.bfloat16:
+            return t.view(torch.int16).numpy().view(np.uint16)
+        if t.dtype is torch.float16:
+            return t.numpy()
+    return to_numpy(tensor)
+
+
 _ROUND16 = getattr(native.extension, "round16", None)  # None: Format.round does every rounding
 _ROUND16_KINDS = {"float16": 0, "bfloat16": 1, "float32": 2}
 _FLOAT32 = torch.float32

@@ -181,6 +181,31 @@ def test_bad_arguments_are_config_errors(tmp_path):
         ptt.dump(tmp_path / "x.h5", role="reference")
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16_bit_tensors_are_stored_bit_for_bit(tmp_path, dtype):
+    """float16 and bfloat16 tensors go to the writer as they lie (bfloat16 as its bits): read back, the
+    values are the tensor's, NaN, inf, signed zeros and subnormals included, and so are their statistics."""
+    x = torch.tensor([1.5, -0.0, 0.0, float("nan"), float("inf"), -3e-41 if dtype == "bfloat16" else -3e-6,
+                      *np.linspace(-4, 4, 60)]).to(getattr(torch, dtype))
+    y = torch.linspace(-1, 1, 66).to(getattr(torch, dtype)).reshape(6, 11).t()  # a transposed input
+    with ptt.dump(tmp_path / "h.h5"):
+        out = x * 3
+        z = y.reshape(-1) + 1
+    with open_dump(tmp_path / "h.h5") as dump:
+        ops = dump.ops(0)
+        assert [op.type for op in ops] == ["aten.mul", "aten.clone", "aten._unsafe_view", "aten.add"]  # (the
+        mul, add = ops[0], ops[3]  # reshape of a transpose copies)
+        stored = [dump.tensor(0, mul.exec_index, "input_0"), dump.tensor(0, mul.exec_index, "output_0"),
+                  dump.tensor(0, add.exec_index, "output_0"), dump.tensor(0, ops[1].exec_index, "input_0")]
+        assert mul.outputs[0].dtype == dtype
+        stats = mul.outputs[0].stats
+    for values, tensor in zip(stored, (x, out, z, y)):
+        assert values.dtype == np.float32 and values.shape == tuple(tensor.shape)
+        np.testing.assert_array_equal(values.view(np.uint32), tensor.float().numpy().view(np.uint32))
+    assert (stats.count, stats.nan, stats.inf) == (66, 1, 1)
+    assert stats.max == float(out[~out.isinf() & ~out.isnan()].float().max())
+
+
 def test_an_autocast_run_records_the_dtypes_autocast_chose(tmp_path):
     with torch.autocast("cpu", dtype=torch.bfloat16), ptt.dump(tmp_path / "a.h5", mode="stats"):
         train(make_mlp())
