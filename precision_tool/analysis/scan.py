@@ -31,7 +31,9 @@ their boundary; every other op by its own tensors:
 A rewritten module is the culprit when its output diverges beyond its
 inputs and its dtype's noise: **precision_loss** at the first op inside that
 is ill-conditioned in its dtype (its rounding of its own inputs alone moves
-its output by SIGNIFICANT_ERROR), else **kernel_bug**.
+its output by SIGNIFICANT_ERROR), else **kernel_bug**. Those boundary
+judgements, and modules whose backward golden runs and the target does not
+(no gradient reaches them), are in `rewrites`.
 """
 
 from __future__ import annotations
