@@ -11,7 +11,9 @@ change happen *between* paired ops and so escape it:
   statistics, across directions: a weight gradient written in backward is
   read by the optimizer) wrote it in the target too, and matching golden. The
   change lies between them: in the target-only op that wrote what the reader
-  read.
+  read. When those ops only cast, and one rounds the value to a narrower
+  format than golden holds it in (a stray ``.half()``), the verdict is
+  **precision_loss** at that cast, not a kernel fault.
 * **Integers.** Ops that compute only in integers (``ids + 1``, a
   remainder, a clamp of indices) are not recorded, and error is measured on
   floats. An op whose integer input (embedding indices, gather indices,
@@ -35,10 +37,11 @@ from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.errors import noise_floor
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
-from precision_tool.analysis.structure import Consumers, fingerprint, module_path
+from precision_tool.analysis.structure import Consumers, fingerprint, is_copy, module_path
 from precision_tool.compare.judged import loss_scale_ratios
 from precision_tool.defaults import INTRODUCED_EXCESS
 from precision_tool.dump.records import OpRecord
+from precision_tool.engine.formats import FORMATS
 
 _LISTED = 6  # target-only ops named in the evidence
 
@@ -54,6 +57,7 @@ class Departure:
     producer: OpRecord | None  # the target partner of the op that wrote the value in golden
     producer_error: float
     writer: OpRecord | None  # the target-only op that wrote what the reader read (float inputs)
+    golden_dtype: str = ""  # the dtype golden held the value in (float inputs)
 
 
 class DepartureFinder:
@@ -137,7 +141,7 @@ class DepartureFinder:
                 continue
             writer = self.writers()[1].producer(record, slot)
             if writer is not None and writer.exec_index > producer.exec_index and self.golden_of(writer) is None:
-                return Departure(slot, error.error, 0, 0, producer, producer_error, writer)
+                return Departure(slot, error.error, 0, 0, producer, producer_error, writer, golden_tensor.dtype)
         return None
 
     def _golden_writer(self, golden_record: OpRecord, golden_tensor) -> tuple[OpRecord, str] | None:
@@ -180,8 +184,41 @@ def integer_verdict(record: OpRecord, a: Attribution, d: Departure) -> Verdict:
                    module=module_path(record.name))
 
 
+def narrowing_cast(d: Departure, between: list[OpRecord]) -> OpRecord | None:
+    """The cast that rounds the value to a narrower float format than golden holds it in, when the ops only
+    the target runs are all casts or copies; else None."""
+    golden = FORMATS.get(d.golden_dtype)
+    if golden is None or not between or not all(is_copy(r.type) for r in between):
+        return None
+    for record in between:
+        narrower = [t for t in record.outputs if t.dtype in FORMATS
+                    and FORMATS[t.dtype].unit_roundoff > golden.unit_roundoff]
+        if narrower:
+            return record
+    return None
+
+
+def cast_verdict(record: OpRecord, d: Departure, cast: OpRecord) -> Verdict:
+    """A cast only the target runs rounds a value golden keeps wider: precision lost by that cast, not a kernel."""
+    dtype = next(t.dtype for t in cast.outputs if t.dtype in FORMATS
+                 and FORMATS[t.dtype].unit_roundoff > FORMATS[d.golden_dtype].unit_roundoff)
+    where = module_path(cast.name) or cast.name
+    evidence = (f"{cast.name} ({cast.type}), a cast golden does not run, rounds the value to {dtype}; golden "
+                f"keeps it in {d.golden_dtype}",
+                f"{record.name} ({record.type}) reads it {d.error:.3g} from golden, while {d.producer.name}, which "
+                f"wrote it in golden, matches golden within {d.producer_error:.3g}")
+    action = (f"keep {where} in {d.golden_dtype}: remove the cast to {dtype} there (a stray .half() or "
+              f".to({dtype}), an autocast region), or compute it in {d.golden_dtype} on purpose")
+    return Verdict(cast.name, "precision_loss", cast.step, cast.direction, cast.type, evidence, action,
+                   module=module_path(cast.name))
+
+
 def target_only_verdict(record: OpRecord, d: Departure, between: list[OpRecord]) -> Verdict:
-    """The target-only op that wrote what ``record`` read: an extra computation golden does not run."""
+    """The target-only op that wrote what ``record`` read: an extra computation golden does not run; a cast
+    to a narrower format than golden's when those ops only cast (`narrowing_cast`)."""
+    cast = narrowing_cast(d, between)
+    if cast is not None:
+        return cast_verdict(record, d, cast)
     writer = d.writer
     shown = ", ".join(r.name for r in between[:_LISTED]) + (" ..." if len(between) > _LISTED else "")
     evidence = (f"{record.name} ({record.type}) reads {d.slot} {d.error:.3g} from golden, while "

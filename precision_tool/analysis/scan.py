@@ -31,7 +31,9 @@ their boundary; every other op by its own tensors:
 A rewritten module is the culprit when its output diverges beyond its
 inputs and its dtype's noise: **precision_loss** at the first op inside that
 is ill-conditioned in its dtype (its rounding of its own inputs alone moves
-its output by SIGNIFICANT_ERROR), else **kernel_bug**.
+its output by SIGNIFICANT_ERROR), else **kernel_bug**. Those boundary
+judgements, and modules whose backward golden runs and the target does not
+(no gradient reaches them), are in `rewrites`.
 """
 
 from __future__ import annotations
@@ -41,36 +43,26 @@ from dataclasses import dataclass, field, replace
 
 from precision_tool.analysis.actions import INVALID_ACTION as _INVALID_ACTION
 from precision_tool.analysis.actions import keep_fp32 as _keep_fp32
-from precision_tool.analysis.actions import listing_short as _listing_short
 from precision_tool.analysis.arguments import called_differently
-from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, input_sensitivity,
-                                                 pair_errors, replay_errors, self_consistency, significant_slots)
+from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, pair_errors,
+                                                 replay_errors, self_consistency, significant_slots)
 from precision_tool.analysis.departures import DepartureFinder, integer_verdict, target_only_verdict
-from precision_tool.analysis.errors import noise_floor, split_error, starts_nonfinite
+from precision_tool.analysis.errors import noise_floor
 from precision_tool.analysis.fusion import switch_off_action
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
-from precision_tool.analysis.structure import (Consumers, Rewritten, enclosing_module, fingerprint, group_results,
+from precision_tool.analysis.rewrites import RewriteJudge, _fmt, output_dtype, with_module
+from precision_tool.analysis.structure import (Consumers, enclosing_module, fingerprint, missing_backward,
                                                module_path, occurrence_keys as _occurrence_keys,
                                                rewritten_backward, rewritten_modules)
 from precision_tool.compare.cancel import raise_if_interrupted
-from precision_tool.compare.judged import gradient_scale, loss_scale_ratios
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 
 MAX_REPLAYS = 5000  # bound on ops replayed by one diagnosis
 _HARM_DEPTH = 6  # readers followed from an overflow before it counts as absorbed
 _HARM_FANOUT = 8
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3g}"
-
-
-def _output_dtype(record: OpRecord) -> str:
-    floats = [t.dtype for t in record.outputs if is_float(t.dtype)]
-    return floats[0] if floats else record.compute_dtype
 
 
 @dataclass
@@ -81,7 +73,7 @@ class ScanResult:
     first_module: str | None = None  # the first module whose output diverges beyond its inputs
 
 
-class Scanner:
+class Scanner(RewriteJudge):
     """One scan over a golden/target pair; `run` returns the first culprit and what was seen on the way."""
 
     def __init__(self, golden, target, report: OverflowReport, fusion_off=None, handled: set[str] = frozenset(),
@@ -132,10 +124,16 @@ class Scanner:
         self.golden_by_key = {self.golden_key[id(r)]: r for r in golden}
         self.target_key = _occurrence_keys(target)
         self.target_by_key = {self.target_key[id(r)]: r for r in target}
+        self.missing = missing_backward(golden, target)
+        self.pending_missing = list(self.missing)
         self.departures = DepartureFinder(self.golden, self.target, golden, target, self._golden_of, self._target_of,
                                           lambda r: self._attribute(r, replay=False))
         for record in target:
             raise_if_interrupted()  # Ctrl-C stops the scan between two ops even if a finaliser ate it
+            verdict = self._judge_missing_before(record) if self.pending_missing and not record.is_module \
+                and record.direction != "forward" else None
+            if verdict is not None:
+                return verdict
             if id(record) in by_record:
                 verdict = self._judge_rewrite(by_record[id(record)])
             elif record.is_module:
@@ -147,7 +145,7 @@ class Scanner:
                 verdict = self._judge_op(record)
             if verdict is not None:
                 return verdict
-        return None
+        return self._judge_missing_before(None)
 
     def leaf_mismatch(self, step: int) -> str | None:
         """Where the two runs already differ before any op: the step's first forward ops, those before the
@@ -200,7 +198,7 @@ class Scanner:
         a = self._attribute(record, replay=False)
         if (a.overflowed or a.new_nan) and not self._inherits_overflow(record, a) and a.inherited < SIGNIFICANT_ERROR:
             return self._judge_overflow(record, a)
-        floor = noise_floor(_output_dtype(record))
+        floor = noise_floor(output_dtype(record))
         if a.observed < floor or self.replays >= MAX_REPLAYS:
             return None
         verdict = self._departed(record, a, floor)
@@ -251,7 +249,7 @@ class Scanner:
 
     def _judge_overflow(self, record: OpRecord, a: Attribution) -> Verdict | None:
         invalid = not a.overflowed
-        what = "NaN from finite inputs" if invalid else f"{a.overflowed} value(s) beyond {_output_dtype(record)}"
+        what = "NaN from finite inputs" if invalid else f"{a.overflowed} value(s) beyond {output_dtype(record)}"
         if not self._harmful(record, noise_floor):
             if record.name not in self._absorbed:
                 self._absorbed.add(record.name)
@@ -270,7 +268,7 @@ class Scanner:
         entry = next((e for e in self.report.entries if (e.step, e.exec_index) == (record.step, record.exec_index)),
                      None) or overflow_entry(record, scale)
         verdict = self.overflow_verdict(entry, record, extra)
-        return _with_module(verdict, module_path(record.name))
+        return with_module(verdict, module_path(record.name))
 
     def _kernel_verdict(self, record: OpRecord, a: Attribution, why: str, recorded: bool = False) -> Verdict:
         """fusion or kernel_bug; ``recorded``: the recorded kernel does not compute what its inputs imply."""
@@ -330,7 +328,7 @@ class Scanner:
             return self._module_diverges(record, threshold) if self._returned(record, slots) else False
         for reader in targets:
             a = self._attribute(reader, replay=False)
-            floor = threshold(_output_dtype(reader))
+            floor = threshold(output_dtype(reader))
             if a.observed >= floor and (threshold is not noise_floor or a.observed > 4 * a.inherited):
                 return True
             if (a.overflowed or a.new_nan) and depth < _HARM_DEPTH and self._harmful(reader, threshold, depth + 1):
@@ -378,7 +376,7 @@ class Scanner:
         if module is None:
             return True
         a = self._attribute(module, replay=False)
-        return a.observed >= threshold(_output_dtype(module))
+        return a.observed >= threshold(output_dtype(module))
 
     def _golden_of(self, record: OpRecord) -> OpRecord | None:
         return self.golden_by_key.get(self.target_key.get(id(record)))
@@ -386,103 +384,11 @@ class Scanner:
     def _target_of(self, golden_record: OpRecord) -> OpRecord | None:
         return self.target_by_key.get(self.golden_key.get(id(golden_record)))
 
-    # -- rewritten modules and backward groups ---------------------------------------------------
-
-    def _judge_rewrite(self, rewrite: Rewritten) -> Verdict | None:
-        record = rewrite.target_record
-        observed, inherited, dtype = self._rewrite_errors(rewrite)
-        floor = noise_floor(dtype)
-        if observed < floor or observed <= INTRODUCED_EXCESS * inherited:
-            return None
-        where = "module" if rewrite.direction == "forward" else "backward of"
-        evidence = [f"in {where} {rewrite.name}, {rewrite.describe()}",
-                    f"its output is {_fmt(observed)} from golden while its inputs are within {_fmt(inherited)}"]
-        found = self._first_inside(rewrite)
-        if found is not None and found[1] != "ill-conditioned":
-            op, kind, _ = found
-            if kind == "invalid":
-                return Verdict(op.name, "invalid_operation", op.step, op.direction, op.type,
-                               tuple(evidence) + (f"{op.name} ({op.type}) turns finite inputs into NaN",),
-                               _INVALID_ACTION.format(type=op.type), module=rewrite.name)
-            scale = {s.step: s.loss_scale for s in self.target.steps()}.get(op.step)
-            verdict = self.overflow_verdict(overflow_entry(op, scale), op, tuple(evidence))
-            return _with_module(verdict, rewrite.name)
-        if found is not None:
-            op, _, sensitivity = found[0], found[1], found[2]
-            evidence.append(f"{op.name} ({op.type}, in {op.compute_dtype}) is ill-conditioned: rounding its own "
-                            f"inputs to {op.compute_dtype} moves its output by {sensitivity:.3g}")
-            return Verdict(op.name, "precision_loss", op.step, op.direction, op.type, tuple(evidence),
-                           _keep_fp32(op.type) + f", or go back to golden's {_listing_short(rewrite.golden_ops)}",
-                           module=rewrite.name)
-        action = (f"the target's {rewrite.name} computes differently from golden's: check that implementation "
-                  f"against golden's {_listing_short(rewrite.golden_ops)}")
-        return Verdict(rewrite.name, "kernel_bug", record.step, rewrite.direction,
-                       record.type, tuple(evidence), action,
-                       module=rewrite.name)
-
-    def _rewrite_errors(self, rewrite: Rewritten) -> tuple[float, float, str]:
-        record = rewrite.target_record
-        if rewrite.direction == "forward":
-            a = self._attribute(record, replay=False)
-            return a.observed, a.inherited, _output_dtype(record)
-        golden_last, golden_first = rewrite.golden_record, rewrite.golden_first
-        observed = self._results_error(rewrite)
-        if observed is None:
-            observed = self._slot_error(record, golden_last, "output_0")
-        inherited = self._slot_error(rewrite.target_first, golden_first, "input_0")
-        return observed, inherited, _output_dtype(record)
-
-    def _results_error(self, rewrite: Rewritten) -> float | None:
-        """The largest error among the gradients a rewritten backward group produces: each result no later op of
-        the group reads, against golden's result of the same size (the closest, where several are). A group
-        computes a gradient per input (activation, weight, bias), not only its last op's; None when no result
-        has a golden partner of its size."""
-        target = [r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module]
-        golden = [r for r in self.golden_records if r.direction == rewrite.direction and not r.is_module
-                  and module_path(r.name) == rewrite.name]
-        candidates = group_results(golden)
-        errors = []
-        for record, tensor in group_results(target):
-            partners = [(g, t) for g, t in candidates if t.stats.count == tensor.stats.count]
-            found = [self._slot_error(record, g, tensor.slot, t.slot) for g, t in partners]
-            if found:
-                errors.append(min(found))
-        return max(errors, default=None)
-
-    def _slot_error(self, record: OpRecord, golden_record: OpRecord, slot: str, golden_slot: str | None = None) \
-            -> float:
-        try:
-            tensor, golden = record.tensor(slot), golden_record.tensor(golden_slot or slot)
-        except KeyError:
-            return math.inf
-        if not (tensor.has_data and golden.has_data):
-            return math.inf
-        t = self.target.tensor(record.step, record.exec_index, slot)
-        g = self.golden.tensor(golden_record.step, golden_record.exec_index, golden.slot)
-        scale = gradient_scale(tensor, golden, loss_scale_ratios(self.golden, self.target).get(record.step, 1.0))
-        return split_error(t, g, tensor.dtype, scale).error
-
-    def _first_inside(self, rewrite: Rewritten):
-        """The first op inside ``rewrite``, in execution order, that overflows (its outputs reach +-max or inf
-        where its inputs do not), makes NaN from finite inputs, or is ill-conditioned in its low-precision
-        dtype (rounding its own inputs to it moves its exact output by SIGNIFICANT_ERROR): (op, kind, value)."""
-        for record in self.step_records:
-            if (record.direction, record.name) not in rewrite.members:
-                continue
-            started = starts_nonfinite(record)
-            if started is not None:
-                return record, "invalid" if started else "overflow", None
-            if record.compute_dtype in ("float16", "bfloat16"):
-                sensitivity = input_sensitivity(self.target, record)
-                if sensitivity is not None and sensitivity >= SIGNIFICANT_ERROR:
-                    return record, "ill-conditioned", sensitivity
-        return None
-
     def _note_module(self, record: OpRecord) -> None:
         if self.result.first_module is not None or record.direction != "forward":
             return
         a = self._attribute(record, replay=False)
-        if a.observed >= max(noise_floor(_output_dtype(record)), SIGNIFICANT_ERROR) \
+        if a.observed >= max(noise_floor(output_dtype(record)), SIGNIFICANT_ERROR) \
                 and a.observed > INTRODUCED_EXCESS * a.inherited:
             self.result.first_module = record.name
 
@@ -492,7 +398,3 @@ def _ill_conditioned(a: Attribution) -> bool:
     the expected bound (input and output rounding) says nothing of what a kernel that holds intermediates in
     that dtype loses on top, so an excess over it is no evidence of a wrong kernel; precision loss is judged."""
     return a.expected is not None and a.expected >= SIGNIFICANT_ERROR
-
-
-def _with_module(verdict: Verdict, module: str) -> Verdict:
-    return replace(verdict, module=verdict.module or module)

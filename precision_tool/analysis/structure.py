@@ -50,6 +50,11 @@ def _listing(types: tuple[str, ...]) -> str:
     return f"[{shown}{', ...' if len(types) > 12 else ''}]"
 
 
+def is_copy(op_type: str) -> bool:
+    """Whether an op of this type only casts or copies (computes nothing)."""
+    return op_type in _NOT_COMPUTE
+
+
 def _compute_types(records: list[OpRecord]) -> tuple[str, ...]:
     return tuple(r.type for r in records if r.type not in _NOT_COMPUTE)
 
@@ -126,6 +131,51 @@ def rewritten_backward(golden: list[OpRecord], target: list[OpRecord]) -> list[R
                                    _reads_incoming(group, partner[0]), partner[0],
                                    frozenset((r.direction, r.name) for r in group)))
     return _innermost(found)
+
+
+@dataclass(frozen=True)
+class MissingBackward:
+    """A module whose backward golden runs and the target runs none of: no gradient reaches it in the target."""
+
+    name: str  # module path, the outermost one whose backward is missing
+    golden_ops: tuple[str, ...]
+    golden_records: tuple[OpRecord, ...]  # golden's backward ops inside it, in execution order
+
+
+def _prefixes(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def missing_backward(golden: list[OpRecord], target: list[OpRecord]) -> list[MissingBackward]:
+    """Modules of one step whose forward both runs ran and whose backward ops golden runs and the target does
+    not run at all, outermost first, in golden's execution order: a detached output, a branch computed without
+    gradients, parameters frozen where nothing below them needs a gradient.
+
+    Only dumps with module records name backward ops after forward ops this way (the torch capture).
+    """
+    if not any(r.is_module for r in target):
+        return []
+    has_backward = {p for r in target if r.direction == "backward" and not r.is_module
+                    for p in _prefixes(module_path(r.name))}
+    ran_forward = {p for r in target if r.direction == "forward"
+                   for p in _prefixes(r.name if r.is_module else module_path(r.name))}
+    groups: dict[str, list[OpRecord]] = defaultdict(list)
+    for record in golden:
+        if record.direction != "backward" or record.is_module or "/" not in record.name:
+            continue
+        path = module_path(record.name)
+        outermost = next((p for p in _prefixes(path) if p and p not in has_backward and p in ran_forward), None)
+        if outermost is not None:
+            groups[outermost].append(record)
+    found = [MissingBackward(name, _compute_types(records), tuple(records)) for name, records in groups.items()
+             if _compute_types(records)]
+    return sorted(found, key=lambda m: m.golden_records[0].exec_index)
+
+
+def under(path: str, module: str) -> bool:
+    """Whether ``path`` is the module path ``module`` or inside it."""
+    return path == module or path.startswith(module + "/")
 
 
 def _reads_incoming(group: list[OpRecord], golden_first: OpRecord) -> OpRecord:

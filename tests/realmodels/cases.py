@@ -560,6 +560,12 @@ FAULTS: dict[str, Callable] = {
 }
 
 
+# families and faults added later live in more.py
+from tests.realmodels import more  # noqa: E402
+
+more.register(MODELS, FAULTS)
+
+
 def clean_cases() -> list[Case]:
     return [Case(model, target) for model in MODELS if model != "vit-eager" for target in CLEAN_TARGETS
             if (model, target) not in NOT_CLEAN]
@@ -620,7 +626,7 @@ def fault_cases() -> list[Case]:
     cases.append(Case("bert-eager", "fp32", "shifted_ids", "embed", "kernel_bug"))
     cases.append(Case("cnn", "fp32", "act_grad_noise", "act", "kernel_bug", "backward"))
     cases.append(Case("gpt2-eager", "fp32", "clamped_ids", "embed", "kernel_bug"))
-    return cases
+    return cases + more.fault_cases()
 
 
 # ---- running a case ----------------------------------------------------------------------------

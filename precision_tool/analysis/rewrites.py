@@ -1,0 +1,222 @@
+"""Judging at a boundary: module calls and backward groups whose op sequences differ between the runs, and
+modules whose backward golden runs and the target does not run at all.
+
+Mixed into `scan.Scanner` (it reads the scan's step records, partner lookups and cached attributions):
+
+* A **rewritten** module call or backward group (`structure.rewritten_modules`, `rewritten_backward`) is the
+  culprit when its output diverges beyond its inputs and its dtype's noise: **precision_loss** at the first op
+  inside that is ill-conditioned in its dtype, an overflow or invalid operation at the first op inside that
+  makes one, else **kernel_bug**. A backward group that computes fewer gradients than golden's (a weight
+  gradient of parameters frozen in the target) is a **kernel_bug** there, however close the gradients it does
+  compute are.
+* A **missing backward** (`structure.missing_backward`): golden's backward runs ops in a module and the
+  target's runs none there (an output detached, a branch run without gradients). The first such module in
+  golden's order is a **kernel_bug** in backward when golden's gradients there are not all zero. A rewritten
+  group that lacks only what golden hands to a missing module is its consequence and is passed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from precision_tool.analysis.actions import INVALID_ACTION as _INVALID_ACTION
+from precision_tool.analysis.actions import keep_fp32 as _keep_fp32
+from precision_tool.analysis.actions import listing_short as _listing_short
+from precision_tool.analysis.attribution import input_sensitivity
+from precision_tool.analysis.errors import noise_floor, split_error, starts_nonfinite
+from precision_tool.analysis.overflow import overflow_entry
+from precision_tool.analysis.replay import is_float
+from precision_tool.analysis.results import Verdict
+from precision_tool.analysis.structure import (MissingBackward, Rewritten, group_results, module_path, under)
+from precision_tool.compare.judged import gradient_scale, loss_scale_ratios
+from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
+from precision_tool.dump.records import OpRecord
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
+
+
+def output_dtype(record: OpRecord) -> str:
+    """The dtype of the record's first float output (its compute dtype when it has none)."""
+    floats = [t.dtype for t in record.outputs if is_float(t.dtype)]
+    return floats[0] if floats else record.compute_dtype
+
+
+def with_module(verdict: Verdict, module: str) -> Verdict:
+    return replace(verdict, module=verdict.module or module)
+
+
+class RewriteJudge:
+    """The boundary judgements of `scan.Scanner`; see the module docstring."""
+
+    def _judge_rewrite(self, rewrite: Rewritten) -> Verdict | None:
+        record = rewrite.target_record
+        if rewrite.direction == "backward":
+            lacking = self._lacking_results(rewrite)
+            if lacking and self._feeds_missing(rewrite, lacking):
+                return None
+            if lacking:
+                return self._lacking_verdict(rewrite, lacking)
+        observed, inherited, dtype = self._rewrite_errors(rewrite)
+        floor = noise_floor(dtype)
+        if observed < floor or observed <= INTRODUCED_EXCESS * inherited:
+            return None
+        where = "module" if rewrite.direction == "forward" else "backward of"
+        evidence = [f"in {where} {rewrite.name}, {rewrite.describe()}",
+                    f"its output is {_fmt(observed)} from golden while its inputs are within {_fmt(inherited)}"]
+        found = self._first_inside(rewrite)
+        if found is not None and found[1] != "ill-conditioned":
+            op, kind, _ = found
+            if kind == "invalid":
+                return Verdict(op.name, "invalid_operation", op.step, op.direction, op.type,
+                               tuple(evidence) + (f"{op.name} ({op.type}) turns finite inputs into NaN",),
+                               _INVALID_ACTION.format(type=op.type), module=rewrite.name)
+            scale = {s.step: s.loss_scale for s in self.target.steps()}.get(op.step)
+            verdict = self.overflow_verdict(overflow_entry(op, scale), op, tuple(evidence))
+            return with_module(verdict, rewrite.name)
+        if found is not None:
+            op, _, sensitivity = found[0], found[1], found[2]
+            evidence.append(f"{op.name} ({op.type}, in {op.compute_dtype}) is ill-conditioned: rounding its own "
+                            f"inputs to {op.compute_dtype} moves its output by {sensitivity:.3g}")
+            return Verdict(op.name, "precision_loss", op.step, op.direction, op.type, tuple(evidence),
+                           _keep_fp32(op.type) + f", or go back to golden's {_listing_short(rewrite.golden_ops)}",
+                           module=rewrite.name)
+        action = (f"the target's {rewrite.name} computes differently from golden's: check that implementation "
+                  f"against golden's {_listing_short(rewrite.golden_ops)}")
+        # ops outside any module (a loss computed in the training loop) have no module path: name the op
+        return Verdict(rewrite.name or record.name, "kernel_bug", record.step, rewrite.direction,
+                       record.type, tuple(evidence), action, module=rewrite.name or None)
+
+    def _rewrite_errors(self, rewrite: Rewritten) -> tuple[float, float, str]:
+        record = rewrite.target_record
+        if rewrite.direction == "forward":
+            a = self._attribute(record, replay=False)
+            return a.observed, a.inherited, output_dtype(record)
+        golden_last, golden_first = rewrite.golden_record, rewrite.golden_first
+        observed = self._results_error(rewrite)
+        if observed is None:
+            observed = self._slot_error(record, golden_last, "output_0")
+        inherited = self._slot_error(rewrite.target_first, golden_first, "input_0")
+        return observed, inherited, output_dtype(record)
+
+    def _results_error(self, rewrite: Rewritten) -> float | None:
+        """The largest error among the gradients a rewritten backward group produces: each result no later op of
+        the group reads, against golden's result of the same size (the closest, where several are). A group
+        computes a gradient per input (activation, weight, bias), not only its last op's; None when no result
+        has a golden partner of its size."""
+        target = [r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module]
+        golden = [r for r in self.golden_records if r.direction == rewrite.direction and not r.is_module
+                  and module_path(r.name) == rewrite.name]
+        candidates = group_results(golden)
+        errors = []
+        for record, tensor in group_results(target):
+            partners = [(g, t) for g, t in candidates if t.stats.count == tensor.stats.count]
+            found = [self._slot_error(record, g, tensor.slot, t.slot) for g, t in partners]
+            if found:
+                errors.append(min(found))
+        return max(errors, default=None)
+
+    def _slot_error(self, record: OpRecord, golden_record: OpRecord, slot: str, golden_slot: str | None = None) \
+            -> float:
+        try:
+            tensor, golden = record.tensor(slot), golden_record.tensor(golden_slot or slot)
+        except KeyError:
+            return math.inf
+        if not (tensor.has_data and golden.has_data):
+            return math.inf
+        t = self.target.tensor(record.step, record.exec_index, slot)
+        g = self.golden.tensor(golden_record.step, golden_record.exec_index, golden.slot)
+        scale = gradient_scale(tensor, golden, loss_scale_ratios(self.golden, self.target).get(record.step, 1.0))
+        return split_error(t, g, tensor.dtype, scale).error
+
+    def _first_inside(self, rewrite: Rewritten):
+        """The first op inside ``rewrite``, in execution order, that overflows (its outputs reach +-max or inf
+        where its inputs do not), makes NaN from finite inputs, or is ill-conditioned in its low-precision
+        dtype (rounding its own inputs to it moves its exact output by SIGNIFICANT_ERROR): (op, kind, value).
+        An op whose golden partner does the same (a mask filled with the format's lowest value) computes what
+        golden computes."""
+        for record in self.step_records:
+            if (record.direction, record.name) not in rewrite.members:
+                continue
+            started = starts_nonfinite(record)
+            partner = self._golden_of(record)
+            if started is not None and (partner is None or starts_nonfinite(partner) != started):
+                return record, "invalid" if started else "overflow", None
+            if record.compute_dtype in ("float16", "bfloat16"):
+                sensitivity = input_sensitivity(self.target, record)
+                if sensitivity is not None and sensitivity >= SIGNIFICANT_ERROR:
+                    return record, "ill-conditioned", sensitivity
+        return None
+
+    # -- backward groups that compute fewer gradients, modules whose backward is missing -----------------
+
+    def _golden_group(self, rewrite: Rewritten) -> list[OpRecord]:
+        return [r for r in self.golden_records if r.direction == rewrite.direction and not r.is_module
+                and module_path(r.name) == rewrite.name]
+
+    def _feeds_missing(self, rewrite: Rewritten, lacking: list) -> bool:
+        """Whether every gradient golden's group computes and the target's does not is read only by modules
+        whose backward the target does not run: the group lost it because no gradient flows there."""
+        for record, tensor in lacking:
+            readers = [r for r in self.consumers["backward"].of(record, {tensor.slot})
+                       if module_path(r.name) != rewrite.name]
+            if not readers or not all(any(under(module_path(r.name), m.name) for m in self.missing)
+                                      for r in readers):
+                return False
+        return True
+
+    def _lacking_results(self, rewrite: Rewritten) -> list:
+        """Golden's gradients of a backward group (results no later op of the group reads, not all zero) that
+        the target's group computes nothing of the size of."""
+        target = [r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module]
+        sizes = {t.stats.count for _, t in group_results(target)}
+        return [(record, tensor) for record, tensor in group_results(self._golden_group(rewrite))
+                if tensor.stats.count not in sizes and tensor.stats.norm > 0]
+
+    def _lacking_verdict(self, rewrite: Rewritten, lacking: list) -> Verdict:
+        record = rewrite.target_record
+        shown = ", ".join(f"{r.type.removeprefix('aten.')} -> {t.shape}" for r, t in lacking[:4])
+        evidence = (f"in backward of {rewrite.name}, {rewrite.describe()}",
+                    f"golden's backward computes {len(lacking)} gradient(s) there that the target's does not "
+                    f"compute at all ({shown}): parameters that golden trains get no gradient in the target")
+        action = (f"check that the parameters of {rewrite.name} require grad in the target as in golden (frozen, "
+                  "requires_grad_(False), or computed under no_grad or from .detach()ed tensors)")
+        return Verdict(rewrite.name, "kernel_bug", record.step, "backward", record.type, evidence, action,
+                       module=rewrite.name)
+
+    def _judge_missing_before(self, record: OpRecord) -> Verdict | None:
+        """The verdict on the modules whose backward is missing and that golden ran before ``record``'s partner
+        (all of them when ``record`` is None: the step's end)."""
+        if record is not None:
+            partner = self._golden_of(record)
+            if partner is None and record.direction != "optimizer":
+                return None
+            position = math.inf if partner is None or record.direction == "optimizer" else partner.exec_index
+        else:
+            position = math.inf
+        while self.pending_missing and self.pending_missing[0].golden_records[0].exec_index < position:
+            verdict = self._judge_missing(self.pending_missing.pop(0))
+            if verdict is not None:
+                return verdict
+        return None
+
+    def _judge_missing(self, missing: MissingBackward) -> Verdict | None:
+        results = group_results(list(missing.golden_records))
+        if not any(t.stats.norm > 0 for _, t in results):
+            return None  # golden's gradients there are all zero: nothing is lost
+        first = missing.golden_records[0]
+        after = [m.name for m in self.missing if m is not missing and m.golden_records[0].exec_index > first.exec_index]
+        evidence = (f"golden's backward runs {len(missing.golden_records)} op(s) in {missing.name} "
+                    f"[{_listing_short(missing.golden_ops)}]; the target's runs none there, though both run its "
+                    "forward",
+                    f"no gradient reaches {missing.name} in the target: {len(results)} gradient(s) golden computes "
+                    "there are missing, and its parameters (if any) are not trained")
+        if after:
+            evidence += (f"nor does it reach {len(after)} module(s) golden's backward runs after it: "
+                         + ", ".join(after[:4]) + (" ..." if len(after) > 4 else ""),)
+        action = (f"find where the gradient to {missing.name} is cut in the target: a .detach(), torch.no_grad(), "
+                  "requires_grad_(False) or a value taken through .data or .item() at its output")
+        return Verdict(missing.name, "kernel_bug", first.step, "backward", first.type, evidence, action,
+                       module=missing.name)
