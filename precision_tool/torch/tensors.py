@@ -96,11 +96,12 @@ _ROUND16_KINDS = {"float16": 0, "bfloat16": 1, "float32": 2}
 _FLOAT32 = torch.float32
 
 
-def _native_kind(tensor: torch.Tensor, fmt: Format) -> int | None:
+def _native_kind(tensor: torch.Tensor, fmt: Format, contiguous: bool = True) -> int | None:
     """The `round16` kind of rounding ``tensor`` into ``fmt`` in C, or None where Format.round must do it:
-    the C loop reads a contiguous float32 CPU tensor's memory at its data pointer."""
-    if _ROUND16 is None or tensor.dtype is not _FLOAT32 or not tensor.is_cpu or not tensor.is_contiguous() \
-            or tensor.is_neg():
+    the C loop reads a contiguous float32 CPU tensor's memory at its data pointer (``contiguous=False``: the
+    caller makes it contiguous first)."""
+    if _ROUND16 is None or tensor.dtype is not _FLOAT32 or not tensor.is_cpu or tensor.is_neg() \
+            or (contiguous and not tensor.is_contiguous()):
         return None
     return _ROUND16_KINDS.get(fmt.name)
 
@@ -109,14 +110,22 @@ def round_to(tensor: torch.Tensor, fmt: Format, overflow_mode: str) -> tuple[tor
     """A new float32 tensor of ``tensor``'s values rounded into ``fmt``; and whether that overflowed.
 
     In range (no |x| at the format's overflow threshold, no NaN) the C
-    extension's `round16` rounds it, bit for bit as `Format.round`; else, and
-    without the extension, `Format.round` does, which applies the overflow mode.
+    extension's `round16` rounds it, bit for bit as `Format.round`; a strided
+    tensor (a transposed weight) is copied contiguous first and rounded there.
+    Else, and without the extension, `Format.round` does, which applies the
+    overflow mode.
     """
-    kind = _native_kind(tensor, fmt)
+    kind = _native_kind(tensor, fmt, contiguous=False)
     if kind is not None:
-        result = torch.empty(tensor.shape, dtype=_FLOAT32)
-        if _ROUND16(tensor.data_ptr(), result.data_ptr(), result.numel(), kind):
-            return result, False
+        if tensor.is_contiguous():
+            result = torch.empty(tensor.shape, dtype=_FLOAT32)
+            if _ROUND16(tensor.data_ptr(), result.data_ptr(), result.numel(), kind):
+                return result, False
+        else:
+            result = tensor.contiguous()  # a copy of its own
+            address = result.data_ptr()
+            if _ROUND16(address, address, result.numel(), kind):
+                return result, False
     array = to_numpy(tensor)
     rounded, overflow = fmt.round(array, overflow_mode)
     if rounded is array:
@@ -287,18 +296,23 @@ class TensorStatsCache:
     """
 
     def __init__(self) -> None:
-        self._entries: dict = {}  # memory key -> (weak reference to the storage, version, stats)
-        self._copies: dict = {}  # `_view_key` -> (weak reference to the tensor, version, stats), from `put`
-        self._objects: dict = {}  # id(tensor) -> (weak reference, version, dtype, data pointer, shape, strides, stats)
+        self._entries: dict = {}  # memory key -> (weak reference to the storage, version, stats, stamp)
+        self._copies: dict = {}  # `_view_key` -> (weak reference to the tensor, version, stats, stamp), from `put`
+        self._objects: dict = {}  # id(tensor) -> (weak reference, version, dtype, data pointer, shape, strides,
+        #                           stats, stamp)
+        self._written: dict[int, int] = {}  # storage's data pointer -> stamp of the last write into it
+        self._stamp = 0
 
     def get(self, tensor: torch.Tensor, dtype: str) -> tuple:
         try:
             version = tensor._version
         except RuntimeError:  # inference tensors have no version counter
             version = -1
+        last = self._last_write(tensor) if self._written else 0
         entry = self._objects.get(id(tensor))
         if entry is not None and entry[0]() is tensor and entry[1] == version and entry[2] == dtype \
-                and entry[3] == tensor.data_ptr() and entry[4] == tensor.shape and entry[5] == tensor.stride():
+                and entry[3] == tensor.data_ptr() and entry[4] == tensor.shape and entry[5] == tensor.stride() \
+                and entry[7] >= last:
             return entry[6]
         if tensor.layout != _STRIDED or tensor.numel() == 0:
             return stats_of(tensor, dtype)
@@ -307,17 +321,17 @@ class TensorStatsCache:
             key = (tensor.data_ptr(), tensor.numel(), tensor.dtype, tensor.device, dtype)
             if self._copies:
                 entry = self._copies.get(_view_key(values, dtype))
-                if entry is not None and entry[1] == version and entry[0]() is not None:
+                if entry is not None and entry[1] == version and entry[3] >= last and entry[0]() is not None:
                     return entry[2]
         else:
             values = memory_order(tensor)  # a transpose hits the entry of the tensor it transposes
             if self._copies:
                 entry = self._copies.get(_view_key(values, dtype))
-                if entry is not None and entry[1] == version and entry[0]() is not None:
+                if entry is not None and entry[1] == version and entry[3] >= last and entry[0]() is not None:
                     return entry[2]
             key = _memory_key(values, dtype)
         entry = self._entries.get(key)
-        if entry is not None and entry[1] == version and entry[0]() is not None:
+        if entry is not None and entry[1] == version and entry[3] >= last and entry[0]() is not None:
             self._remember(tensor, version, dtype, entry[2])
             return entry[2]
         return self._compute(tensor, values, key, version, dtype)
@@ -329,33 +343,50 @@ class TensorStatsCache:
         op returns from the Python mode, so inside the mode the tensor still
         shows the version it had as an input: its entries are replaced, under
         the version it will have.
+
+        A tensor written through an alias with a version counter of its own
+        (``p.data.clamp_()``, ``p.data.mul_()``) shows no new version: the
+        write is stamped on the storage, and statistics computed before it,
+        for any tensor over that storage, no longer count.
         """
         if tensor.layout != torch.strided or tensor.numel() == 0:
             return stats_of(tensor, dtype)
+        self._stamp += 1
+        self._written[tensor.untyped_storage().data_ptr()] = self._stamp
         values = memory_order(tensor)
         return self._compute(tensor, values, _memory_key(values, dtype), _version(tensor) + 1, dtype)
 
     def put(self, tensor: torch.Tensor, dtype: str, stats: tuple) -> None:
         """Remember statistics known without computing them (a copy's are its source's)."""
         if tensor.layout == torch.strided and tensor.numel():
-            self._copies[_view_key(memory_order(tensor), dtype)] = (weakref.ref(tensor), _version(tensor), stats)
+            self._copies[_view_key(memory_order(tensor), dtype)] = (weakref.ref(tensor), _version(tensor), stats,
+                                                                   self._stamp)
 
     def clear(self) -> None:
         self._entries.clear()
         self._copies.clear()
         self._objects.clear()
+        self._written.clear()
+
+    def _last_write(self, tensor: torch.Tensor) -> int:
+        """The stamp of the last write into ``tensor``'s storage this step (0: none)."""
+        try:
+            return self._written.get(tensor.untyped_storage().data_ptr(), 0)
+        except (RuntimeError, NotImplementedError):  # no storage (a sparse or meta tensor)
+            return 0
 
     def _compute(self, tensor: torch.Tensor, values: torch.Tensor, key: tuple, version: int, dtype: str) -> tuple:
         stats = _stats_where_they_lie(values, dtype) or \
             (EMPTY_STATS if values.is_complex() else array_stats(to_numpy(values), dtype))
-        self._entries[key] = (weakref.ref(tensor.untyped_storage()), version, stats)  # see `_storage_ref`
+        stamp = self._stamp
+        self._entries[key] = (weakref.ref(tensor.untyped_storage()), version, stats, stamp)  # see `_storage_ref`
         self._objects[id(tensor)] = (weakref.ref(tensor), version, dtype, tensor.data_ptr(), tensor.shape,
-                                     tensor.stride(), stats)  # `_remember`
+                                     tensor.stride(), stats, stamp)  # `_remember`
         return stats
 
     def _remember(self, tensor: torch.Tensor, version: int, dtype: str, stats: tuple) -> None:
         self._objects[id(tensor)] = (weakref.ref(tensor), version, dtype, tensor.data_ptr(), tensor.shape,
-                                     tensor.stride(), stats)
+                                     tensor.stride(), stats, self._stamp)
 
 
 def _storage_ref(tensor: torch.Tensor) -> weakref.ref:

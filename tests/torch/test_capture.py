@@ -206,6 +206,32 @@ def test_16_bit_tensors_are_stored_bit_for_bit(tmp_path, dtype):
     assert stats.max == float(out[~out.isinf() & ~out.isnan()].float().max())
 
 
+@pytest.mark.parametrize("mode", ["stats", "dump"])
+def test_a_write_through_data_gives_later_readers_new_statistics(tmp_path, mode):
+    """``p.data.mul_(3)`` writes p's memory through an alias with a version counter of its own: p shows no
+    new version, yet the ops reading p afterwards record the statistics of what they read."""
+    x = torch.linspace(-1, 1, 100)
+    w = torch.linspace(0, 2, 100).requires_grad_()
+    with ptt.dump(tmp_path / "d.h5", mode=mode):
+        x * 2
+        x.data.mul_(3)
+        x + 1
+        loss = (w * w).sum()
+        w.data.clamp_(max=0.5)  # a tensor saved for backward, changed under it
+        loss.backward()
+    with open_dump(tmp_path / "d.h5") as dump:
+        ops = {op.name: op for op in dump.ops(0)}
+        if mode == "dump":
+            for op in ops.values():
+                for t in op.tensors:
+                    if t.has_data:
+                        assert t.stats.max == float(dump.tensor(0, op.exec_index, t.slot).max())
+    assert ops["aten.mul_0"].inputs[0].stats.max == 1.0
+    assert ops["aten.add_0"].inputs[0].stats.max == 3.0
+    backward = [op for op in ops.values() if op.direction == "backward" and op.type == "aten.mul"]
+    assert backward and all(t.stats.max == 0.5 for op in backward for t in op.inputs[1:])
+
+
 def test_an_autocast_run_records_the_dtypes_autocast_chose(tmp_path):
     with torch.autocast("cpu", dtype=torch.bfloat16), ptt.dump(tmp_path / "a.h5", mode="stats"):
         train(make_mlp())

@@ -107,6 +107,13 @@ def test_rounding_in_c_is_bit_for_bit_format_round(name):
     assert not round_in_place(tensor, fmt, "saturation")
     assert np.array_equal(tensor.numpy().view(np.uint32), np.asarray(expected).view(np.uint32))
     assert tensor._version == 0  # written where it lies, as the numpy path does
+    source = torch.from_numpy(values[:values.size // 2 * 2].copy())
+    strided = source.reshape(2, -1).t()  # a transposed weight: copied contiguous, rounded there
+    rounded, flag = round_to(strided, fmt, "saturation")
+    expected, _ = fmt.round(np.ascontiguousarray(strided.numpy()), "saturation")
+    assert not flag and rounded.is_contiguous() and rounded.shape == strided.shape
+    assert np.array_equal(rounded.numpy().view(np.uint32), np.asarray(expected).view(np.uint32))
+    assert np.array_equal(source.numpy(), values[:values.size // 2 * 2])  # the source is left as it was
 
 
 def test_statistics_are_shared_by_every_tensor_over_the_same_memory_while_it_lives():
