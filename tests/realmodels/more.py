@@ -138,8 +138,24 @@ def label_smoothing(run, path: str) -> None:
     run.loss = patched
 
 
+def input_written_through_data(run, path: str) -> None:
+    """After computing its output the module scales its input in place through ``.data``: the tensor its matmul
+    saved for backward changes under autograd with no new version, so only the weight gradient sees it."""
+    from tests.realmodels.cases import _patch_forward, module
+
+    mod = module(run.model, path)
+    original = mod.forward
+
+    def forward(x, *args, **kwargs):
+        out = original(x, *args, **kwargs)
+        x.data.mul_(1.05)
+        return out
+
+    _patch_forward(mod, forward)
+
+
 FAULTS = {"detached": detached_output, "frozen": frozen, "half_input": half_input,
-          "label_smoothing": label_smoothing}
+          "label_smoothing": label_smoothing, "data_write": input_written_through_data}
 
 
 def fault_cases() -> list:
@@ -157,6 +173,9 @@ def fault_cases() -> list:
         Case("torch-encoder", "fp32", "half_input", "norm", "precision_loss"),
         # the loss computed differently inside the model (a mask constant at float32's lowest in the rewrite)
         Case("gpt2-eager", "fp32", "label_smoothing", "", "kernel_bug"),
+        # a saved tensor written through .data: named at the write, in the module's forward (the capture stamps
+        # writes through such aliases; before, the readers recorded stale statistics and the verdict was "none")
+        Case("mlp", "fp32", "data_write", "fc", "kernel_bug"),
     ]
 
 
