@@ -5,6 +5,7 @@ wrote, with that file's date; nothing is typed in by hand. The files live in
 ``bench/results/``:
 
 * ``real.json``: ``bench_real.py --json`` (torch capture on the real models);
+* ``real-small.json``: ``bench_real.py --size small --json`` (the same families at width 256);
 * ``many-20000.json``, ``many-50000.json``: ``bench_many.py --ops N --json``
   (compare, check and vcs on many small tensors, against reading the bytes);
 * ``diagnosis-speed.json``: ``bench_diagnosis.py --speed --json`` (diagnose
@@ -79,6 +80,11 @@ def many_row(document: dict) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+CAPTURE_HEAD = ["| model | plain step | module floor | stats, module | aten floor | stats, aten | records a step "
+                "| dump | dump write vs raw h5py | simulate | msprobe stats L0 | msprobe stats L1 | msprobe tensor |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+
 def table() -> str:
     lines = []
     real = load("real.json")
@@ -89,10 +95,13 @@ def table() -> str:
                   "stats ≤ 1.5× at module level and ≤ 2.5× at aten level, dump ≥ 50 % of raw h5py write speed, "
                   "simulate ≤ 2×. The floors: module hooks that do nothing, for module level; a no-op dispatch "
                   "mode, for aten level and simulate. Records a step: module level / aten level; msprobe's in "
-                  "brackets (L0 is module level, L1 torch-API level).", "",
-                  "| model | plain step | module floor | stats, module | aten floor | stats, aten | records a step "
-                  "| dump | dump write vs raw h5py | simulate | msprobe stats L0 | msprobe stats L1 | msprobe tensor |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *capture_rows(real), ""]
+                  "brackets (L0 is module level, L1 torch-API level).", "", *CAPTURE_HEAD, *capture_rows(real), ""]
+    small = load("real-small.json")
+    if small:
+        lines += [f"The same families at width 256 (`bench_real.py --size small`, {small['date']}, "
+                  f"{small['steps']} steps, median of {small['repeats']} rounds, "
+                  f"{'CPU time' if small.get('clock') == 'cpu' else 'wall time'}): the fixed cost per op and per "
+                  "module call weighs less as the kernels grow.", "", *CAPTURE_HEAD, *capture_rows(small), ""]
     many = [d for d in (load("many-20000.json"), load("many-50000.json")) if d]
     if many:
         lines += ["**Many small tensors** (`bench_many.py`): `compare` in process against reading the same bytes "
