@@ -2,7 +2,7 @@
 
 `DigestSink` takes each compared op from `stream.stream_compare` and keeps:
 
-* per op, 73 bytes: its rows in both dumps (to score it again), what flags it
+* per op, 81 bytes: its step and rows in both dumps (to score it again), what flags it
   at any threshold (the lowest judged output and input cosine, the largest
   judged relative norm difference of each, whether a problem, an undefined
   cosine or extra NaN/inf flags it whatever the threshold), whether it is a
@@ -63,7 +63,7 @@ class DigestSink:
 
     def __init__(self, threshold: float = COSINE_THRESHOLD, limit: int = 0, judge: CheckJudge | None = None):
         self.threshold, self.limit, self.judge = threshold, limit, judge
-        self.steps, self.target_rows, self.golden_rows = array("q"), array("q"), array("q")
+        self.steps, self.target_rows, self.golden_rows = array("q"), array("I"), array("I")  # op_index rows: uint32
         self.doubles = {name: array("d") for name in _DOUBLES}
         self.bits = array("B")
         self.kept: dict[int, OpComparison] = {}
@@ -116,7 +116,8 @@ class DigestSink:
 
 
 def _numbers(values: array) -> np.ndarray:
-    return np.frombuffer(values, np.int64) if len(values) else np.zeros(0, np.int64)
+    dtype = np.int64 if values.typecode == "q" else np.uint32
+    return np.frombuffer(values, dtype) if len(values) else np.zeros(0, dtype)
 
 
 def _flags(always: bool, cosine: float, norm_diff: float, threshold: float) -> bool:

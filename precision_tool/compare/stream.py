@@ -86,7 +86,8 @@ def _stream(golden: Dump, target: Dump, options: CompareOptions, sink: OpSink, p
     found: dict = {}  # near-zero writers of every step
     counter = _Progress(progress, sum(_data_elements(plan) for plan in plans) if progress else 0)
     stats_only = False
-    for plan in plans:
+    while plans:
+        plan = plans.pop(0)  # a step's matched rows are dropped once it is compared
         outcome.selected = (outcome.selected[0] + plan.selected[0], outcome.selected[1] + plan.selected[1])
         step_found: dict = {}
         candidates = near_zero_candidates(plan)

@@ -14,6 +14,8 @@ caller falls back to the reader, which names what is wrong, or reads it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from precision_tool.dump import layout
@@ -136,8 +138,10 @@ class WindowDump(Dump):
 
 
 def window_dump(dump: Dump, index: StepIndex) -> WindowDump:
-    """``dump`` reading step ``index.step`` through ``index``: its file, packs and mappings are shared."""
+    """``dump`` reading step ``index.step`` through ``index``: its file is shared, its packs are its own, so their
+    mappings (resident pages of the file) are released with the window."""
     view = WindowDump.__new__(WindowDump)
     view.__dict__.update(dump.__dict__)
     view._window, view._window_step, view._indexes = index, index.step, {index.step: index}
+    view._packs = OrderedDict()
     return view
