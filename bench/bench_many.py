@@ -18,13 +18,13 @@ interpreter:
   ``check`` and the shell's ``vcs``.
 
 It prints the medians, compare's ratio to the floor (target: within 2x for
-20,000 ops), and the peak resident memory (VmHWM, from ``wait4``) of each CLI
-run. ``--ops 5000,20000,50000`` runs every count in turn and ends with how each
-command's peak moves with the number of ops (the slope, KB per op, of a least-squares
-line through the medians). ``--tree DIR`` also runs the CLI commands from another
-source tree (``git archive REV | tar -x -C DIR``, with its ``_native*.so``), interleaved
-with this one's, so before/after ratios come from one run. The dumps are deleted
-afterwards unless --keep.
+20,000 ops), and the peak resident memory of each CLI run (its own VmHWM,
+written at exit). ``--ops 5000,20000,50000`` runs every count in turn and ends
+with how each command's peak moves with the number of ops (the slope, KB per
+op, of a least-squares line through the medians). ``--tree DIR`` also runs the
+CLI commands from another source tree (``git archive REV | tar -x -C DIR``,
+with its ``_native*.so``), interleaved with this one's, so before/after ratios
+come from one run. The dumps are deleted afterwards unless --keep.
 
 ``--json FILE`` writes the medians, spreads and peaks with the date, for the
 README's table (`bench/perf_table.py`).
@@ -119,25 +119,36 @@ def python(code: str, *args) -> list[str]:
     return out.stdout.split()
 
 
+_CLI = """
+import atexit, os, runpy, sys
+
+def peak():  # this process's own high-water mark: a fork's pages before exec are not counted
+    with open("/proc/self/status") as status, open(os.environ["BENCH_PEAK_FILE"], "w") as out:
+        out.write(next(line.split()[1] for line in status if line.startswith("VmHWM")))
+
+atexit.register(peak)
+sys.argv = ["precision-tool", *sys.argv[1:]]
+runpy.run_module("precision_tool", run_name="__main__", alter_sys=True)
+"""
+
+
 def cli(*args, tree: Path | None = None) -> tuple[float, float]:
-    """Seconds and peak resident KB of one precision-tool command, imports included; output discarded.
+    """Seconds and peak resident KB (VmHWM) of one precision-tool command, imports included; output discarded.
 
     ``tree``: run another source tree's package (its directory first on the path).
     """
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
-    start = time.perf_counter()
-    with tempfile.TemporaryFile() as errors:
-        process = subprocess.Popen([sys.executable, "-m", "precision_tool", *map(str, args)], cwd=tree,
-                                   stdout=subprocess.DEVNULL, stderr=errors, env=env)
-        _, status, usage = os.wait4(process.pid, 0)  # the child's own peak (ru_maxrss: KB on Linux)
-        process.returncode = os.waitstatus_to_exitcode(status)
+    with tempfile.NamedTemporaryFile("r", suffix=".peak") as peak:
+        env["BENCH_PEAK_FILE"] = peak.name
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", _CLI, *map(str, args)], cwd=tree, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         elapsed = time.perf_counter() - start
-        if process.returncode not in (0, 1):
-            errors.seek(0)
-            raise SystemExit(f"precision-tool {' '.join(map(str, args))} failed: {errors.read().decode().strip()}")
-    return elapsed, float(usage.ru_maxrss)
+        if done.returncode not in (0, 1):
+            raise SystemExit(f"precision-tool {' '.join(map(str, args))} failed: {done.stderr.strip()}")
+        return elapsed, float(peak.read() or "nan")
 
 
 def main() -> None:
