@@ -30,7 +30,7 @@ import numpy as np
 from precision_tool.compare.check import CheckJudge
 from precision_tool.compare.matching import FusionCover, Unmatched
 from precision_tool.compare.metrics import ONE_SIDE_ZERO
-from precision_tool.compare.report import SHAPE_MISMATCH, CompareSummary, DumpInfo, OpComparison, worst_output_stat
+from precision_tool.compare.report import SHAPE_MISMATCH, CompareSummary, DumpInfo, OpComparison
 from precision_tool.defaults import COSINE_THRESHOLD
 from precision_tool.dump.records import MODULE_TYPE_PREFIX
 
@@ -38,24 +38,42 @@ OUT_ALWAYS, IN_ALWAYS, MODULE, HAS_COSINE, HAS_ERROR, HAS_NORM_DIFF, HAS_ABS_BOU
 _DOUBLES = ("out_cosine", "out_norm_diff", "in_cosine", "in_norm_diff", "cosine", "error", "norm_diff", "abs_bound")
 
 
-def _judged(op: OpComparison, kind: str) -> tuple[float, float, bool]:
-    """(lowest finite cosine, largest relative norm difference, flagged at any threshold) of the judged rows of
-    ``kind``: `report.row_flags` split into what depends on the threshold and what does not."""
-    cosine, norm_diff, always = math.inf, -math.inf, False
+def _digest(op: OpComparison) -> tuple:
+    """One pass over an op's rows: its judged outputs' and inputs' (lowest finite cosine, largest relative norm
+    difference, flagged at any threshold) (`report.row_flags` split into what depends on the threshold and what
+    does not); the chart's worst output cosine, max abs error, relative norm difference and its bound
+    (`OpComparison.worst_output_cosine`, `max_output_abs_err`, `report.worst_output_stat`); shape mismatches."""
+    judged = {"output": [math.inf, -math.inf, False], "input": [math.inf, -math.inf, False]}
+    cosines, errors, norm_diffs, bounds = [], [], [], []
+    mismatches = 0
     for row in op.rows:
-        if row.skip or row.kind != kind:
+        kind, metrics, stats = row.kind, row.metrics, row.stats
+        mismatches += row.problem == SHAPE_MISMATCH
+        if kind == "output":
+            if metrics is not None:
+                cosines.append(metrics.cosine)
+                if not math.isnan(metrics.max_abs_err):
+                    errors.append(metrics.max_abs_err)
+            if stats is not None:
+                if not math.isnan(stats.rel_norm_diff):
+                    norm_diffs.append(stats.rel_norm_diff)
+                if not math.isnan(stats.max_abs_err_bound):
+                    bounds.append(stats.max_abs_err_bound)
+        flags = judged.get(kind)
+        if flags is None or row.skip:
             continue
         if row.problem or row.extra_nonfinite:
-            always = True
-        metrics = row.metrics
+            flags[2] = True
         if metrics is not None:
             if math.isnan(metrics.cosine):
-                always = always or metrics.note == ONE_SIDE_ZERO
-            elif metrics.cosine < cosine:
-                cosine = metrics.cosine
-        if row.stats is not None and row.stats.rel_norm_diff > norm_diff:
-            norm_diff = row.stats.rel_norm_diff
-    return cosine, norm_diff, always
+                flags[2] = flags[2] or metrics.note == ONE_SIDE_ZERO
+            elif metrics.cosine < flags[0]:
+                flags[0] = metrics.cosine
+        if stats is not None and stats.rel_norm_diff > flags[1]:
+            flags[1] = stats.rel_norm_diff
+    cosine = None if not cosines else math.nan if any(math.isnan(c) for c in cosines) else min(cosines)
+    return (*judged["output"], *judged["input"], cosine, max(errors) if errors else None,
+            max(norm_diffs) if norm_diffs else None, max(bounds) if bounds else None, mismatches)
 
 
 class DigestSink:
@@ -65,6 +83,7 @@ class DigestSink:
         self.threshold, self.limit, self.judge = threshold, limit, judge
         self.steps, self.target_rows, self.golden_rows = array("q"), array("I"), array("I")  # op_index rows: uint32
         self.doubles = {name: array("d") for name in _DOUBLES}
+        self._appends = [self.doubles[name].append for name in _DOUBLES]
         self.bits = array("B")
         self.kept: dict[int, OpComparison] = {}
         self.listed = 0
@@ -76,19 +95,17 @@ class DigestSink:
         self.steps.append(op.step)
         self.target_rows.append(target_row)
         self.golden_rows.append(golden_row)
-        out_cosine, out_norm_diff, out_always = _judged(op, "output")
-        in_cosine, in_norm_diff, in_always = _judged(op, "input")
-        cosine, error = op.worst_output_cosine, op.max_output_abs_err
-        norm_diff, abs_bound = worst_output_stat(op, "rel_norm_diff"), worst_output_stat(op, "max_abs_err_bound")
-        for name, value in zip(_DOUBLES, (out_cosine, out_norm_diff, in_cosine, in_norm_diff, cosine, error,
-                                          norm_diff, abs_bound)):
-            self.doubles[name].append(0.0 if value is None else value)
+        (out_cosine, out_norm_diff, out_always, in_cosine, in_norm_diff, in_always, cosine, error, norm_diff,
+         abs_bound, mismatches) = _digest(op)
+        for append, value in zip(self._appends, (out_cosine, out_norm_diff, in_cosine, in_norm_diff, cosine, error,
+                                                 norm_diff, abs_bound)):
+            append(0.0 if value is None else value)
         module = op.type.startswith(MODULE_TYPE_PREFIX)
         self.bits.append(OUT_ALWAYS * out_always | IN_ALWAYS * in_always | MODULE * module
                          | HAS_COSINE * (cosine is not None) | HAS_ERROR * (error is not None)
                          | HAS_NORM_DIFF * (norm_diff is not None) | HAS_ABS_BOUND * (abs_bound is not None))
         self.tensors += len(op.rows)
-        self.shape_mismatches += sum(row.problem == SHAPE_MISMATCH for row in op.rows)
+        self.shape_mismatches += mismatches
         if self.judge is not None:
             for row in op.rows:
                 self.judge.add(row)

@@ -118,7 +118,7 @@ def _both(run_cli, monkeypatch, tmp_path, *args):
     for stream in ("1", "0"):
         monkeypatch.setenv("PRECISION_TOOL_STREAM", stream)
         out = tmp_path / f"out-{stream}"
-        out.mkdir()
+        out.mkdir(parents=True)
         result = run_cli(*[str(a).replace("OUT", str(out)) for a in args])
         files = {p.name: p.read_text() for p in sorted(out.iterdir())}
         results.append((result.status, result.stdout.replace(str(out), "OUT"),
@@ -264,3 +264,29 @@ def test_every_streamed_op_and_leftover_is_the_in_memory_one(pair, options):
         assert repr(outcome.rescore(sink.rows[::-1])) == repr(full.ops[::-1])
     assert (outcome.unmatched_golden, outcome.unmatched_target, outcome.notes, outcome.stats_only) == (
         full.unmatched_golden, full.unmatched_target, full.notes, full.stats_only)
+
+
+def test_a_long_run_draws_the_same_chart_buckets(run_cli, monkeypatch, tmp_path, fallbacks):
+    """More ops than the chart has columns: the streamed chart buckets arrays, the in-memory one lists."""
+    golden, target = MemoryDump(role="golden"), MemoryDump(role="target")
+    for step in range(2):
+        for i in range(150):
+            noise = RNG.standard_normal(X.shape).astype(np.float32) * np.float32(10.0 ** (i % 7 - 6))
+            out = np.zeros_like(X) if i % 37 == 5 else X + noise  # an all-zero side now and then: undefined cosine
+            golden.add(f"op{i}", "Op", {"input_0": X, "output_0": X}, step=step)
+            target.add(f"op{i}", "module.Op" if i % 50 == 7 else "Op", {"input_0": X, "output_0": out}, step=step)
+    paths = (golden.save(tmp_path / "g.h5"), target.save(tmp_path / "t.h5"))
+    status, stdout, _, _ = _both(run_cli, monkeypatch, tmp_path, "compare", *paths, "-c", "0.99999")
+    assert status == 0 and "along execution order: 300 ops" in stdout and not fallbacks
+
+
+def test_statistics_only_tensors_in_full_dumps_stream_the_same(run_cli, monkeypatch, tmp_path, fallbacks):
+    golden, target = MemoryDump(role="golden"), MemoryDump(role="target")
+    for i in range(12):
+        golden.add(f"op{i}", "Op", {"input_0": X, "output_0": X * (i + 1)}, stats_only=True)
+        target.add(f"op{i}", "Op", {"input_0": X, "output_0": X * (i + 1) * (1 + 0.01 * i)}, stats_only=True)
+    paths = (golden.save(tmp_path / "g.h5"), target.save(tmp_path / "t.h5"))
+    for args in ((), ("--format", "json")):
+        status, stdout, _, _ = _both(run_cli, monkeypatch, tmp_path / str(len(args)), "compare", *paths, *args)
+        assert status == 0 and stdout
+    assert not fallbacks
