@@ -201,7 +201,7 @@ class StreamedReport:
 
     def ops_at(self, positions: list[int]) -> list[OpComparison]:
         """The compared ops at these positions in execution order: kept, or scored again."""
-        missing = [p for p in positions if p not in self.kept]
+        missing = list(dict.fromkeys(p for p in positions if p not in self.kept))  # each op scored once
         if missing:
             picks = [(int(self.steps[p]), int(self.target_rows[p]), int(self.golden_rows[p])) for p in missing]
             again = dict(zip(missing, self.rescore(picks)))

@@ -197,9 +197,12 @@ def test_the_streamed_report_is_used_and_keeps_a_few_columns_per_op(pair):
         assert (report.compared_ops, report.compared_tensors) == (full.compared_ops, full.compared_tensors) == (48, 96)
         assert sorted(report.kept) == [2, 5]  # the two listed; the first is the first flagged module too
         assert report.columns["cosine"].nbytes == 48 * 8 and report.bits.nbytes == 48
+        bare = source.stream(None, 0.5, 0)  # nothing listed at 0.5: every op asked for later is scored again
         for threshold in (0.1, 0.9, 0.98, 0.999):
-            assert report.summary(threshold) == full.summary(threshold)
-            assert report.select_flagged(threshold, None) == [op for op in full.ops if op.flagged(threshold)]
+            for streamed in (report, bare):
+                assert streamed.summary(threshold) == full.summary(threshold)
+                assert streamed.select_flagged(threshold, None) == [op for op in full.ops if op.flagged(threshold)]
+        assert full.summary(0.98).first_flagged == full.summary(0.98).first_flagged_module  # asked for twice
 
 
 def test_dumps_it_cannot_stream_are_compared_in_memory(tmp_path, pair):
