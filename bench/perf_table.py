@@ -72,11 +72,14 @@ def capture_rows(document: dict) -> list[str]:
 def many_row(document: dict) -> str:
     median = document["median_s"]
     floor = median["floor"]
-    peak = document.get("peak_kb", {}).get("compare/packed")
+    peaks = document.get("peak_kb", {})
+    cli_peaks = [peaks.get(f"cli {c}") for c in ("compare", "check", "vcs")]
+    before = [peaks.get(f"before cli {c}") for c in ("compare", "check", "vcs")]
     cells = [f"{document['ops']:,d} ops × {document['values']:,d} float32", f"{floor:.2f} s",
              f"{median['compare/packed']:.2f} s ({median['compare/packed'] / floor:.1f}×)",
              " / ".join(f"{median[f'cli {c}']:.1f}" for c in ("compare", "check", "vcs")) + " s",
-             f"{peak / 1024:.0f} MB" if peak else "–", document["date"]]
+             " / ".join(f"{p / 1024:.0f}" for p in cli_peaks) + " MB" if all(cli_peaks) else "–",
+             " / ".join(f"{p / 1024:.0f}" for p in before) + " MB" if all(before) else "–", document["date"]]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -106,10 +109,11 @@ def table() -> str:
     if many:
         lines += ["**Many small tensors** (`bench_many.py`): `compare` in process against reading the same bytes "
                   "with numpy tensor by tensor (the floor; target within 2×), then `compare` / `check` / the "
-                  "shell's `vcs` end to end with imports (target ≤ 10 s at 50,000 ops), and compare's peak "
-                  "resident memory.", "",
-                  "| pair | floor | compare | CLI compare / check / vcs | peak memory | measured |",
-                  "|---|---|---|---|---|---|", *[many_row(d) for d in many], ""]
+                  "shell's `vcs` end to end with imports (target ≤ 10 s at 50,000 ops), their peak resident "
+                  "memory (they stream: docs/compare.md), and the same commands' peaks before streaming "
+                  "(`--tree`, interleaved in the same run).", "",
+                  "| pair | floor | compare | CLI compare / check / vcs | CLI peak | before streaming | measured |",
+                  "|---|---|---|---|---|---|---|", *[many_row(d) for d in many], ""]
     speed = load("diagnosis-speed.json")
     if speed:
         lines += [f"**Diagnosis** (`bench_diagnosis.py --speed`, {speed['date']}): `diagnose` on a 2-step GPT-2 "

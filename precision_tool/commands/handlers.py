@@ -26,10 +26,24 @@ def compare(source, cosine=None, limit=None, show_all=False, steps=None, op_glob
     threshold = defaults.COSINE_THRESHOLD if cosine is None else cosine
     limit = defaults.LIST_LIMIT if limit is None else limit
     options = compare_options(steps, op_glob, jobs, scheduler)
+    streamed = _stream(source, options, threshold, limit) if not show_all and limit > 0 else None
+    if streamed is not None:  # a window of ops at a time: the flagged ops listed are kept or scored again
+        rows = streamed.select_flagged(threshold, limit)
+        return Comparison(streamed, rows, threshold, limit, streamed.flagged_count(threshold), show_all, None)
     report = source.compare(options)
     every = source.flagged(threshold, options)  # memoised per threshold by the shell
     rows = list(report.ops) if show_all else (list(every[:limit]) if limit > 0 else list(every))
     return Comparison(report, rows, threshold, limit, len(every), show_all, _zoom(source, report, threshold))
+
+
+def _stream(source, options, threshold=None, limit=0, judge=None):
+    """The comparison made a window of ops at a time (`StreamedReport`), or None: the source cannot, or the
+    command delivers what reads every op (--plot, --junit)."""
+    delivery = getattr(source, "delivery", None) or {}
+    stream = getattr(source, "stream", None)
+    if stream is None or delivery.get("plot") or delivery.get("junit"):
+        return None
+    return stream(options, threshold, limit, judge)
 
 
 def _zoom(source, report, threshold):
@@ -77,18 +91,21 @@ def check(source, min_cosine=None, max_abs_err=None, baseline_file=None, judge_i
 
         return check_run(source, layouts, check, min_cosine, max_abs_err, baseline_file, judge_inputs, steps, op_glob, jobs)
     from precision_tool.compare.baseline import load_baseline
-    from precision_tool.compare.check import CheckCriteria, check_report
+    from precision_tool.compare.check import CheckCriteria, CheckJudge, check_report
 
     baseline = load_baseline(baseline_file) if baseline_file is not None else None  # fail fast, before reading
     criteria = CheckCriteria(
         min_cosine=defaults.CHECK_MIN_COSINE if min_cosine is None else min_cosine, max_abs_err=max_abs_err,
         baseline=baseline, absolute_on_baselined=min_cosine is not None or max_abs_err is not None,
         judge_inputs=judge_inputs)
-    report = source.compare(compare_options(steps, op_glob, jobs, scheduler))
-    if not report.ops:
+    options = compare_options(steps, op_glob, jobs, scheduler)
+    judge = CheckJudge(criteria)
+    streamed = _stream(source, options, judge=judge)  # judged as it streams
+    report = streamed if streamed is not None else source.compare(options)
+    if not report.compared_ops:
         raise InputError(source.path("target"), f"no tensor matches the golden dump {source.path('golden')}: "
                                                 "nothing to check")
-    return check_report(report, criteria)
+    return judge.result(streamed) if streamed is not None else check_report(report, criteria)
 
 
 def baseline(source, output, steps=None, op_glob=None, jobs=None, scheduler=None) -> BaselineSaved:

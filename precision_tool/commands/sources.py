@@ -20,6 +20,37 @@ def compare_options(steps=None, op_glob: str | None = None, jobs: int | None = N
     return CompareOptions(steps=steps, ops=op_glob, jobs=jobs or COMPARE_JOBS, scheduler=scheduler)
 
 
+STREAM_ENV = "PRECISION_TOOL_STREAM"  # "0": compare, check and vcs build the whole comparison in memory
+
+
+def streamed_report(golden, target, options=None, threshold: float | None = None, limit: int = 0, judge=None,
+                    progress=None):
+    """The two dumps compared a window at a time (`precision_tool.compare.stream`) into a `StreamedReport`; None
+    when they need the whole comparison in memory: not two dump files, a side with statistics only (the zoom
+    region reads every op), fused ops matched through the ops they replaced, unusual tables. Nothing is shown
+    before the comparison ends, so comparing again the old way shows the same, errors included."""
+    import os
+
+    from precision_tool.compare.comparator import CompareOptions
+    from precision_tool.compare.digest import DigestSink
+    from precision_tool.compare.stream import stream_compare, streams
+    from precision_tool.defaults import COSINE_THRESHOLD
+    from precision_tool.dump.windows import TablesUnsupported
+    from precision_tool.errors import InputError
+
+    options = options or CompareOptions()
+    if os.environ.get(STREAM_ENV) == "0" or not streams(golden, target, options):
+        return None
+    if any("stats" in dump.modes for dump in (golden, target)):
+        return None
+    sink = DigestSink(COSINE_THRESHOLD if threshold is None else threshold, limit, judge)
+    try:
+        outcome = stream_compare(golden, target, options, sink, progress)
+    except (TablesUnsupported, InputError, ValueError, KeyError, IndexError):  # the old way says what is wrong
+        return None
+    return sink.report(outcome)
+
+
 class DumpFiles:
     """The dumps of one batch command: role -> path (None: not given)."""
 
@@ -33,6 +64,9 @@ class DumpFiles:
         self._open: dict[str, object] = {}
         self._comparisons: dict = {}
         self._flagged: dict = {}
+        self._preflighted = False
+        self.streaming = True  # False: always the whole comparison (the ranks of a run)
+        self.delivery: dict = {}  # what the command delivers (`CommandSpec.run` says): --plot and --junit read every op
 
     def __enter__(self) -> "DumpFiles":
         return self
@@ -100,18 +134,36 @@ class DumpFiles:
     def rank(self, rank: int, layouts: dict) -> "DumpFiles":
         """The source of rank ``rank``: each run's rank dump, and any single dump given as is."""
         paths = {role: (layouts[role].paths[rank] if role in layouts else path) for role, path in self.paths.items()}
-        return DumpFiles(paths, allow_incomplete=self.allow_incomplete, warn=self.warn)
+        source = DumpFiles(paths, allow_incomplete=self.allow_incomplete, warn=self.warn)
+        source.streaming = False  # a run's views read every op of each rank's report
+        return source
+
+    def _compared_dumps(self):
+        """Golden and target, checked once by the preflight when asked (its warnings shown once)."""
+        golden, target = self.dump("golden"), self.dump("target")
+        if self.allow_incomplete is not None and not self._preflighted:
+            from precision_tool.compare.preflight import raise_for_errors, run_problems
+
+            for problem in raise_for_errors(run_problems(golden, target, self.allow_incomplete)):
+                self.warn(problem.message)
+            self._preflighted = True
+        return golden, target
+
+    def stream(self, options=None, threshold: float | None = None, limit: int = 0, judge=None):
+        """`streamed_report` of golden and target; None when it cannot stream, or the whole comparison is made."""
+        if not self.streaming or _key(options) in self._comparisons:
+            return None
+        golden, target = self._compared_dumps()
+        if self.progress is None:
+            return streamed_report(golden, target, options, threshold, limit, judge)
+        with self.progress() as progress:
+            return streamed_report(golden, target, options, threshold, limit, judge, progress)
 
     def compare(self, options=None):
         """The comparison of target against golden (once per options); preflight first when asked."""
         key = _key(options)
         if key not in self._comparisons:
-            golden, target = self.dump("golden"), self.dump("target")
-            if self.allow_incomplete is not None:
-                from precision_tool.compare.preflight import raise_for_errors, run_problems
-
-                for problem in raise_for_errors(run_problems(golden, target, self.allow_incomplete)):
-                    self.warn(problem.message)
+            golden, target = self._compared_dumps()
             from precision_tool.compare.comparator import compare_dumps
 
             if self.progress is None:

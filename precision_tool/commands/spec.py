@@ -94,6 +94,8 @@ class CommandSpec:
         outputs = {name: values[name] for name in self.outputs if values.get(name) is not None}
         if outputs:
             check_outputs(inputs, **outputs)
+        if hasattr(source, "delivery"):  # a handler may choose how to work by what is delivered (--plot, --junit)
+            source.delivery = delivered
         return self.resolve()(source, **handler_values), delivered, inputs
 
 

@@ -135,22 +135,38 @@ def _failure(row: TensorRow, metric: str, value, limit, message: str) -> CheckFa
 
 def check_report(report: CompareReport, criteria: CheckCriteria | None = None) -> CheckResult:
     """Judge every compared tensor of ``report``; failures come in execution order."""
-    criteria = criteria or CheckCriteria()
-    baseline = criteria.baseline
-    result = CheckResult(report, criteria, checked=0)
-    seen = set()
+    judge = CheckJudge(criteria or CheckCriteria())
     for row in report.rows:
+        judge.add(row)
+    return judge.result(report)
+
+
+class CheckJudge:
+    """`check_report` one row at a time, in execution order: what a streaming comparison feeds."""
+
+    def __init__(self, criteria: CheckCriteria):
+        self.criteria = criteria
+        self.checked = 0
+        self.failures: list[CheckFailure] = []
+        self.seen: set = set()  # baseline keys met
+
+    def add(self, row: TensorRow) -> None:
+        criteria, baseline = self.criteria, self.criteria.baseline
         if row.skip or (row.kind == "input" and not criteria.judge_inputs):
-            continue  # shown, not judged: an input is judged as the output of the op that wrote it
-        result.checked += 1
+            return  # shown, not judged: an input is judged as the output of the op that wrote it
+        self.checked += 1
         entry = baseline.entries.get(row_key(row)) if baseline is not None else None
         found = []
         if entry is not None:
-            seen.add(entry.key)
+            self.seen.add(entry.key)
             found.extend(baseline_violations(row, entry))
         if entry is None or criteria.absolute_on_baselined:
             found.extend(v for v in absolute_violations(row, criteria) if v[0] not in {f[0] for f in found})
-        result.failures.extend(_failure(row, *violation) for violation in found)
-    if baseline is not None:
-        result.baseline_missing = len(set(baseline.entries) - seen)
-    return result
+        self.failures.extend(_failure(row, *violation) for violation in found)
+
+    def result(self, report) -> CheckResult:
+        """The result; ``report`` is the comparison judged (a `CompareReport`, or a streamed one)."""
+        result = CheckResult(report, self.criteria, self.checked, self.failures)
+        if self.criteria.baseline is not None:
+            result.baseline_missing = len(set(self.criteria.baseline.entries) - self.seen)
+        return result

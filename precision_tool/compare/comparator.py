@@ -23,7 +23,7 @@ from precision_tool.bulk import bulk_objects
 from precision_tool.compare.batch import score_packed
 from precision_tool.compare.cancel import StopFlag, pool_map, raise_if_interrupted
 from precision_tool.compare.judged import gradient_scale, loss_scale_ratios, skip_consumed_near_zero
-from precision_tool.compare.matching import MatchResult, TensorPair, match_ops
+from precision_tool.compare.matching import TensorPair, match_ops
 from precision_tool.compare.metrics import PairAccumulator
 from precision_tool.compare.report import SHAPE_MISMATCH, CompareReport, DumpInfo, OpComparison, TensorRow
 from precision_tool.compare.rows import pair_row, relative_error_floor
@@ -94,16 +94,17 @@ def _compare_sources(golden: DumpSource, target: DumpSource, options: CompareOpt
     rows = _score_pairs(match.pairs, golden, target, options, progress, loss_scale_ratios(golden, target))
     rows = skip_consumed_near_zero(match.pairs, rows)
     report = CompareReport(
-        golden=_info(golden), target=_info(target), ops=_group(match.pairs, rows),
+        golden=dump_info(golden), target=dump_info(target), ops=_group(match.pairs, rows),
         unmatched_golden=match.unmatched_golden, unmatched_target=match.unmatched_target,
         covered_by_fusion=match.covered_by_fusion,
         stats_only=any(row.stats is not None for row in rows),
     )
-    report.notes.extend(_notes(report, match, golden_ops, target_ops))
+    report.notes.extend(compare_notes(report.golden, report.target, report.stats_only,
+                                      (len(golden_ops), len(target_ops)), bool(match.pairs)))
     return report
 
 
-def _info(source: DumpSource) -> DumpInfo:
+def dump_info(source: DumpSource) -> DumpInfo:
     mode = str(getattr(source, "mode", "dump"))
     modes = tuple(str(m) for m in (getattr(source, "modes", None) or [mode]))
     return DumpInfo(str(source.path), mode, str(getattr(source, "role", "")), modes)
@@ -285,19 +286,23 @@ def _in_order(ops: list[OpComparison]) -> bool:
     return True
 
 
-def _notes(report: CompareReport, match: MatchResult, golden_ops: list[OpRecord],
-           target_ops: list[OpRecord]) -> list[str]:
+def compare_notes(golden: DumpInfo, target: DumpInfo, stats_only: bool, selected: tuple[int, int],
+                  paired: bool) -> list[str]:
+    """The notes of a comparison: overflow-mode sides, statistics only, nothing selected or nothing matched.
+
+    ``selected``: how many ops of golden and of target the steps and names chose; ``paired``: any tensor pair.
+    """
     notes = []
-    for side, info in (("golden", report.golden), ("target", report.target)):
+    for side, info in (("golden", golden), ("target", target)):
         if "overflow" in info.modes:
             notes.append(f"the {side} dump is an overflow-mode dump: it holds only the ops that overflowed, "
                          f"so the other side's remaining ops are unmatched by design")
-    if report.stats_only:
+    if stats_only:
         notes.append("statistics only on at least one side: cosine is unavailable (n/a) there; such tensors "
                      "are flagged when |norm difference| / golden norm > 1 - c")
-    if not golden_ops or not target_ops:
-        empty = "golden" if not golden_ops else "target"
+    if not selected[0] or not selected[1]:
+        empty = "golden" if not selected[0] else "target"
         notes.append(f"the {empty} dump has no op in the selected steps and names")
-    elif not match.pairs:
+    elif not paired:
         notes.append("no target op matched a golden op: are these dumps of the same model and steps?")
     return notes

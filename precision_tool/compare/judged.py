@@ -97,12 +97,22 @@ def skip_consumed_near_zero(pairs: list, rows: list) -> list:
 
     The tensor an op reads is the one an earlier op wrote: the golden statistics identify it.
     """
-    from dataclasses import replace
+    return skip_consumed(pairs, rows, near_zero_writers(pairs, rows))
 
-    found = {}
+
+def near_zero_writers(pairs: list, rows: list, found: dict | None = None) -> dict:
+    """(step, golden fingerprint) -> the skip reason of each output row found near zero (the last one wins)."""
+    found = {} if found is None else found
     for pair, row in zip(pairs, rows):
         if row.skip.startswith("near zero") and row.kind == "output":
             found[(row.step, _fingerprint(pair.golden))] = f"{row.skip} (written by {row.op})"
+    return found
+
+
+def skip_consumed(pairs: list, rows: list, found: dict) -> list:
+    """``rows`` with the input rows whose golden tensor is in ``found`` (`near_zero_writers`) skipped."""
+    from dataclasses import replace
+
     if not found:
         return rows
     out = []

@@ -125,6 +125,13 @@ class OpComparison:
         return max(errors) if errors else None
 
 
+def worst_output_stat(op: OpComparison, name: str) -> float | None:
+    """The largest ``name`` (a `StatsDelta` field) among the op's statistics-only outputs, NaN left out."""
+    values = [getattr(r.stats, name) for r in op.outputs if r.stats is not None]
+    values = [v for v in values if not math.isnan(v)]
+    return max(values) if values else None
+
+
 @dataclass(frozen=True)
 class DumpInfo:
     """Which dump a side came from."""
@@ -167,6 +174,14 @@ class CompareReport:
     @property
     def rows(self) -> list[TensorRow]:
         return [row for op in self.ops for row in op.rows]
+
+    @property
+    def compared_ops(self) -> int:
+        return len(self.ops)
+
+    @property
+    def compared_tensors(self) -> int:
+        return sum(len(op.rows) for op in self.ops)
 
     @property
     def shape_mismatches(self) -> list[TensorRow]:

@@ -179,7 +179,7 @@ def compare_view(report: CompareReport, ops: list[OpComparison], cosine_threshol
         parts.extend(row_notes(ops, cosine_threshold))
     else:
         parts.append(Text("  (none)"))
-    if chart and report.ops:
+    if chart and report.compared_ops:
         parts.append(ExecutionChart(report, cosine_threshold))
     parts.extend(_leftovers(report, show_all))
     parts.extend(Text(f"note: {note}", style="yellow") for note in report.notes)

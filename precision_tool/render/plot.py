@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from precision_tool.compare.report import CompareReport
+from precision_tool.compare.report import CompareReport, worst_output_stat
 from precision_tool.dump.records import MODULE_TYPE_PREFIX
 from precision_tool.errors import ConfigError
 from precision_tool.outputs import replacing, write_text
@@ -97,9 +97,7 @@ def _finite(value) -> bool:
 
 
 def _worst_stat(op, name: str) -> float | None:
-    values = [getattr(r.stats, name) for r in op.outputs if r.stats is not None]
-    values = [v for v in values if not math.isnan(v)]
-    return max(values) if values else None
+    return worst_output_stat(op, name)
 
 
 def write_plot(report: CompareReport, path, cosine_threshold: float, inputs=()) -> Path:

@@ -321,8 +321,7 @@ def flagged(selection):
         title = f"All {len(rows)} compared ops"
     parts = [Text(title, style="bold")]
     parts += [rows_table(rows, threshold), *row_notes(rows, threshold)] if rows else [Text("  (none)")]
-    tensors = sum(len(op.rows) for op in report.ops)
-    parts.append(Text(f"compared {tensors} tensors in {len(report.ops)} ops | flagged {selection.total} ops at "
+    parts.append(Text(f"compared {report.compared_tensors} tensors in {report.compared_ops} ops | flagged {selection.total} ops at "
                       f"cosine <= {threshold:g} | unmatched: {len(report.unmatched_golden)} golden, "
                       f"{len(report.unmatched_target)} target"))
     if rows:

@@ -54,6 +54,8 @@ class ShellSession:
         self.dumps = dict(dumps)
         self._compare_fn = compare_fn
         self._comparisons: dict = {}  # (steps, ops) or None (the whole run) -> CompareReport
+        self._streamed: dict = {}  # (steps, ops) or None -> StreamedReport, for vcs (no record per op kept)
+        self.delivery: dict = {}  # what the running command delivers (`CommandSpec.run`)
         self._flagged: dict[tuple, list] = {}
         self._indexes: dict[str, OpIndex] = {}
 
@@ -134,8 +136,26 @@ class ShellSession:
     # -- comparison ----------------------------------------------------------
     @property
     def comparison(self):
-        """The cached CompareReport of the whole run, or None before the first `vcs` / `ac`."""
-        return self._comparisons.get(None)
+        """The cached comparison of the whole run (a CompareReport, or vcs's StreamedReport), or None before the
+        first `vcs` / `ac`."""
+        found = self._comparisons.get(None)
+        return found if found is not None else self._streamed.get(None)
+
+    def stream(self, options=None, threshold: float | None = None, limit: int = 0, judge=None):
+        """The comparison made a window of ops at a time (`commands.sources.streamed_report`), cached for vcs;
+        None when the whole comparison is cached already (`ac` made it) or the dumps need it."""
+        from precision_tool.commands.sources import streamed_report
+
+        key = None if options is None else (options.steps, options.ops)
+        if key in self._comparisons:
+            return None
+        if judge is None and key in self._streamed:
+            return self._streamed[key]
+        golden, target = self.dump("golden", "the comparison"), self.dump("target", "the comparison")
+        report = streamed_report(golden, target, options, threshold, limit, judge)
+        if judge is None and report is not None:
+            self._streamed[key] = report
+        return report
 
     def compare(self, options=None, refresh: bool = False):
         """Compare target against golden once per session (and per --steps/--ops selection) and cache the report."""
