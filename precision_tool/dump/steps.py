@@ -12,7 +12,10 @@ from precision_tool.bulk import bulk_objects
 from precision_tool.dump import layout
 from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, TensorRecord, TensorStats
 from precision_tool.engine.hooks import DIRECTIONS
-from precision_tool.errors import NotFoundError
+from precision_tool.errors import InputError, NotFoundError
+
+
+NORM_TOLERANCE = 1e-5  # relative: how far a tensor's L2 norm may be from its index row's (see `check_norm`)
 
 
 class TensorLocation(NamedTuple):
@@ -338,6 +341,18 @@ def check_contents(tensor_rows: np.ndarray, index: str, used: np.ndarray, long_s
         row = int(np.flatnonzero(bad)[0])
         values = ", ".join(f"{f} {tensor_rows[f][row]:g}" for f in layout.STATS_FIELDS)
         raise DamagedDump(index, f"row {row}: inconsistent statistics ({values})")
+
+
+def check_norm(dump, op: OpRecord, tensor: TensorRecord, squares: float) -> None:
+    """InputError when the sum of squares of a tensor's values is not the one its index row's norm says.
+
+    The writer takes a tensor's statistics from the values it stores, so a pack read at the wrong place, in the
+    wrong dtype or with damaged bytes shows here; rounding moves the two by ~1e-7 (float32 squares)."""
+    norm, found = tensor.stats.norm, math.sqrt(squares)
+    if tensor.stats.count and math.isfinite(norm) and abs(found - norm) > NORM_TOLERANCE * max(found, norm):
+        raise InputError(dump.path, f"step {op.step} op {op.name} ({op.direction}) {tensor.slot}: its values "
+                                    f"have L2 norm {found:.6g} where its index row says {norm:.6g}: "
+                                    "a damaged pack or index row")
 
 
 def readable_dtype(name: bytes) -> bool:
