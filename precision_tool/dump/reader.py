@@ -245,6 +245,12 @@ class Dump:
         table[usable, 2] = code[usable]
         return packs, table
 
+    def packed_where(self, step: int, row: int) -> str:
+        """Where row ``row`` of a step's index puts a packed tensor: its pack, byte offset and index row."""
+        pack, offset = (int(self.step_index(step).tensor_rows[row][name]) for name in ("pack", "offset"))
+        return (f"{self._pack_path(step, pack)} at byte {offset} "
+                f"(row {row} of /{layout.STEPS}/{self._step_names[step]}/{layout.INDEX})")
+
     def _location(self, step: int, exec_index: int, slot: str) -> TensorLocation:
         """Where a tensor with data is; KeyError when the step, op or tensor was not recorded, or has no data."""
         if step not in self._step_names:
