@@ -122,6 +122,7 @@ def one_rank(path: str, found: list[RankDir]) -> list[RankDir]:
 def load_json(path: str):
     """A JSON file, NaN and Infinity allowed (msprobe writes them bare); InputError when it is not JSON."""
     try:
+        _regular(path)
         with open(path, "rb") as handle:
             text = handle.read()
     except FileNotFoundError:
@@ -345,12 +346,21 @@ def read_tensor_file(path: str) -> tuple[np.ndarray, str]:
             raise InputError(path, _NO_TORCH) from None
         return load_pt(path)
     try:
+        _regular(path)
         values = np.load(path, allow_pickle=False)
+    except MemoryError:
+        raise InputError(path, "unreadable .npy file (its header asks for more memory than there is)") from None
     except (OSError, ValueError, EOFError) as exc:
         raise InputError(path, f"unreadable .npy file ({str(exc).splitlines()[0] if str(exc) else exc})") from None
     if not isinstance(values, np.ndarray) or values.dtype.kind not in "fiub":
         raise InputError(path, f"holds {getattr(values, 'dtype', type(values).__name__)} values, not numbers")
     return values, str(values.dtype)
+
+
+def _regular(path: str) -> None:
+    """InputError unless ``path`` is a regular file: reading a FIFO would wait for a writer, a device never end."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise InputError(path, "not a regular file")
 
 
 _NO_TORCH = "a PyTorch .pt tensor file: reading it needs PyTorch (pip install 'precision-tool[torch]')"

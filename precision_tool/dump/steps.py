@@ -338,8 +338,8 @@ def check_contents(tensor_rows: np.ndarray, index: str, used: np.ndarray, long_s
                                  f"holds {sizes[row]:.0f}")
     nonfinite = tensor_rows["nan"].astype(np.float64) + tensor_rows["inf"]
     finite = (counts != 0) & (nonfinite == 0)
-    bad = (nonfinite > counts) | finite & ~np.isfinite(
-        np.stack([tensor_rows[f] for f in ("min", "max", "mean", "std", "norm")], 1)).any(axis=1)
+    summary = np.stack([tensor_rows[f] for f in ("min", "max", "mean", "std", "norm")], 1)
+    bad = (nonfinite > counts) | finite & ~np.isfinite(summary).all(axis=1)
     bad |= finite & (tensor_rows["min"] > tensor_rows["max"])
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
