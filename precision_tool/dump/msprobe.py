@@ -135,6 +135,8 @@ def load_json(path: str):
         raise InputError(path, "not JSON: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise InputError(path, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # a number of thousands of digits
+        raise InputError(path, f"malformed JSON: {str(exc).split(';')[0]}") from None
     except RecursionError:
         raise InputError(path, "malformed JSON: nested too deeply") from None
 
@@ -178,7 +180,10 @@ class MsprobeDump:
         data_dir = os.path.join(folder, TENSOR_DIR)
         present = set(os.listdir(data_dir)) if os.path.isdir(data_dir) else None
         parents = self._parents(folder)
-        parsed = EntryParser(source, rank.step, data_dir, present, parents).parse(document["data"])
+        try:
+            parsed = EntryParser(source, rank.step, data_dir, present, parents).parse(document["data"])
+        except RecursionError:
+            raise InputError(source, "an entry's arguments are nested too deeply") from None
         header = {key: document.get(key) for key in ("task", "level", "framework")}
         header["rank"] = rank.rank
         if any(f.path.endswith(".pt") for f in parsed.files.values()):

@@ -194,3 +194,31 @@ def test_msprobe_files_that_are_fifos(tmp_path, run_cli, which):
     result = run_cli(*args)
     assert result.status == 2 and len(result.stderr.splitlines()) == 1, result.stderr
     assert "not a regular file" in result.stderr or "not an HDF5 file" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("a 5000-digit number", "malformed JSON: Exceeds the limit (4300 digits)"),
+    ("arguments nested 900 deep", "an entry's arguments are nested too deeply"),
+])
+def test_msprobe_json_beyond_python_limits(tmp_path, run_cli, damage, says):
+    golden, target = gelu_run(tmp_path / "golden"), gelu_run(tmp_path / "target", scale=1.25)
+    path = target / "step0" / "rank0" / "dump.json"
+    document = json.loads(path.read_text())
+    if damage == "a 5000-digit number":
+        text = json.dumps(document).replace('"shape": [2, 2]', '"shape": [' + "9" * 5000 + ', 2]', 1)
+    else:
+        document["data"]["Functional.gelu.0.forward"]["output"] = json.loads("[" * 900 + "]" * 900)
+        text = json.dumps(document)
+    path.write_text(text)
+    _outcome(run_cli("compare", golden, target), path, says)
+
+
+def test_msprobe_statistics_beyond_float_range(tmp_path, run_cli):
+    """A Max of 10**400 (an integer in JSON) is infinite, not an internal error."""
+    golden, target = gelu_run(tmp_path / "golden"), gelu_run(tmp_path / "target", scale=1.25)
+    path = target / "step0" / "rank0" / "dump.json"
+    text = path.read_text()
+    start = text.index('"Max"')
+    path.write_text(text[:start] + '"Max": 1' + "0" * 400 + text[text.index(",", start):])
+    result = run_cli("compare", golden, target)
+    assert result.status == 0 and "Traceback" not in result.stderr, result.stderr
