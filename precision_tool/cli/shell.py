@@ -50,9 +50,9 @@ def shell(ctx, files, golden, target, overflow, fusion_off, rank, commands):
     show_traceback = bool((ctx.obj or {}).get("traceback"))
     paths, run_note = pick_rank({"golden": golden, "target": target, "overflow": overflow,
                                  "fusion_off": fusion_off}, rank)
-    if run_note is not None:
-        click.echo(f"precision-tool shell: {run_note}", err=True)
     session = ShellSession.open(files, **paths)
+    if run_note is not None:  # once the rank's dumps opened: a bad one is the only line
+        click.echo(f"precision-tool shell: {run_note}", err=True)
     with session:
         runner = Runner(session)
         printer = Printer(*_consoles(), report_internal=_internal_reporter(show_traceback))

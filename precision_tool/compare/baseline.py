@@ -135,10 +135,12 @@ def save_baseline(baseline: Baseline, path) -> None:
 def load_baseline(path) -> Baseline:
     """Read a baseline file; InputError when it is missing or not a precision-tool baseline."""
     try:
+        if Path(path).exists() and not Path(path).is_file():  # a FIFO would block the read
+            raise InputError(path, "not a regular file")
         document = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise InputError(path, "no such baseline file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, text or a 5000-digit number
         raise InputError(path, f"not a baseline file ({exc.__class__.__name__})") from None
     if not isinstance(document, dict) or document.get("format") != BASELINE_FORMAT:
         raise InputError(path, "not a precision-tool baseline (run `precision-tool baseline` to make one)")
@@ -154,10 +156,10 @@ def load_baseline(path) -> Baseline:
                 extra_nonfinite=int(item.get("extra_nonfinite", 0)), problem=str(item.get("problem", "")),
             )
             entries[entry.key] = entry
-    except (KeyError, TypeError, ValueError) as exc:
+        return Baseline(entries, str(document.get("tool_version", "")), str(document.get("created", "")),
+                        dict(document.get("golden") or {}), dict(document.get("target") or {}))
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise InputError(path, f"malformed baseline entry ({exc})") from None
-    return Baseline(entries, str(document.get("tool_version", "")), str(document.get("created", "")),
-                    dict(document.get("golden") or {}), dict(document.get("target") or {}))
 
 
 def cosine_drop_tolerance(baseline_cosine: float) -> float:

@@ -122,6 +122,7 @@ def one_rank(path: str, found: list[RankDir]) -> list[RankDir]:
 def load_json(path: str):
     """A JSON file, NaN and Infinity allowed (msprobe writes them bare); InputError when it is not JSON."""
     try:
+        _regular(path)
         with open(path, "rb") as handle:
             text = handle.read()
     except FileNotFoundError:
@@ -134,6 +135,8 @@ def load_json(path: str):
         raise InputError(path, "not JSON: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise InputError(path, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # a number of thousands of digits
+        raise InputError(path, f"malformed JSON: {str(exc).split(';')[0]}") from None
     except RecursionError:
         raise InputError(path, "malformed JSON: nested too deeply") from None
 
@@ -177,7 +180,10 @@ class MsprobeDump:
         data_dir = os.path.join(folder, TENSOR_DIR)
         present = set(os.listdir(data_dir)) if os.path.isdir(data_dir) else None
         parents = self._parents(folder)
-        parsed = EntryParser(source, rank.step, data_dir, present, parents).parse(document["data"])
+        try:
+            parsed = EntryParser(source, rank.step, data_dir, present, parents).parse(document["data"])
+        except RecursionError:
+            raise InputError(source, "an entry's arguments are nested too deeply") from None
         header = {key: document.get(key) for key in ("task", "level", "framework")}
         header["rank"] = rank.rank
         if any(f.path.endswith(".pt") for f in parsed.files.values()):
@@ -345,12 +351,21 @@ def read_tensor_file(path: str) -> tuple[np.ndarray, str]:
             raise InputError(path, _NO_TORCH) from None
         return load_pt(path)
     try:
+        _regular(path)
         values = np.load(path, allow_pickle=False)
+    except MemoryError:
+        raise InputError(path, "unreadable .npy file (its header asks for more memory than there is)") from None
     except (OSError, ValueError, EOFError) as exc:
         raise InputError(path, f"unreadable .npy file ({str(exc).splitlines()[0] if str(exc) else exc})") from None
     if not isinstance(values, np.ndarray) or values.dtype.kind not in "fiub":
         raise InputError(path, f"holds {getattr(values, 'dtype', type(values).__name__)} values, not numbers")
     return values, str(values.dtype)
+
+
+def _regular(path: str) -> None:
+    """InputError unless ``path`` is a regular file: reading a FIFO would wait for a writer, a device never end."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise InputError(path, "not a regular file")
 
 
 _NO_TORCH = "a PyTorch .pt tensor file: reading it needs PyTorch (pip install 'precision-tool[torch]')"

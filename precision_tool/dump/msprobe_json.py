@@ -195,8 +195,10 @@ def _shape(source: str, where: str, shape) -> tuple[int, ...]:
 def _number(value) -> float:
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return float(value) if abs(value) < 1 << 1000 else (math.inf if value > 0 else -math.inf)  # no overflow
     if isinstance(value, str):
         try:
             return float(value)  # "nan", "inf" as some writers spell them

@@ -33,7 +33,6 @@ wrong, never an internal error and never a silently shorter dump.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -42,7 +41,8 @@ from typing import Iterator
 import numpy as np
 
 from precision_tool.dump import layout
-from precision_tool.dump.records import SCHEMA_VERSION, DumpSummary, OpRecord, StepRecord
+from precision_tool.dump.attributes import check_modes, check_schema, count, decode_attrs, flag
+from precision_tool.dump.records import DumpSummary, OpRecord, StepRecord
 from precision_tool.dump.mapping import chunk_selections, mapped_chunks, raw_offset
 from precision_tool.dump.steps import DamagedDump, StepIndex, TensorLocation
 from precision_tool.dump.storage import from_storage, stored_dtype
@@ -77,17 +77,18 @@ class Dump:
         self._file, self.being_written = _open_h5(self.path)
         self.being_replaced = _locked_partial(self.path)
         try:
-            self.metadata = _decode_attrs(self._file.attrs)
-            self.schema_version = _check_schema(self.path, self.metadata)
+            self.metadata = decode_attrs(self._file.attrs)
+            self.schema_version = check_schema(self.path, self.metadata)
             if layout.STEPS not in self._file:
                 raise InputError(self.path, "not a precision-tool dump (no /steps group)")
-            self.complete = _flag(self.path, self.metadata, "complete")
-            self.steps_complete = _count(self.path, self.metadata, "steps_complete")
+            self.complete = flag(self.path, self.metadata, "complete")
+            self.steps_complete = count(self.path, self.metadata, "steps_complete")
+            check_modes(self.path, self.metadata)
             names = self._committed_step_names()
         except InputError:
             self._file.close()
             raise
-        except (OSError, KeyError, ValueError, TypeError) as exc:
+        except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
             self._file.close()
             raise InputError(self.path, f"unreadable dump: {exc}") from None
         self._step_names = {int(name): name for name in names}
@@ -130,7 +131,7 @@ class Dump:
 
     def step_attrs(self, step: int) -> dict:
         """Every attribute of a complete step's group, decoded."""
-        return _decode_attrs(self._step_group(step).attrs)
+        return decode_attrs(self._step_group(step).attrs)
 
     def steps(self) -> list[StepRecord]:
         """What every complete step reported, in order."""
@@ -146,11 +147,11 @@ class Dump:
                                                 f"({a.get('loss')!r}, {a.get('loss_scale')!r})") from None
                 records.append(StepRecord(step, loss, loss_scale,
                                           bool(a.get("overflow", False)), bool(a.get("skipped", False)),
-                                          str(a.get("precision_mode", "")), self._ops_count(step)))
+                                          str(a.get("precision_mode", "")), self._opscount(step)))
             self._step_records = records
         return list(self._step_records)
 
-    def _ops_count(self, step: int) -> int:
+    def _opscount(self, step: int) -> int:
         if step in self._indexes:
             return len(self._indexes[step].op_rows)
         group = self._step_group(step)
@@ -244,6 +245,12 @@ class Dump:
         table[usable, 2] = code[usable]
         return packs, table
 
+    def packed_where(self, step: int, row: int) -> str:
+        """Where row ``row`` of a step's index puts a packed tensor: its pack, byte offset and index row."""
+        pack, offset = (int(self.step_index(step).tensor_rows[row][name]) for name in ("pack", "offset"))
+        return (f"{self._pack_path(step, pack)} at byte {offset} "
+                f"(row {row} of /{layout.STEPS}/{self._step_names[step]}/{layout.INDEX})")
+
     def _location(self, step: int, exec_index: int, slot: str) -> TensorLocation:
         """Where a tensor with data is; KeyError when the step, op or tensor was not recorded, or has no data."""
         if step not in self._step_names:
@@ -260,7 +267,7 @@ class Dump:
             dataset = self._file[path]
         except KeyError:
             raise InputError(self.path, f"{path}: missing, though the index lists the tensor") from None
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:  # RuntimeError: h5py's for a link loop
             raise InputError(self.path, f"{path}: unreadable tensor ({exc})") from None
         stored = _checked_dtype(self.path, path, dataset, location.dtype, location.size)
         return dataset, location.dtype, stored, location.size
@@ -296,7 +303,7 @@ class Dump:
         except KeyError:
             index = f"/{layout.STEPS}/{self._step_names[step]}/{layout.INDEX}"
             raise InputError(self.path, f"{path}: missing, though {index} lists tensors in it") from None
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:
             raise InputError(self.path, f"{path}: unreadable pack ({exc})") from None
         import h5py
 
@@ -323,7 +330,7 @@ class Dump:
             raise NotFoundError(f"step {step} is not a complete step of {self.path}") from None
         try:
             group = self._file[f"{layout.STEPS}/{name}"]
-        except (KeyError, OSError) as exc:
+        except (KeyError, OSError, RuntimeError) as exc:
             raise InputError(self.path, f"/{layout.STEPS}/{name}: unreadable step ({exc})") from None
         if not isinstance(group, h5py.Group):
             raise InputError(self.path, f"/{layout.STEPS}/{name}: not a group")
@@ -345,7 +352,7 @@ class Dump:
                 index = StepIndex.read(step, group, self.schema_version)
             except DamagedDump as exc:
                 raise InputError(self.path, str(exc)) from None
-            except (KeyError, OSError, ValueError, TypeError) as exc:
+            except (KeyError, OSError, ValueError, TypeError, RuntimeError) as exc:
                 where = f"/{layout.STEPS}/{self._step_names[step]}"
                 raise InputError(self.path, f"{where}: unreadable index ({exc})") from None
             self._indexes[step] = index
@@ -434,20 +441,8 @@ def _locked_partial(path: str) -> bool:
         os.close(fd)  # and with it the shared lock, if it was taken
 
 
-def _flag(path: str, metadata: dict, key: str) -> bool:
-    """A boolean root attribute (absent: False)."""
-    value = metadata.get(key, False)
-    if not isinstance(value, (bool, int)) or value not in (0, 1):
-        raise InputError(path, f"/ attribute {key}: {value!r} is not true or false")
-    return bool(value)
 
 
-def _count(path: str, metadata: dict, key: str) -> int:
-    """A whole-number root attribute >= 0 (absent: 0)."""
-    value = metadata.get(key, 0)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InputError(path, f"/ attribute {key}: {value!r} is not a whole number >= 0")
-    return value
 
 
 def _checked_dtype(path: str, where: str, dataset, dtype: str, size: int) -> np.dtype:
@@ -462,38 +457,3 @@ def _checked_dtype(path: str, where: str, dataset, dtype: str, size: int) -> np.
     if dataset.size != size:
         raise InputError(path, f"{where}: holds {dataset.size} values where the index says {size} ({dtype})")
     return stored
-
-
-def _check_schema(path: str, metadata: dict) -> int:
-    version = metadata.get("schema_version")
-    if version is None:
-        raise InputError(path, "not a precision-tool dump (no schema_version attribute)")
-    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
-        raise InputError(path, f"unknown dump schema version {version!r}; "
-                               f"this precision-tool reads versions 1 to {SCHEMA_VERSION}")
-    return version
-
-
-def _decode_attrs(attrs) -> dict:
-    """Attributes as plain Python values; those named in ``json_keys`` JSON-decoded."""
-    raw = {key: attrs[key] for key in attrs.keys()}
-    json_keys = set()
-    if layout.JSON_KEYS_ATTR in raw:
-        json_keys = set(json.loads(_plain(raw.pop(layout.JSON_KEYS_ATTR))))
-    result = {}
-    for key, value in raw.items():
-        value = _plain(value)
-        if key in json_keys and isinstance(value, str):
-            value = json.loads(value)
-        result[key] = value
-    return result
-
-
-def _plain(value):
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, np.ndarray):
-        return value.tolist() if value.dtype.names is None else value
-    if isinstance(value, np.generic) and value.dtype.names is None:
-        return value.item()
-    return value

@@ -19,6 +19,7 @@ from precision_tool.errors import InputError
 MANIFEST = "run.json"
 RUN_FORMAT = "precision-tool-run"
 RUN_VERSION = 1
+MANIFEST_LIMIT = 1 << 20  # bytes: a manifest is a few hundred
 _RANK_FILE = re.compile(r"rank(\d+)\.h5$")
 
 
@@ -66,12 +67,18 @@ def find_run(path) -> RunLayout:
         names = os.listdir(text)
     except OSError as exc:
         raise InputError(text, f"cannot read the run directory: {exc.strerror or exc}") from None
-    found = {int(m.group(1)): name for name in names if (m := _RANK_FILE.match(name))}
+    found: dict[int, str] = {}
+    for name in sorted(names):
+        if m := _RANK_FILE.match(name):
+            rank = int(m.group(1))
+            if rank in found:
+                raise InputError(text, f"holds both {found[rank]} and {name}: which one is rank {rank}?")
+            found[rank] = name
     manifest = read_manifest(text) if MANIFEST in names else None
     if manifest is None and not found:
         raise InputError(text, "no rank dumps in this run directory (expected rank0.h5, rank1.h5, ...)")
     world_size = manifest["world_size"] if manifest is not None else max(found) + 1
-    missing = [r for r in range(world_size) if r not in found]
+    missing = _first_missing(found, world_size)
     if missing:
         listed = ", ".join(rank_file(r) for r in missing[:4]) + (", ..." if len(missing) > 4 else "")
         raise InputError(text, f"missing rank {missing[0]} of a world of {world_size} ({listed} not found)")
@@ -81,10 +88,26 @@ def find_run(path) -> RunLayout:
     return RunLayout(text, world_size, tuple(os.path.join(text, found[r]) for r in range(world_size)))
 
 
+def _first_missing(found: dict, world_size: int, most: int = 5) -> list[int]:
+    """The first ``most`` ranks below ``world_size`` without a dump: a loop of len(found) + most steps at most,
+    whatever world size a manifest claims."""
+    missing = []
+    for rank in range(world_size):
+        if rank not in found:
+            missing.append(rank)
+            if len(missing) == most:
+                break
+    return missing
+
+
 def read_manifest(run_dir) -> dict:
     """``run.json`` of ``run_dir``, checked; InputError when it is not a manifest this version reads."""
     path = os.path.join(os.fspath(run_dir), MANIFEST)
     try:
+        if not os.path.isfile(path):  # a FIFO would block the open, a device never end
+            raise InputError(path, "not a regular file")
+        if os.path.getsize(path) > MANIFEST_LIMIT:
+            raise InputError(path, f"{os.path.getsize(path)} bytes: too large for a run manifest")
         with open(path, encoding="utf-8") as handle:
             manifest = json.load(handle)
     except OSError as exc:
@@ -126,6 +149,9 @@ def check_world_sizes(golden: RunLayout, target: RunLayout) -> None:
 def check_rank_metadata(path: str, metadata: dict, rank: int, world_size: int) -> None:
     """A rank dump whose own metadata names another rank or world size is refused (InputError)."""
     recorded_rank, recorded_size = metadata.get("rank"), metadata.get("world_size")
+    for key, value in (("rank", recorded_rank), ("world_size", recorded_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InputError(path, f"/ attribute {key}: {value!r} is not a whole number")
     if recorded_size is not None and int(recorded_size) != world_size:
         raise InputError(path, f"recorded with world size {recorded_size}, but its run has {world_size} ranks")
     if recorded_rank is not None and int(recorded_rank) != rank:

@@ -12,7 +12,14 @@ from precision_tool.bulk import bulk_objects
 from precision_tool.dump import layout
 from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, TensorRecord, TensorStats
 from precision_tool.engine.hooks import DIRECTIONS
-from precision_tool.errors import NotFoundError
+from precision_tool.errors import InputError, NotFoundError
+
+
+# how far a packed tensor's L2 norm may be from its index row's (`check_norm`): (relative, absolute per value). A
+# writer given values not exact in their format stores them rounded, after taking their statistics: up to the
+# format's unit roundoff (twice, for margin), and a value below its smallest subnormal may become 0
+NORM_TOLERANCE = {"float16": (1e-3, 6e-8), "bfloat16": (8e-3, 1e-38), "float32": (1e-5, 1.5e-45),
+                  "float64": (1e-5, 0.0)}
 
 
 class TensorLocation(NamedTuple):
@@ -150,7 +157,7 @@ class StepIndex:
             return self._build_record(row, tensors, base)
         except DamagedDump:
             raise
-        except (TypeError, ValueError, KeyError, IndexError) as exc:  # undecodable text, a malformed fusion entry
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:  # undecodable text, bad fusion
             raise DamagedDump(self._where(layout.OP_INDEX), f"op {row[0]}: a malformed row ({exc})") from None
 
     def _where(self, table: str) -> str:
@@ -274,6 +281,93 @@ def check_tables(op_rows: np.ndarray, tensor_rows: np.ndarray, where: str, long_
         row = int(negative[0])
         raise DamagedDump(index, f"row {row}: a negative dimension in its shape "
                                  f"{tuple(tensor_rows['shape'][row][:ndim[row]].tolist())}")
+    check_rows(op_rows, tensor_rows, ops, index)
+    check_contents(tensor_rows, index, used, long_shapes)
+
+
+def check_rows(op_rows: np.ndarray, tensor_rows: np.ndarray, ops: str, index: str) -> None:
+    """Ops in execution order, each owning the next ``n_tensors`` rows of ``index`` and no slot twice."""
+    executions = op_rows["exec_index"].astype(np.int64)
+    unordered = np.flatnonzero(np.diff(executions) <= 0)
+    if unordered.size:
+        row = int(unordered[0]) + 1
+        raise DamagedDump(ops, f"row {row}: execution index {int(executions[row])} after "
+                               f"{int(executions[row - 1])}; rows must be in execution order")
+    counts = op_rows["n_tensors"].astype(np.int64)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    moved = np.flatnonzero(op_rows["first_tensor"] != starts)
+    if moved.size:
+        row = int(moved[0])
+        raise DamagedDump(ops, f"op {int(executions[row])}: first_tensor is {int(op_rows['first_tensor'][row])}, "
+                               f"but the ops before it own {int(starts[row])} rows of {layout.INDEX}")
+    owners = np.repeat(np.arange(op_rows.shape[0]), counts)
+    if owners.size != tensor_rows.shape[0]:
+        raise DamagedDump(ops, f"its ops own {owners.size} rows of {layout.INDEX}, which has {tensor_rows.shape[0]}")
+    strays = np.flatnonzero(tensor_rows["op"] != owners)
+    if strays.size:
+        row = int(strays[0])
+        raise DamagedDump(index, f"row {row}: op is {int(tensor_rows['op'][row])}, but {layout.OP_INDEX} row "
+                                 f"{int(owners[row])} owns it (first_tensor, n_tensors)")
+    keys = owners * (1 << 17) + tensor_rows["kind"].astype(np.int64) * (1 << 16) + tensor_rows["slot"]
+    if np.unique(keys).size != keys.size:
+        _, first = np.unique(keys, return_index=True)
+        row = int(np.setdiff1d(np.arange(keys.size), first)[0])
+        raise DamagedDump(index, f"row {row}: op {int(executions[owners[row]])} has "
+                                 f"{layout.slot_name(int(tensor_rows['kind'][row]), int(tensor_rows['slot'][row]))} "
+                                 "twice")
+
+
+def check_contents(tensor_rows: np.ndarray, index: str, used: np.ndarray, long_shapes: dict) -> None:
+    """dtypes numpy reads, statistics counting as many values as the shape holds, finite where they must be."""
+    for name in np.unique(tensor_rows["dtype"][tensor_rows["has_data"] != 0]).tolist():
+        if not readable_dtype(name):
+            row = int(np.flatnonzero(tensor_rows["dtype"] == name)[0])
+            raise DamagedDump(index, f"row {row}: a tensor with data of dtype "
+                                     f"{name.decode('ascii', 'replace')!r}, not a number format")
+    dims = np.where(used, tensor_rows["shape"], 1).astype(np.float64)  # exact below 2**53 values
+    sizes = dims.prod(axis=1)
+    for row, shape in long_shapes.items():
+        if 0 <= row < sizes.size:
+            sizes[row] = float(math.prod(shape))
+    counts = tensor_rows["count"]
+    # a count of 0 with a non-empty shape: statistics not taken (complex or sparse tensors)
+    wrong = np.flatnonzero((sizes != counts.astype(np.float64)) & (counts != 0) | (sizes > 2.0 ** 53))
+    if wrong.size:
+        row = int(wrong[0])
+        raise DamagedDump(index, f"row {row}: its statistics count {int(counts[row])} values, but its shape "
+                                 f"holds {sizes[row]:.0f}")
+    nonfinite = tensor_rows["nan"].astype(np.float64) + tensor_rows["inf"]
+    finite = (counts != 0) & (nonfinite == 0)
+    summary = np.stack([tensor_rows[f] for f in ("min", "max", "mean", "std", "norm")], 1)
+    bad = (nonfinite > counts) | finite & ~np.isfinite(summary).all(axis=1)
+    bad |= finite & (tensor_rows["min"] > tensor_rows["max"])
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        values = ", ".join(f"{f} {tensor_rows[f][row]:g}" for f in layout.STATS_FIELDS)
+        raise DamagedDump(index, f"row {row}: inconsistent statistics ({values})")
+
+
+def check_norm(dump, op: OpRecord, tensor: TensorRecord, squares: float) -> None:
+    """InputError when the sum of squares of a packed tensor's values is not the one its index row's norm says.
+
+    The writer takes a tensor's statistics from the values it stores, so a pack read at the wrong place, in the
+    wrong dtype or with damaged bytes shows here; rounding moves them apart by little (`NORM_TOLERANCE`)."""
+    norm, found = tensor.stats.norm, math.sqrt(squares)
+    relative, absolute = NORM_TOLERANCE.get(tensor.dtype, (1e-5, 0.0))
+    slack = relative * max(found, norm) + absolute * math.sqrt(tensor.stats.count)
+    if tensor.stats.count and math.isfinite(norm) and abs(found - norm) > slack:
+        raise InputError(dump.path, f"{dump.packed_where(op.step, tensor.index_row)}: the values of step {op.step} "
+                                    f"op {op.name} ({op.direction}) {tensor.slot} have L2 norm {found:.6g} where "
+                                    f"the index row says {norm:.6g}: a damaged pack or index row")
+
+
+def readable_dtype(name: bytes) -> bool:
+    """Whether index dtype ``name`` is one the reader turns into numbers (a float format, an integer, bool)."""
+    try:
+        text = name.decode("ascii")
+        return text == "bfloat16" or np.dtype(text).kind in "biuf" and np.dtype(text).name == text
+    except (UnicodeDecodeError, TypeError, ValueError):
+        return False
 
 
 def _at_most(path: str, column: str, values: np.ndarray, limit: int, op_rows, why: str) -> None:
@@ -291,6 +385,14 @@ def _long_shapes(text, where: str) -> dict:
         return {}
     try:
         value = json.loads(text)
-        return {int(k): tuple(int(d) for d in v) for k, v in value.items()}
-    except (TypeError, ValueError, AttributeError):
+        shapes = {int(k): tuple(_dimension(d) for d in v) for k, v in value.items()}
+    except (TypeError, ValueError, AttributeError, OverflowError):
         raise DamagedDump(f"{where}", "its long_shapes attribute is not a JSON map of row to shape") from None
+    return shapes
+
+
+def _dimension(value) -> int:
+    """One dimension of a long shape: a whole number >= 0 (ValueError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{value!r} is not a dimension")
+    return value

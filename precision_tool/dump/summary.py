@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from precision_tool.dump import layout
 from precision_tool.dump.records import DumpSummary
+from precision_tool.errors import InputError
 
 
 def summarize(dump, first_overflows: int = 5) -> DumpSummary:
@@ -21,8 +23,11 @@ def summarize(dump, first_overflows: int = 5) -> DumpSummary:
         count = dump.step_attrs(record.step).get("overflow_ops")
         if count is None:
             has_counts = False
+        elif isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            counted_overflows += count
         else:
-            counted_overflows += int(count)
+            raise InputError(dump.path, f"/{layout.STEPS}/{layout.step_name(record.step)}: its overflow_ops "
+                                        f"attribute {count!r} is not a whole number >= 0")
         for position in rows[: max(0, first_overflows - len(first))]:
             first.append(index.record_at(int(position)))
     return DumpSummary(
@@ -53,8 +58,8 @@ def accelerate_switch_step(metadata: dict, steps) -> int | None:
     first step's (only for runs with an accelerate_train_mode).
     """
     value = metadata.get("accelerate_switch_step")
-    if value is not None:
-        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
     if metadata.get("complete") or not metadata.get("accelerate_train_mode") or not steps:
         return None
     start = steps[0].precision_mode

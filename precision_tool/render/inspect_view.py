@@ -112,7 +112,7 @@ def summary_view(summary: DumpSummary):
                        ("seed", "seed"), ("created", "created"), ("command", "command")):
         value = data.get(key)
         if value not in (None, "", []):
-            run.add_row(label, ",".join(value) if isinstance(value, list) else str(value))
+            run.add_row(label, ",".join(map(str, value)) if isinstance(value, list) else str(value))
     if meta.get("loss_scale"):
         run.add_row("loss scale", _brief(meta["loss_scale"]))
     if meta.get("accelerate_train_mode"):
