@@ -20,7 +20,8 @@ import numpy as np
 
 from precision_tool.dump import layout
 from precision_tool.dump.reader import Dump
-from precision_tool.dump.steps import _OP_FIELDS, _TENSOR_FIELDS, _TENSOR_FIELDS_V1, StepIndex
+from precision_tool.dump.steps import (_OP_FIELDS, _TENSOR_FIELDS, _TENSOR_FIELDS_V1, DamagedDump, StepIndex,
+                                      check_contents)
 from precision_tool.engine.hooks import DIRECTIONS
 
 GAP = 1024  # gathered rows further apart than this are read as separate slices
@@ -107,6 +108,7 @@ def window_index(tables: StepTables, positions: np.ndarray) -> StepIndex:
         raise TablesUnsupported("ops whose tensor rows overlap or run backwards")
     tensor_rows = gather(tables.tensors, rows)
     _check_tensors(tensor_rows, tables)
+    _check_window(op_rows, tensor_rows, positions, first, count)
     op_rows["first_tensor"] = np.concatenate(([0], np.cumsum(count)[:-1])) if len(count) else count
     tensor_rows["op"] = np.repeat(np.arange(len(op_rows)), count)
     return StepIndex(tables.step, op_rows, tensor_rows, {})
@@ -123,6 +125,26 @@ def _check_tensors(rows: np.ndarray, tables: StepTables) -> None:
     bad |= (used & (rows["shape"] < 0)).any(axis=1)
     if bad.any():
         raise TablesUnsupported("an index row the reader would refuse or read specially")
+
+
+def _check_window(op_rows: np.ndarray, tensor_rows: np.ndarray, positions: np.ndarray, first: np.ndarray,
+                  count: np.ndarray) -> None:
+    """The reader's checks of what rows claim (`steps.check_rows`, `steps.check_contents`), as far as a window's
+    rows show them: execution order, each tensor row owned by its op, no slot twice, statistics that fit the
+    shape, dtypes numpy reads. Damage raises `TablesUnsupported`: the reader, reading the step whole, then
+    names the row."""
+    executions = op_rows["exec_index"].astype(np.int64)
+    adjacent = np.flatnonzero(np.diff(positions) == 1)  # ops next to each other in op_index
+    owners = np.repeat(np.arange(len(op_rows)), count)
+    keys = owners * (1 << 17) + tensor_rows["kind"].astype(np.int64) * (1 << 16) + tensor_rows["slot"]
+    if ((np.diff(executions) <= 0).any() or (first[adjacent + 1] != first[adjacent] + count[adjacent]).any()
+            or (tensor_rows["op"] != np.repeat(positions, count)).any() or np.unique(keys).size != keys.size):
+        raise TablesUnsupported("index rows the reader would refuse")
+    used = np.arange(layout.MAX_RANK) < np.minimum(tensor_rows["ndim"], layout.MAX_RANK)[:, None]
+    try:
+        check_contents(tensor_rows, layout.INDEX, used, {})
+    except DamagedDump:
+        raise TablesUnsupported("index rows the reader would refuse") from None
 
 
 class WindowDump(Dump):
