@@ -355,7 +355,7 @@ def check_norm(dump, op: OpRecord, tensor: TensorRecord, squares: float) -> None
     norm, found = tensor.stats.norm, math.sqrt(squares)
     relative, absolute = NORM_TOLERANCE.get(tensor.dtype, (1e-5, 0.0))
     slack = relative * max(found, norm) + absolute * math.sqrt(tensor.stats.count)
-    if tensor.stats.count and math.isfinite(norm) and abs(found - norm) > slack:
+    if tensor.stats.count and math.isfinite(norm) and not abs(found - norm) <= slack:  # (NaN: refused too)
         raise InputError(dump.path, f"{dump.packed_where(op.step, tensor.index_row)}: the values of step {op.step} "
                                     f"op {op.name} ({op.direction}) {tensor.slot} have L2 norm {found:.6g} where "
                                     f"the index row says {norm:.6g}: a damaged pack or index row")
