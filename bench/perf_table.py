@@ -47,7 +47,8 @@ def capture_rows(document: dict) -> list[str]:
 
         added = statistics.median(times["dump"]) - plain
         raw = result.get("raw_write_s")
-        write = f"{raw / added:.0%}" if raw and added > 0 else "–"
+        same_clock = result.get("raw_clock", "wall") == document.get("clock", "wall")  # (before 2026-11-26 the
+        write = f"{raw / added:.0%}" if raw and added > 0 and same_clock else "–"  # raw write was timed on the wall)
         records = result.get("records_per_step", {})
         ours = " / ".join(f"{records[c]:.0f}" if c in records else "–" for c in ("stats module", "stats"))
         msprobe = result.get("msprobe")
