@@ -31,7 +31,6 @@ from precision_tool.compare.selection import select_ops
 from precision_tool.compare.stats import compare_stats
 from precision_tool.defaults import COMPARE_CHUNK_ELEMENTS, COMPARE_JOBS, COMPARE_POOL_MIN_ELEMENTS
 from precision_tool.dump.records import OpRecord
-from precision_tool.dump.steps import check_norm
 from precision_tool.errors import ConfigError
 
 Progress = Callable[[int, int], None]  # (elements done, elements in all)
@@ -194,22 +193,7 @@ def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_e
         for x, y in aligned_chunks(_locked(target_chunks, read_lock), _locked(golden_chunks, read_lock)):
             _check_stop(stop)  # Ctrl-C: a running pair ends within one chunk, not at its last
             accumulator.update(x, y)
-    metrics = accumulator.result()
-    if loss_scale == 1.0 and t.stats.finite and g.stats.finite:
-        _check_packed_norm(target, pair.target_op, t, accumulator.sxx)
-        _check_packed_norm(golden, pair.golden_op, g, accumulator.syy)
-    return pair_row(pair, loss_scale, metrics)
-
-
-def _check_packed_norm(source: DumpSource, op: OpRecord, tensor, squares: float) -> None:
-    """A packed tensor scored here (one the batch handed back: its values were not finite, though its index
-    row says they are) must still have the norm its row says, or the pack was misread (`check_norm`)."""
-    step_index = getattr(source, "step_index", None)
-    if step_index is None or tensor.index_row < 0:
-        return
-    rows = step_index(op.step).tensor_rows
-    if "pack" in (rows.dtype.names or ()) and tensor.index_row < len(rows) and rows["pack"][tensor.index_row] >= 0:
-        check_norm(source, op, tensor, squares)
+    return pair_row(pair, loss_scale, accumulator.result())
 
 
 class _NoLock:

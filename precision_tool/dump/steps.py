@@ -12,14 +12,8 @@ from precision_tool.bulk import bulk_objects
 from precision_tool.dump import layout
 from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, TensorRecord, TensorStats
 from precision_tool.engine.hooks import DIRECTIONS
-from precision_tool.errors import InputError, NotFoundError
+from precision_tool.errors import NotFoundError
 
-
-# how far a packed tensor's L2 norm may be from its index row's (`check_norm`): (relative, absolute per value). A
-# writer given values not exact in their format stores them rounded, after taking their statistics: up to the
-# format's unit roundoff (twice, for margin), and a value below its smallest subnormal may become 0
-NORM_TOLERANCE = {"float16": (1e-3, 6e-8), "bfloat16": (8e-3, 1e-38), "float32": (1e-5, 1.5e-45),
-                  "float64": (1e-5, 0.0)}
 
 
 class TensorLocation(NamedTuple):
@@ -345,20 +339,6 @@ def check_contents(tensor_rows: np.ndarray, index: str, used: np.ndarray, long_s
         row = int(np.flatnonzero(bad)[0])
         values = ", ".join(f"{f} {tensor_rows[f][row]:g}" for f in layout.STATS_FIELDS)
         raise DamagedDump(index, f"row {row}: inconsistent statistics ({values})")
-
-
-def check_norm(dump, op: OpRecord, tensor: TensorRecord, squares: float) -> None:
-    """InputError when the sum of squares of a packed tensor's values is not the one its index row's norm says.
-
-    The writer takes a tensor's statistics from the values it stores, so a pack read at the wrong place, in the
-    wrong dtype or with damaged bytes shows here; rounding moves them apart by little (`NORM_TOLERANCE`)."""
-    norm, found = tensor.stats.norm, math.sqrt(squares)
-    relative, absolute = NORM_TOLERANCE.get(tensor.dtype, (1e-5, 0.0))
-    slack = relative * max(found, norm) + absolute * math.sqrt(tensor.stats.count)
-    if tensor.stats.count and math.isfinite(norm) and not abs(found - norm) <= slack:  # (NaN: refused too)
-        raise InputError(dump.path, f"{dump.packed_where(op.step, tensor.index_row)}: the values of step {op.step} "
-                                    f"op {op.name} ({op.direction}) {tensor.slot} have L2 norm {found:.6g} where "
-                                    f"the index row says {norm:.6g}: a damaged pack or index row")
 
 
 def readable_dtype(name: bytes) -> bool:

@@ -110,10 +110,11 @@ def test_a_pack_that_is_a_link_loop(tmp_path, run_cli):
 
 
 @pytest.mark.parametrize("side", ["golden", "target"])
-@pytest.mark.parametrize("damage", ["offsets all 0", pytest.param("float16 read as float64", marks=pytest.mark.xfail(
-    reason="open: run in-process after the index-damage tests above, compare sees only step 0 of this pair and "
-           "so never reads the damaged step (exit 0); alone, or with PRECISION_TOOL_STREAM=0, it exits 2",
-    strict=False))])
+@pytest.mark.xfail(reason="open: a norm check of packed tensors against their index rows caught these, but also "
+                          "refused real torch dumps whose recorded inputs their op mutates without saying so "
+                          "(BatchNorm's running statistics, an LSTM workspace): taken out until capture copies them",
+                   strict=True)
+@pytest.mark.parametrize("damage", ["offsets all 0", "float16 read as float64"])
 def test_a_pack_read_wrongly_is_not_scored(tmp_path, run_cli, side, damage):
     """Index rows that still fit their pack, but point at other bytes or read them in another dtype."""
     paths = dict(zip(("golden", "target"), _pair(tmp_path)))
