@@ -187,7 +187,10 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
 
     def before(self, call: OpCall) -> None:
         written = {id(t) for t in flat_tensors(call.info.mutated_args(call.args, call.kwargs))} \
-            if call.info.mutated else ()
+            if call.info.mutated else set()
+        for position in call.info.hidden_writes:  # written undeclared (a BatchNorm's running statistics)
+            if position < len(call.args) and isinstance(call.args[position], torch.Tensor):
+                written.add(id(call.args[position]))
         inputs = []
         for tensor, dtype in zip(call.inputs, call.input_dtypes):
             if call.info.overwrites and id(tensor) in written:  # never read (uniform_, fill_): may be garbage

@@ -92,6 +92,13 @@ clone _unsafe_view _reshape_alias contiguous _to_copy alias_copy view_copy t_cop
 squeeze_copy unsqueeze_copy lift_fresh_copy detach_copy
 """.split())
 
+# Arguments ops write without their schema saying so (no ``(a!)``): the capture copies them before the
+# kernel, so that a recorded input holds what the op read (and its statistics agree with its data).
+_HIDDEN_WRITES = {
+    "native_batch_norm": ("running_mean", "running_var"),  # updated in training mode
+    "mkldnn_rnn_layer_backward": ("workspace",),
+}
+
 # Ops whose autocast policy is "fp32 unless you pass a dtype"; a cast is its own category.
 _CASTS = frozenset("_to_copy to".split())
 
@@ -128,6 +135,7 @@ class AtenOp:
     overwrites: bool = False  # writes its destination without reading it (fill_, uniform_, copy_)
     same_values: bool = False  # its output holds its first input's values (clone, _unsafe_view)
     collective: bool = False  # a torch.distributed collective (c10d): its result arrives when its Work completes
+    hidden_writes: tuple[int, ...] = ()  # positions of arguments it writes undeclared (`_HIDDEN_WRITES`)
 
     def mutated_args(self, args: tuple, kwargs: dict) -> list:
         """The tensors (or tensor lists) this call writes to."""
@@ -164,7 +172,8 @@ def _describe(func) -> AtenOp:
     return AtenOp(func, f"{func.namespace}.{opname}", func._overloadname, category, amp,
                   bool(func.is_view), passthrough, opname in _ALIASES, opname in _CASTS, mutated,
                   _FLOAT32_OUTPUTS.get(opname, ()), _FLOAT32_INPUTS.get(opname, ()), opname in _OVERWRITES,
-                  opname in _SAME_VALUES, collective)
+                  opname in _SAME_VALUES, collective,
+                  tuple(i for i, arg in enumerate(func._schema.arguments) if arg.name in _HIDDEN_WRITES.get(opname, ())))
 
 
 def lookup(op_type: str, overload: str = "default"):

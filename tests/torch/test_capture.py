@@ -232,6 +232,22 @@ def test_a_write_through_data_gives_later_readers_new_statistics(tmp_path, mode)
     assert backward and all(t.stats.max == 0.5 for op in backward for t in op.inputs[1:])
 
 
+def test_inputs_an_op_writes_without_declaring_it_are_recorded_as_it_read_them(tmp_path):
+    """native_batch_norm updates its running statistics though its schema does not say so: the recorded
+    input_3/input_4 hold the values before the update, and their statistics agree with that data."""
+    bn = torch.nn.BatchNorm1d(4)
+    x = torch.arange(12.0).reshape(3, 4)
+    with ptt.dump(tmp_path / "bn.h5"):
+        bn(x)
+    with open_dump(tmp_path / "bn.h5") as dump:
+        op = next(op for op in dump.ops(0) if op.type == "aten.native_batch_norm")
+        mean, var = (dump.tensor(0, op.exec_index, slot) for slot in ("input_3", "input_4"))
+        stats = op.tensor("input_3").stats, op.tensor("input_4").stats
+    assert mean.tolist() == [0.0] * 4 and var.tolist() == [1.0] * 4  # what the kernel read
+    assert (stats[0].norm, stats[1].norm) == (0.0, 2.0)
+    assert bn.running_mean.tolist() == pytest.approx([0.4, 0.5, 0.6, 0.7])  # and it did update them
+
+
 def test_an_autocast_run_records_the_dtypes_autocast_chose(tmp_path):
     with torch.autocast("cpu", dtype=torch.bfloat16), ptt.dump(tmp_path / "a.h5", mode="stats"):
         train(make_mlp())
