@@ -19,7 +19,6 @@ import numpy as np
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
-from precision_tool.compare.report import CompareReport
 
 BARS = "▁▂▃▄▅▆▇█"
 UNDEFINED = "×"
