@@ -211,16 +211,16 @@ _STATS_AT_KINDS = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.b
 def _stats_where_they_lie(values: torch.Tensor, dtype: str) -> tuple | None:
     """`array_stats` of a contiguous CPU float tensor by the C extension's ``stats_at``, read at its data
     pointer: no numpy view, and float16/bfloat16 widened on the fly instead of copied to float32; the same
-    row to the bit (the same float64 sums in the same order). None where the numpy path must answer: no
-    extension, another layout or dtype, a few values (`stats_tuple` sums those with fsum), or a row the C
-    pass declines (inf/NaN, a variance lost to cancellation)."""
+    row to the bit (the same float64 sums in the same order; a few values, up to `stats.SMALL_COUNT`, summed
+    exactly as `stats_tuple`'s math.fsum sums them). None where the numpy path must answer: no extension,
+    another layout or dtype, or a row the C pass declines (inf/NaN, a variance lost to cancellation)."""
     kind = _STATS_AT_KINDS.get(values.dtype)
     if kind is None or _STATS_AT is None or not values.is_cpu or not values.is_contiguous() or values.is_neg():
         return None
     count = values.numel()
-    if count <= _SMALL_STATS:
+    if not count:
         return None
-    return _STATS_AT(values.data_ptr(), count, kind, _STATS_CANCELLATION, _LIMITS.get(dtype, 0.0))
+    return _STATS_AT(values.data_ptr(), count, kind, _STATS_CANCELLATION, _LIMITS.get(dtype, 0.0), _SMALL_STATS)
 
 
 def array_stats(array: np.ndarray, dtype: str) -> tuple:

@@ -40,7 +40,8 @@ def _stats_cases():
     with_nan[3] = np.nan
     return {"normal": normal * 3 + 1, "large": normal * 1e4, "cancelling": np.abs(normal) + 1e3,
             "saturating": saturating, "constant": np.full(300, 2.5), "nan": with_nan, "few": normal[:41],
-            "big": rng.standard_normal(70_000)}
+            "big": rng.standard_normal(70_000), "forty": normal[:40] * 3 + 1, "one": normal[:1],
+            "few cancelling": np.abs(normal[:30]) + 1e3, "few saturating": saturating[:36], "few nan": with_nan[:9]}
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
@@ -56,13 +57,45 @@ def test_statistics_read_where_the_tensor_lies_are_those_of_its_float32_values_t
         expected = array_stats(to_numpy(tensor), logical)
         assert repr(stats_of(tensor, logical)) == repr(expected)
         here = _stats_where_they_lie(tensor, logical)
-        if native.extension is not None and case not in ("nan", "cancelling"):
+        if native.extension is not None and case not in ("nan", "cancelling", "few nan"):
             assert repr(here) == repr(expected)
         else:
             assert here is None
     if case == "saturating" and dtype != "bfloat16":  # (bfloat16 rounds 65504 up to 65536)
         assert stats_of(tensor, "float16")[8] == 715
-    assert _stats_where_they_lie(tensor[::2], "float32") is None  # strided: numpy's path
+    if tensor.numel() > 1:
+        assert _stats_where_they_lie(tensor[::2], "float32") is None  # strided: numpy's path
+
+
+def test_statistics_of_a_few_values_in_c_are_those_of_math_fsum_to_the_bit():
+    """Up to `stats.SMALL_COUNT` values the C pass sums as `stats_tuple` does, with math.fsum (exact, rounded
+    once): the same row to the bit, signed zeros of min and max included, on values built to break a
+    naive or a reassociated sum."""
+    from precision_tool import native
+    from precision_tool.dump.stats import SMALL_COUNT, _small_stats
+    from precision_tool.torch.tensors import _stats_where_they_lie
+
+    if native.extension is None:
+        pytest.skip("the C extension is not built")
+    rng = np.random.default_rng(11)
+    styles = [lambda n: rng.standard_normal(n), lambda n: 1 + rng.standard_normal(n) * 1e-5,
+              lambda n: rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n),
+              lambda n: np.full(n, rng.standard_normal()),
+              lambda n: rng.choice([0.0, -0.0, 1.0, -1.0, 65504.0, -65504.0, 1e-7, 3e38], n)]
+    checked = 0
+    for trial in range(1500):
+        n = int(rng.integers(1, SMALL_COUNT + 1))
+        dtype = ("float32", "float64", "float16", "bfloat16")[trial % 4]
+        tensor = torch.from_numpy(styles[trial % len(styles)](n)).to(getattr(torch, dtype))
+        if not torch.isfinite(tensor).all():
+            continue
+        expected = _small_stats(tensor.double().tolist(), dtype)
+        got = _stats_where_they_lie(tensor, dtype)
+        assert repr(got) == repr(expected), (dtype, tensor)
+        checked += 1
+    assert checked > 1000
+    cancelling = torch.tensor([1e16, 1.0, -1e16, 1e-16, 3.0, 2.0**53, 1.0, 1.0], dtype=torch.float64)
+    assert _stats_where_they_lie(cancelling, "float64")[3] * 8 == math.fsum(cancelling.tolist())
 
 
 def test_statistics_ignore_the_order_of_values_and_reuse_transposes():
