@@ -28,6 +28,7 @@ import torch
 
 from precision_tool.dump.layout import INPUT, OUTPUT, dumps
 from precision_tool.dump.records import StepRecord
+from precision_tool.engine.formats import FORMATS
 from precision_tool.engine.hooks import BACKWARD
 from precision_tool.errors import choice_error
 from precision_tool.torch.ops import args_signature, flat_tensors
@@ -114,6 +115,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self._step_overflow = False
         self._stats = TensorStatsCache()
         self._inputs: list = []  # (stats, array) of the op in flight, taken before its kernel ran
+        self._mutated = _NO_IDS  # ids of the tensors the op in flight writes in place (its schema's ``(a!)``)
         self._autocast = ""
         self.run_dir: str | None = None  # under torch.distributed: the run directory ``path`` names
         self.rank: int | None = None
@@ -186,14 +188,22 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         return self._wanted[key]
 
     def before(self, call: OpCall) -> None:
-        written = {id(t) for t in flat_tensors(call.info.mutated_args(call.args, call.kwargs))} \
-            if call.info.mutated else set()
-        for position in call.info.hidden_writes:  # written undeclared (a BatchNorm's running statistics)
-            if position < len(call.args) and isinstance(call.args[position], torch.Tensor):
-                written.add(id(call.args[position]))
+        info = call.info
+        mutated = _ids(info.mutated_args(call.args, call.kwargs)) if info.mutated else _NO_IDS
+        self._mutated = mutated
+        written = mutated
+        if info.hidden_writes:  # written undeclared (a BatchNorm's running statistics)
+            written = set(mutated)
+            for position in info.hidden_writes:
+                if position < len(call.args) and isinstance(call.args[position], torch.Tensor):
+                    written.add(id(call.args[position]))
+        if self.mode == "stats" and not written:  # the common case, in one comprehension
+            get = self._stats.get
+            self._inputs = [(get(tensor, dtype), None) for tensor, dtype in zip(call.inputs, call.input_dtypes)]
+            return
         inputs = []
         for tensor, dtype in zip(call.inputs, call.input_dtypes):
-            if call.info.overwrites and id(tensor) in written:  # never read (uniform_, fill_): may be garbage
+            if info.overwrites and id(tensor) in written:  # never read (uniform_, fill_): may be garbage
                 inputs.append((EMPTY_STATS, None))
             elif self.mode == "stats":
                 inputs.append((self._stats.get(tensor, dtype), None))
@@ -208,7 +218,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
 
     def after(self, call: OpCall) -> None:
         inputs, self._inputs = self._inputs, []
-        if not any(t.is_floating_point() for t in (*call.inputs, *call.outputs)):
+        if not _any_float(call.output_dtypes) and not _any_float(call.input_dtypes):
             return  # integer bookkeeping (num_batches_tracked += 1): nothing to compare
         if self.mode == "overflow":
             overflow = call.overflow if call.overflow is not None else has_nonfinite(call.outputs)
@@ -216,19 +226,24 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                 return
             inputs = [_values(item, dtype) for item, dtype in zip(inputs, call.input_dtypes)]
         with_data = self.mode != "stats"
-        outputs = [(self._output_stats(call, inputs, t, d), storage_array(t) if with_data else None)
+        output_stats = self._output_stats
+        outputs = [(output_stats(call, inputs, t, d), storage_array(t) if with_data else None)
                    for t, d in zip(call.outputs, call.output_dtypes)]
         overflow, inherited = call.overflow, call.inherited
         if overflow is None:
-            overflow = any(_nonfinite(s) for s, _ in outputs)
-            inherited = overflow and any(_nonfinite(s) for s, _ in inputs)
-        entries, arrays = [], [] if with_data else None
-        for kind, items, tensors, dtypes in ((INPUT, inputs, call.inputs, call.input_dtypes),
-                                             (OUTPUT, outputs, call.outputs, call.output_dtypes)):
-            for index, ((stats, array), tensor, dtype) in enumerate(zip(items, tensors, dtypes)):
-                entries.append((kind, index, dtype, tuple(tensor.shape), stats))
-                if with_data:
-                    arrays.append(array)
+            overflow = False
+            for stats, _ in outputs:
+                if stats[_NAN] or stats[_INF]:
+                    overflow = True
+                    inherited = any(_nonfinite(s) for s, _ in inputs)
+                    break
+            else:
+                inherited = False
+        entries = [(INPUT, index, dtype, tuple(tensor.shape), item[0])
+                   for index, (item, tensor, dtype) in enumerate(zip(inputs, call.inputs, call.input_dtypes))]
+        entries += [(OUTPUT, index, dtype, tuple(tensor.shape), item[0])
+                    for index, (item, tensor, dtype) in enumerate(zip(outputs, call.outputs, call.output_dtypes))]
+        arrays = [item[1] for item in inputs] + [item[1] for item in outputs] if with_data else None
         self._writer.add_op(call.exec_index, call.direction, call.name, call.info.type, call.compute_dtype,
                             bool(overflow), bool(inherited), None, self._same_attrs(call), entries, arrays)
         self._step_overflow |= bool(overflow)
@@ -285,7 +300,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         return call.attrs
 
     def _output_stats(self, call: OpCall, inputs: list, tensor: torch.Tensor, dtype: str) -> tuple:
-        if call.info.mutated and any(tensor is t for t in flat_tensors(call.info.mutated_args(call.args, call.kwargs))):
+        if self._mutated and id(tensor) in self._mutated:
             return self._stats.written(tensor, dtype)  # an in-place or out= result
         if call.info.same_values and inputs and inputs[0][0] is not None and call.input_dtypes[0] == dtype \
                 and call.inputs[0].numel() == tensor.numel():
@@ -348,6 +363,27 @@ def _values(item: tuple, dtype: str) -> tuple:
     if isinstance(values, torch.Tensor):
         values = to_numpy(values)
     return array_stats(values, dtype), values
+
+
+_NO_IDS: frozenset = frozenset()
+_FLOAT_NAMES: dict[str, bool] = {}  # dtype name -> whether it names a floating-point format
+
+
+def _ids(values) -> frozenset:
+    """The ids of the tensors in ``values`` (tensors and lists of tensors)."""
+    return frozenset(id(t) for t in flat_tensors(values))
+
+
+def _any_float(dtypes) -> bool:
+    """Whether one of the recorded dtype names is a floating-point format (the tensor's, or its logical one)."""
+    for name in dtypes or ():
+        known = _FLOAT_NAMES.get(name)
+        if known is None:
+            known = _FLOAT_NAMES[name] = name in FORMATS or getattr(getattr(torch, name, None), "is_floating_point",
+                                                                  False) is True
+        if known:
+            return True
+    return False
 
 
 def _nonfinite(stats: tuple) -> bool:
