@@ -314,15 +314,28 @@ class TensorStatsCache:
                 and entry[3] == tensor.data_ptr() and entry[4] == tensor.shape and entry[5] == tensor.stride() \
                 and entry[7] >= last:
             return entry[6]
-        if tensor.layout != _STRIDED or tensor.numel() == 0:
+        if tensor.layout is not _STRIDED:
             return stats_of(tensor, dtype)
-        if tensor.is_contiguous():  # `memory_order` and `_memory_key` of the common case, in one
-            values = tensor
-            key = (tensor.data_ptr(), tensor.numel(), tensor.dtype, tensor.device, dtype)
+        count = tensor.numel()
+        if not count:
+            return stats_of(tensor, dtype)
+        if tensor.is_contiguous():  # `memory_order`, `_memory_key` and `_stats_where_they_lie` of the common case
+            pointer, torch_dtype, device = tensor.data_ptr(), tensor.dtype, tensor.device
+            key = (pointer, count, torch_dtype, device, dtype)
             if self._copies:
-                entry = self._copies.get(_view_key(values, dtype))
+                entry = self._copies.get((pointer, tensor.shape, tensor.stride(), torch_dtype, device, dtype))
                 if entry is not None and entry[1] == version and entry[3] >= last and entry[0]() is not None:
                     return entry[2]
+            entry = self._entries.get(key)
+            if entry is not None and entry[1] == version and entry[3] >= last and entry[0]() is not None:
+                self._remember(tensor, version, dtype, entry[2])
+                return entry[2]
+            kind = _STATS_AT_KINDS.get(torch_dtype)
+            stats = None
+            if kind is not None and _STATS_AT is not None and device.type == "cpu" and not tensor.is_neg():
+                stats = _STATS_AT(pointer, count, kind, _STATS_CANCELLATION, _LIMITS.get(dtype, 0.0), _SMALL_STATS)
+            return self._store(tensor, key, version, dtype,
+                               stats or (EMPTY_STATS if tensor.is_complex() else array_stats(to_numpy(tensor), dtype)))
         else:
             values = memory_order(tensor)  # a transpose hits the entry of the tensor it transposes
             if self._copies:
@@ -378,6 +391,10 @@ class TensorStatsCache:
     def _compute(self, tensor: torch.Tensor, values: torch.Tensor, key: tuple, version: int, dtype: str) -> tuple:
         stats = _stats_where_they_lie(values, dtype) or \
             (EMPTY_STATS if values.is_complex() else array_stats(to_numpy(values), dtype))
+        return self._store(tensor, key, version, dtype, stats)
+
+    def _store(self, tensor: torch.Tensor, key: tuple, version: int, dtype: str, stats: tuple) -> tuple:
+        """File ``tensor``'s new statistics under its memory ``key`` and under the object itself."""
         stamp = self._stamp
         self._entries[key] = (weakref.ref(tensor.untyped_storage()), version, stats, stamp)  # see `_storage_ref`
         self._objects[id(tensor)] = (weakref.ref(tensor), version, dtype, tensor.data_ptr(), tensor.shape,
