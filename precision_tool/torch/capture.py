@@ -31,6 +31,7 @@ from precision_tool.dump.records import StepRecord
 from precision_tool.engine.formats import FORMATS
 from precision_tool.engine.hooks import BACKWARD
 from precision_tool.errors import choice_error
+from precision_tool.torch.modules import GradientSummary
 from precision_tool.torch.ops import args_signature, flat_tensors
 from precision_tool.torch.session import SESSION, OpCall
 from precision_tool.torch.tensors import (EMPTY_STATS, TensorStatsCache, array_stats, has_nonfinite, logical_dtype,
@@ -272,6 +273,9 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         entries, arrays = [], [] if with_data else None
         for kind, tensors in ((INPUT, inputs), (OUTPUT, outputs)):
             for index, tensor in tensors:
+                if isinstance(tensor, GradientSummary):  # a gradient summarised when it arrived (stats mode)
+                    entries.append((kind, index, tensor.dtype, tensor.shape, tensor.stats))
+                    continue
                 dtype = logical_dtype(tensor)
                 entries.append((kind, index, dtype, tuple(tensor.shape), self._stats.get(tensor, dtype)))
                 if with_data:

@@ -57,13 +57,30 @@ def without_modes():
     return _disable_current_modes()
 
 
+class GradientSummary:
+    """What a stats-only record needs of a gradient, taken when it arrives instead of a copy of it: its dtype,
+    shape and statistics (a copy of every boundary gradient, held until its module's record is complete, can
+    be a good share of a model's activations)."""
+
+    __slots__ = ("dtype", "shape", "stats")
+
+    def __init__(self, grad: torch.Tensor):
+        from precision_tool.torch.ops import dtype_name
+        from precision_tool.torch.tensors import stats_of
+
+        self.dtype = dtype_name(grad.dtype)  # a copy's: the logical format tag stays on the original
+        self.shape = tuple(grad.shape)
+        self.stats = stats_of(grad, self.dtype)
+
+
 class PendingGradients:
     """One module call waiting for the gradients at its boundary."""
 
-    __slots__ = ("name", "module_type", "step", "waiting", "open", "outputs", "inputs")
+    __slots__ = ("name", "module_type", "step", "waiting", "open", "outputs", "inputs", "summarise")
 
-    def __init__(self, name: str, module_type: str, step: int):
+    def __init__(self, name: str, module_type: str, step: int, summarise: bool = False):
         self.name, self.module_type, self.step = name, module_type, step
+        self.summarise = summarise  # keep a `GradientSummary` of each float gradient, not a copy
         self.waiting = 0
         self.open = True  # still in ModuleGradients._pending (a list: membership tests would cost O(n))
         self.outputs: dict[int, torch.Tensor] = {}  # forward input index -> gradient (backward outputs)
@@ -77,11 +94,13 @@ class ModuleGradients:
         self._write = write
         self._pending: list[PendingGradients] = []
 
-    def watch(self, name: str, module_type: str, step: int, inputs: list, outputs: list) -> None:
-        """Hook a module call's float inputs and outputs that take part in autograd."""
+    def watch(self, name: str, module_type: str, step: int, inputs: list, outputs: list,
+              summarise: bool = False) -> None:
+        """Hook a module call's float inputs and outputs that take part in autograd; ``summarise``: the records
+        want statistics only (`GradientSummary`)."""
         if not torch.is_grad_enabled():
             return
-        pending = PendingGradients(name, module_type, step)
+        pending = PendingGradients(name, module_type, step, summarise)
         for index, tensor in enumerate(outputs):
             if tensor.requires_grad:
                 pending.waiting += 1
@@ -98,7 +117,12 @@ class ModuleGradients:
             if not pending.open or grad is None:
                 return None
             with without_modes():  # the hook runs inside the capture: keep its reads out of it
-                slots[index] = grad.detach().clone() if grad.is_floating_point() else grad
+                if not grad.is_floating_point():
+                    slots[index] = grad
+                elif pending.summarise:
+                    slots[index] = GradientSummary(grad)
+                else:
+                    slots[index] = grad.detach().clone()
             pending.waiting -= 1
             if pending.waiting == 0:
                 pending.open = False

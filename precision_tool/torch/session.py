@@ -247,7 +247,8 @@ class Session:
             module_type = f"{MODULE_TYPE_PREFIX}{type(module).__name__}"
             for recorder in watching:
                 recorder.module(exec_index, path, module_type, list(enumerate(inputs)), list(enumerate(outputs)))
-            self._gradients.watch(path, module_type, self.step, inputs, outputs)
+            self._gradients.watch(path, module_type, self.step, inputs, outputs,
+                                  summarise=all(getattr(r, "mode", "") == "stats" for r in watching))
 
     def _module_gradients(self, pending) -> None:
         """A module call's boundary gradients arrived: a backward module record, after the ops that made them."""

@@ -113,6 +113,33 @@ def test_backward_module_records_hold_the_gradients_at_the_module_boundary(tmp_p
         np.testing.assert_allclose(dump.tensor(0, act.exec_index, "output_0"), hidden.grad.numpy(), rtol=1e-6)
 
 
+def test_stats_mode_summarises_boundary_gradients_as_they_arrive_with_the_statistics_of_a_copy(tmp_path):
+    """Statistics only: a module's boundary gradients are summarised when their hook fires, instead of copied
+    and held until the record is complete; the records are those a copy gives (dump mode keeps copies),
+    and a gradient written in place after it arrived does not change them."""
+    from precision_tool.torch import modules
+
+    seen = []
+    summary = modules.GradientSummary
+
+    def spy(grad):
+        seen.append(grad)
+        return summary(grad)
+
+    modules.GradientSummary = spy
+    try:
+        for mode in ("stats", "dump"):
+            with ptt.dump(tmp_path / f"{mode}.h5", mode=mode, level="module"):
+                train(make_mlp(), steps=2)
+    finally:
+        modules.GradientSummary = summary
+    assert len(seen) == 2 * 6  # stats mode only; a step: the outputs of MLP, fc2, act and fc1, the inputs of fc2, act
+    with open_dump(tmp_path / "stats.h5") as stats, open_dump(tmp_path / "dump.h5") as dump:
+        rows = [row for row in _module_rows(stats) if row[3] == "backward"]
+        assert len(rows) == 2 * 2
+        assert rows == [row for row in _module_rows(dump) if row[3] == "backward"]
+
+
 def _module_rows(dump) -> list[tuple]:
     return [(r.step, r.name, r.type, r.direction, tuple(t.slot for t in r.tensors),
              tuple(t.stats for t in r.tensors)) for r in dump.ops() if r.is_module]
