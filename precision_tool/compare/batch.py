@@ -112,9 +112,9 @@ def _check_norms(pairs: list[TensorPair], scored: np.ndarray, sums: np.ndarray, 
             continue
         stats = stats[keep]
         count, norm = stats["count"], stats["norm"]
-        found = np.sqrt(sums[:, column])
         relative, absolute = _TOLERANCES[table[:, kind]].T
-        with np.errstate(invalid="ignore"):  # a NaN norm: refused
+        with np.errstate(invalid="ignore", over="ignore"):  # the sums of pairs not scored are not set
+            found = np.sqrt(sums[:, column])
             close = np.isfinite(found) & (np.abs(found - norm) <= relative * np.fmax(found, norm)
                                           + absolute * np.sqrt(count))
         flagged |= scored & (count > 0) & ((stats["nan"] > 0) | (stats["inf"] > 0) | ~close)

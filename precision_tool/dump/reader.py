@@ -255,9 +255,8 @@ class Dump:
         where = f"(row {index.source_row(row)} of /{layout.STEPS}/{step_name}/{layout.INDEX})"
         if "pack" in (rows.dtype.names or ()) and rows["pack"][row] != layout.NOT_PACKED:
             return f"{self._pack_path(step, int(rows['pack'][row]))} at byte {int(rows['offset'][row])} {where}"
-        op = int(rows["op"][row])
-        group = layout.op_group_name(int(index.op_rows["exec_index"][op]), index.op_rows["name"][op].decode("utf-8",
-                                                                                                          "replace"))
+        op = index.op_rows[int(rows["op"][row])]
+        group = layout.op_group_name(int(op["exec_index"]), op["name"].decode("utf-8", "replace"))
         slot = layout.slot_name(int(rows["kind"][row]), int(rows["slot"][row]))
         return f"/{layout.STEPS}/{step_name}/{layout.OPS}/{group}/{slot} {where}"
 
