@@ -31,10 +31,12 @@ from precision_tool.compare.matching import TensorPair
 from precision_tool.compare.metrics import kl_shift, metrics_from_sums
 from precision_tool.compare.report import TensorRow
 from precision_tool.compare.rows import pair_row, relative_error_floor
+from precision_tool.dump import integrity
 
 WINDOW = 4096  # pairs per kernel call: their packs stay a few mapped segments, whatever the dump size
 KINDS = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}  # _native.c's K_F32 ... K_BF16
-
+# (relative, absolute per value) of `integrity.norm_agrees`, by kind code
+_TOLERANCES = np.array([integrity.NORM_TOLERANCE.get(name, integrity.BASE_TOLERANCE) for name in KINDS])
 
 
 def score_packed(pairs: list[TensorPair], golden, target, chunk_elements: int, scales: list[float],
@@ -63,8 +65,8 @@ def _batchable(pair: TensorPair, chunk_elements: int) -> bool:
 
 def _score_window(kernel, pairs: list[TensorPair], positions: list[int], golden, target,
                   rows: list[TensorRow | None], done) -> None:
-    x_packs, x_table = _locate(target, [(p.target_op.step, p.target.index_row) for p in pairs])
-    y_packs, y_table = _locate(golden, [(p.golden_op.step, p.golden.index_row) for p in pairs])
+    x_packs, x_table, x_rows = _locate(target, [(p.target_op.step, p.target.index_row) for p in pairs])
+    y_packs, y_table, y_rows = _locate(golden, [(p.golden_op.step, p.golden.index_row) for p in pairs])
     usable = (x_table[:, 2] >= 0) & (y_table[:, 2] >= 0)
     if not usable.any():
         return
@@ -87,6 +89,7 @@ def _score_window(kernel, pairs: list[TensorPair], positions: list[int], golden,
     sums = np.empty((n, kernel.N_SUMS))
     status = np.empty(n, np.int8)
     kernel.pairs_sums(tuple(x_packs), tuple(y_packs), table, params, sums, status)
+    _check_norms(pairs, status == 0, sums, table, ((target, x_rows, keep, 2, 2), (golden, y_rows, keep, 3, 5)))
     for pair, position, ok, s in zip(pairs, positions, status.tolist(), sums.tolist()):
         if ok:
             continue  # a NaN or inf, or a row outside its pack: score_pair deals with it
@@ -98,10 +101,37 @@ def _score_window(kernel, pairs: list[TensorPair], positions: list[int], golden,
             done(pair)
 
 
-def _locate(source, keys: list[tuple[int, int]]) -> tuple[list, np.ndarray]:
-    """Packs and (pack, offset, kind) rows of tensors given as (step, index row) in one dump, step by step."""
+def _check_norms(pairs: list[TensorPair], scored: np.ndarray, sums: np.ndarray, table: np.ndarray, sides) -> None:
+    """InputError (`integrity.check_norm`) for the first scored pair, target side first, whose sum of squares
+    is not what its index row's norm says: a pack read at a wrong offset or in a wrong dtype. Vectorised over
+    the window; ``sides`` holds (dump, its rows' statistics or None: not checked, the window's kept pairs,
+    column of Σx² in ``sums``, column of the kind in ``table``) for target and golden."""
+    flagged = np.zeros(len(pairs), bool)
+    for _, stats, keep, column, kind in sides:
+        if stats is None:
+            continue
+        stats = stats[keep]
+        count, norm = stats["count"], stats["norm"]
+        relative, absolute = _TOLERANCES[table[:, kind]].T
+        with np.errstate(invalid="ignore", over="ignore"):  # the sums of pairs not scored are not set
+            found = np.sqrt(sums[:, column])
+            close = np.isfinite(found) & (np.abs(found - norm) <= relative * np.fmax(found, norm)
+                                          + absolute * np.sqrt(count))
+        flagged |= scored & (count > 0) & ((stats["nan"] > 0) | (stats["inf"] > 0) | ~close)
+    for i in np.flatnonzero(flagged).tolist():  # the scalar check says the same, and names the tensor
+        pair = pairs[i]
+        for dump, stats, _, column, _ in sides:
+            if stats is not None:
+                op, tensor = (pair.target_op, pair.target) if column == 2 else (pair.golden_op, pair.golden)
+                integrity.check_norm(dump, op, tensor, float(sums[i, column]))
+
+
+def _locate(source, keys: list[tuple[int, int]]) -> tuple[list, np.ndarray, np.ndarray | None]:
+    """Packs and (pack, offset, kind) rows of tensors given as (step, index row) in one dump, step by step, and
+    the statistics of those rows where the dump's values are checked against them (`integrity.checked`)."""
     table = np.full((len(keys), 3), -1, np.int64)
     packs: list = []
+    stats = np.zeros(len(keys), _STATS) if integrity.checked(source) else None
     by_step: dict[int, list[int]] = {}
     for i, (step, _) in enumerate(keys):
         by_step.setdefault(step, []).append(i)
@@ -112,4 +142,12 @@ def _locate(source, keys: list[tuple[int, int]]) -> tuple[list, np.ndarray]:
         step_table[found, 0] += len(packs)
         table[members] = step_table
         packs.extend(step_packs)
-    return packs, table
+        if stats is not None and found.any():
+            index_rows = source.step_index(step).tensor_rows
+            members = np.array(members)[found]
+            for name in _STATS.names:
+                stats[name][members] = index_rows[name][rows[found]]
+    return packs, table, stats
+
+
+_STATS = np.dtype([("count", "<u8"), ("norm", "<f8"), ("nan", "<u8"), ("inf", "<u8")])

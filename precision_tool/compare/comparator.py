@@ -30,6 +30,7 @@ from precision_tool.compare.rows import pair_row, relative_error_floor
 from precision_tool.compare.selection import select_ops
 from precision_tool.compare.stats import compare_stats
 from precision_tool.defaults import COMPARE_CHUNK_ELEMENTS, COMPARE_JOBS, COMPARE_POOL_MIN_ELEMENTS
+from precision_tool.dump import integrity
 from precision_tool.dump.records import OpRecord
 from precision_tool.errors import ConfigError
 
@@ -193,7 +194,25 @@ def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_e
         for x, y in aligned_chunks(_locked(target_chunks, read_lock), _locked(golden_chunks, read_lock)):
             _check_stop(stop)  # Ctrl-C: a running pair ends within one chunk, not at its last
             accumulator.update(x, y)
-    return pair_row(pair, loss_scale, accumulator.result())
+    metrics = accumulator.result()
+    _check_values(pair, golden, target, accumulator, loss_scale, chunk_elements, read_lock)
+    return pair_row(pair, loss_scale, metrics)
+
+
+def _check_values(pair: TensorPair, golden: DumpSource, target: DumpSource, accumulator: PairAccumulator,
+                  loss_scale: float, chunk_elements: int, read_lock) -> None:
+    """InputError when a side of a dump marked so (`integrity.checked`) holds values its index row does not
+    describe: Σx² (times the loss scale divided out) against the row's norm, or, where the sums leave out
+    pairs holding a NaN or inf, that side's values read again against its NaN and inf counts and norm."""
+    for source, op, tensor, squares in ((target, pair.target_op, pair.target, accumulator.sxx * loss_scale ** 2),
+                                        (golden, pair.golden_op, pair.golden, accumulator.syy)):
+        if not (integrity.checked(source) and tensor.stats.count):
+            continue
+        if tensor.stats.finite and not accumulator.nonfinite_pairs:
+            integrity.check_norm(source, op, tensor, squares)
+        else:
+            with read_lock or _NO_LOCK:
+                integrity.check_values(source, op, tensor, _chunks(source, op, tensor.slot, chunk_elements))
 
 
 class _NoLock:

@@ -130,3 +130,12 @@ class LowLevel:
                                    dcpl=dcpl, lcpl=self._lcpl)
         dataset.write_direct_chunk((0,) * array.ndim, np.ascontiguousarray(array))
         return dataset
+
+
+def error_reason(exc: BaseException) -> str:
+    """The gist of an h5py error's text (its errno or error message part)."""
+    text = str(exc)
+    for marker in ("errno = ", "error message = "):
+        if marker in text:
+            return text.split(marker, 1)[1].split(",")[0].strip("' ")
+    return text or type(exc).__name__

@@ -29,6 +29,9 @@ STATS_ATTR = "stats"
 DTYPE_ATTR = "dtype"
 STATS_FIELDS_ATTR = "stats_fields"  # root attribute: the order of a dataset's ``stats`` values
 JSON_KEYS_ATTR = "json_keys"  # root attribute: names of the attributes stored as JSON text
+# root attribute, true where every index row's statistics were taken from the values stored for its tensor, so a
+# reader may check one against the other (`precision_tool.dump.integrity`); absent in dumps written before
+STATS_MATCH_DATA = "stats_match_data"
 
 # Schema 2 packs every tensor of at most PACK_LIMIT stored bytes into the step's ``packs/NNNNNN`` byte
 # datasets, each at most PACK_SEGMENT bytes (a larger tensor keeps a dataset of its own): reading a

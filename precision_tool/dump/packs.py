@@ -45,6 +45,7 @@ class StepPacks:
         start = self._fill
         self._buffer[start:start + size] = stored.reshape(-1).view(np.uint8)
         self._fill = start + size + (-size) % layout.PACK_ALIGN
+        self._buffer[start + size:self._fill] = 0  # padding: not whatever the buffer's memory held before
         where = (self._number, start)
         self.point(row, where)
         return where

@@ -84,6 +84,8 @@ class Dump:
             self.complete = flag(self.path, self.metadata, "complete")
             self.steps_complete = count(self.path, self.metadata, "steps_complete")
             check_modes(self.path, self.metadata)
+            # index rows describe the stored values: compare checks one against the other (`dump.integrity`)
+            self.stats_match_data = flag(self.path, self.metadata, layout.STATS_MATCH_DATA)
             names = self._committed_step_names()
         except InputError:
             self._file.close()
@@ -245,11 +247,18 @@ class Dump:
         table[usable, 2] = code[usable]
         return packs, table
 
-    def packed_where(self, step: int, row: int) -> str:
-        """Where row ``row`` of a step's index puts a packed tensor: its pack, byte offset and index row."""
-        pack, offset = (int(self.step_index(step).tensor_rows[row][name]) for name in ("pack", "offset"))
-        return (f"{self._pack_path(step, pack)} at byte {offset} "
-                f"(row {row} of /{layout.STEPS}/{self._step_names[step]}/{layout.INDEX})")
+    def stored_where(self, step: int, row: int) -> str:
+        """Where row ``row`` of a step's index puts a tensor's values: its pack and byte offset, or its dataset,
+        and the index row (the step's own row number, in a window of it too)."""
+        index = self.step_index(step)
+        rows, step_name = index.tensor_rows, self._step_names[step]
+        where = f"(row {index.source_row(row)} of /{layout.STEPS}/{step_name}/{layout.INDEX})"
+        if "pack" in (rows.dtype.names or ()) and rows["pack"][row] != layout.NOT_PACKED:
+            return f"{self._pack_path(step, int(rows['pack'][row]))} at byte {int(rows['offset'][row])} {where}"
+        op = index.op_rows[int(rows["op"][row])]
+        group = layout.op_group_name(int(op["exec_index"]), op["name"].decode("utf-8", "replace"))
+        slot = layout.slot_name(int(rows["kind"][row]), int(rows["slot"][row]))
+        return f"/{layout.STEPS}/{step_name}/{layout.OPS}/{group}/{slot} {where}"
 
     def _location(self, step: int, exec_index: int, slot: str) -> TensorLocation:
         """Where a tensor with data is; KeyError when the step, op or tensor was not recorded, or has no data."""

@@ -39,6 +39,11 @@ class StepIndex:
         self._records: list[OpRecord] | None = None
         self._texts: dict[bytes, str] = {}
         self._slots: dict[tuple[int, int, int], int] | None = None
+        self.source_rows: np.ndarray | None = None  # a window's rows: their numbers in the step's whole index
+
+    def source_row(self, row: int) -> int:
+        """The number of index row ``row`` in the step's ``index`` table (a window's rows are its own)."""
+        return int(self.source_rows[row]) if self.source_rows is not None else int(row)
 
     @classmethod
     def read(cls, step: int, group, schema: int = SCHEMA_VERSION) -> "StepIndex":

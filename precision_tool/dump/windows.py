@@ -111,7 +111,9 @@ def window_index(tables: StepTables, positions: np.ndarray) -> StepIndex:
     _check_window(op_rows, tensor_rows, positions, first, count)
     op_rows["first_tensor"] = np.concatenate(([0], np.cumsum(count)[:-1])) if len(count) else count
     tensor_rows["op"] = np.repeat(np.arange(len(op_rows)), count)
-    return StepIndex(tables.step, op_rows, tensor_rows, {})
+    index = StepIndex(tables.step, op_rows, tensor_rows, {})
+    index.source_rows = rows  # messages name the step's own rows
+    return index
 
 
 def _check_tensors(rows: np.ndarray, tables: StepTables) -> None:

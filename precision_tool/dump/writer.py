@@ -22,8 +22,7 @@ the dirty metadata of one flush in no promised order, superblock last, so a
 kill in the middle of a flush can leave written structures pointing past
 the file's recorded end; keeping everything the step adds out of the
 shared /steps group until it is on disk confines that to the step being
-committed. A process killed
-at any point leaves a file whose first ``steps_complete`` steps read back;
+committed. A process killed at any point leaves a file whose first ``steps_complete`` steps read back;
 ``complete`` becomes true only in ``close(complete=True)``. The file uses
 h5py's default (oldest) format: 'latest' sets superblock write flags that
 stop readers after a crash.
@@ -49,7 +48,7 @@ import numpy as np
 
 from precision_tool import __version__
 from precision_tool.dump import layout
-from precision_tool.dump.h5low import LowLevel
+from precision_tool.dump.h5low import LowLevel, error_reason
 from precision_tool.dump.index_tables import JsonColumns, copy_table, describe_tensors, fusion_fields
 from precision_tool.dump.packs import StepPacks
 from precision_tool.dump.partial import PartialFile
@@ -68,8 +67,10 @@ class DumpWriter:
     """Writes one run to one HDF5 file; see the module docstring for the protocol."""
 
     def __init__(self, path, metadata: dict | None = None, *, overwrite: bool = True,
-                 pack_limit: int = layout.PACK_LIMIT):
-        """``pack_limit``: tensors of at most this many stored bytes are packed (negative: none is)."""
+                 pack_limit: int = layout.PACK_LIMIT, stats_match_data: bool = True):
+        """``pack_limit``: tensors of at most this many stored bytes are packed (negative: none is).
+        ``stats_match_data``: every tensor's statistics given are those of the values given, and the dump says
+        so: readers then check one against the other (`precision_tool.dump.integrity`); False: no such mark."""
         import h5py
 
         self.path = str(path)
@@ -79,7 +80,7 @@ class DumpWriter:
             self._file = h5py.File(self._io, "w")
         except (OSError, ValueError) as exc:
             self._target.abandon()
-            raise InputError(path, f"cannot create the dump: {_reason(exc)}") from None
+            raise InputError(path, f"cannot create the dump: {error_reason(exc)}") from None
         self._h5 = LowLevel()
         self._root = self._file.id
         self._steps = self._h5.index_group(self._root, layout.STEPS)
@@ -108,7 +109,7 @@ class DumpWriter:
         self.tensors_written = 0
         self.closed = False
         self._failure_raised = False
-        self._write_metadata(dict(metadata or {}))
+        self._write_metadata(dict(metadata or {}), bool(stats_match_data))
         self._file.flush()
         if self._io.failure is not None:  # not one step readable: leave nothing behind
             self.closed = True
@@ -118,12 +119,15 @@ class DumpWriter:
 
     # -- run metadata -------------------------------------------------------
 
-    def _write_metadata(self, metadata: dict) -> None:
+    def _write_metadata(self, metadata: dict, stats_match_data: bool) -> None:
         fixed = {
             "schema_version": SCHEMA_VERSION,
             "tool_version": __version__,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         }
+        metadata.pop(layout.STATS_MATCH_DATA, None)  # what this writer promises, not what a copied dump said
+        if stats_match_data:
+            fixed[layout.STATS_MATCH_DATA] = True
         values = {**fixed, **{k: v for k, v in metadata.items() if k not in fixed}}
         values.setdefault("accelerate_switch_step", None)
         values["complete"] = False
@@ -491,10 +495,3 @@ class DumpWriter:
 
 _DIRECTION_CODES = layout.DIRECTION_CODES
 
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc)
-    for marker in ("errno = ", "error message = "):
-        if marker in text:
-            return text.split(marker, 1)[1].split(",")[0].strip("' ")
-    return text or type(exc).__name__

@@ -31,13 +31,16 @@ def op(step, exec_index, name, arrays: dict, dtypes: dict, direction="forward", 
                     fields.pop("compute_dtype", "float16"), overflow, tensors, **fields)
 
 
-def write_synthetic(path, steps: int = 3, complete: bool = True, metadata=None, pack_limit: int = PACK_LIMIT):
-    """A small dump: per step a float16 MatMul, a fused bfloat16 op and a stats-only backward op."""
+def write_synthetic(path, steps: int = 3, complete: bool = True, metadata=None, pack_limit: int = PACK_LIMIT,
+                    stats_match_data: bool = True):
+    """A small dump: per step a float16 MatMul, a fused bfloat16 op and a stats-only backward op
+    (``stats_match_data=False``: without the mark, as written before it)."""
     rng = np.random.default_rng(0)
     arrays_by_step = {}
     writer = DumpWriter(path, {"model": "synthetic", "role": "target", "mode": "dump", "seed": 7,
                                "device": {"device": "npu", "origin_dtype": "float32"},
-                               "overflow_mode": "saturation", **(metadata or {})}, pack_limit=pack_limit)
+                               "overflow_mode": "saturation", **(metadata or {})}, pack_limit=pack_limit,
+                        stats_match_data=stats_match_data)
     for step in range(steps):
         writer.begin_step(step)
         x = exact(rng.standard_normal((4, 8)), "float16")

@@ -110,10 +110,6 @@ def test_a_pack_that_is_a_link_loop(tmp_path, run_cli):
 
 
 @pytest.mark.parametrize("side", ["golden", "target"])
-@pytest.mark.xfail(reason="open: a norm check of packed tensors against their index rows caught these, but it "
-                          "also refused real torch dumps written before the capture copied inputs their op writes "
-                          "undeclared (BatchNorm's running statistics, an LSTM workspace): out until those can be "
-                          "told apart", strict=True)
 @pytest.mark.parametrize("damage", ["offsets all 0", "float16 read as float64"])
 def test_a_pack_read_wrongly_is_not_scored(tmp_path, run_cli, side, damage):
     """Index rows that still fit their pack, but point at other bytes or read them in another dtype."""
