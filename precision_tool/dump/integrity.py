@@ -35,7 +35,9 @@ from typing import Iterable
 
 import numpy as np
 
+from precision_tool.dump.layout import STATS_FIELDS, slot_name
 from precision_tool.dump.records import OpRecord, TensorRecord, TensorStats
+from precision_tool.engine.hooks import DIRECTIONS
 from precision_tool.errors import InputError
 
 BASE_TOLERANCE = (1e-4, 0.0)  # (relative, absolute per value): float32, float64, integers, bool
@@ -92,8 +94,22 @@ def check_values(dump, op: OpRecord, tensor: TensorRecord, chunks: Iterable[np.n
         squares += float(np.dot(wide, wide))
     norm_ok = _close(stats, tensor.dtype, squares) if math.isfinite(stats.norm) else squares == 0.0
     if (nan, inf) != (stats.nan, stats.inf) or not norm_ok:
+        if not (nan or inf or stats.nan or stats.inf):  # as `check_norm` says it
+            refuse(dump, op, tensor, f"have L2 norm {math.sqrt(squares):.6g}", f"{stats.norm:.6g}")
         found = f"have {nan} NaN, {inf} inf and an L2 norm of the rest of {math.sqrt(squares):.6g}"
         refuse(dump, op, tensor, found, f"{stats.nan} NaN, {stats.inf} inf and {stats.norm:.6g}")
+
+
+def check_read(dump, step: int, row: int, dtype: str, index_row, values: np.ndarray) -> None:
+    """`check_values` of one tensor `Dump.tensor` has just read from a marked dump, by its raw index row:
+    what the shell, zoom and the analysis read is checked as what compare scores."""
+    stats = TensorStats(*(index_row[name].item() for name in STATS_FIELDS))
+    index = dump.step_index(step)
+    op_row = index.op_rows[int(index_row["op"])]
+    op = OpRecord(step, int(op_row["exec_index"]), op_row["name"].decode("utf-8", "replace"), "",
+                  DIRECTIONS[int(op_row["direction"])], "", False)
+    slot = slot_name(int(index_row["kind"]), int(index_row["slot"]))
+    check_values(dump, op, TensorRecord(slot, dtype, tuple(values.shape), stats, True, row), (values,))
 
 
 def refuse(dump, op: OpRecord, tensor: TensorRecord, found: str, says: str) -> None:

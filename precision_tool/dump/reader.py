@@ -42,6 +42,7 @@ import numpy as np
 
 from precision_tool.dump import layout
 from precision_tool.dump.attributes import check_modes, check_schema, count, decode_attrs, flag
+from precision_tool.dump.integrity import check_read
 from precision_tool.dump.records import DumpSummary, OpRecord, StepRecord
 from precision_tool.dump.mapping import chunk_selections, mapped_chunks, raw_offset
 from precision_tool.dump.steps import DamagedDump, StepIndex, TensorLocation
@@ -190,9 +191,15 @@ class Dump:
         if location.pack != layout.NOT_PACKED:
             raw = self._packed(step, location).reshape(location.shape)
             values = from_storage(raw, location.dtype)
-            return values.copy() if values.base is not None else values  # never a view of the mapped file
-        dataset, dtype, _, _ = self._dataset(step, location, slot)
-        return from_storage(np.asarray(dataset[()]), dtype)
+            values = values.copy() if values.base is not None else values  # never a view of the mapped file
+        else:
+            dataset, dtype, _, _ = self._dataset(step, location, slot)
+            values = from_storage(np.asarray(dataset[()]), dtype)
+        if self.stats_match_data:  # a marked dump: values unlike their index row are a misread, refused
+            index = self.step_index(step)
+            row = index.slot_row(exec_index, slot)
+            check_read(self, step, row, location.dtype, index.tensor_rows[row], values)
+        return values
 
     def tensor_chunks(self, step: int, exec_index: int, slot: str,
                       max_elements: int = CHUNK_ELEMENTS, mapped: bool = False) -> Iterator[np.ndarray]:

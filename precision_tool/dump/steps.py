@@ -100,6 +100,12 @@ class StepIndex:
         shape = tuple(self._long_shapes.get(row) or shape[:ndim])
         return TensorLocation(op, dtype.decode(), bool(has_data), math.prod(shape), shape, pack, offset)
 
+    def slot_row(self, exec_index: int, slot: str) -> int:
+        """The index row of a recorded tensor (as `tensor_location` finds it)."""
+        if self._slots is None:
+            self._slots = self._slot_rows()
+        return self._slots[(int(exec_index), *layout.parse_slot(slot))]
+
     def group_name(self, location: TensorLocation) -> str:
         """The name of the ``ops/`` group holding a tensor that is not packed."""
         row = self.op_rows[location.op]

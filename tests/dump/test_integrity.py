@@ -210,3 +210,23 @@ def test_norm_agrees_exactly_within_the_tolerances():
     assert norm_agrees(stats(math.nan, count=0), "float32", 123.0)  # statistics not taken
     assert not norm_agrees(stats(1.0, nan=1), "float32", 1.0)  # finite values where the row counts a NaN
     assert not any(norm_agrees(stats(1.0), "float32", s) for s in (math.nan, math.inf, -1.0))
+
+
+def test_values_read_one_by_one_from_a_marked_dump_are_checked_too(tmp_path, run_cli):
+    """`Dump.tensor`, what the shell, zoom and the analysis read: a marked dump's misread tensor is refused as
+    compare refuses it (the shell's `pt`: exit 2, one line); an unmarked dump's is read as stored."""
+    path = _batch_norm(tmp_path / "new.h5", UPDATED)
+    found, says = float(np.linalg.norm(UPDATED.astype(np.float64))), float(np.linalg.norm(MEAN.astype(np.float64)))
+    line = (f"{path}: /steps/000000/packs/000000 at byte 128 (row 1 of /steps/000000/index): the values of step 0 "
+            f"op bn (forward) input_1 have L2 norm {found:.6g} where the index row says {says:.6g}: a damaged pack "
+            f"or index row")
+    with open_dump(path) as dump:
+        np.testing.assert_array_equal(dump.tensor(0, 0, "input_0"), X)  # the others read as ever
+        with pytest.raises(InputError) as raised:
+            dump.tensor(0, 0, "input_1")
+        assert str(raised.value) == line
+    result = run_cli("shell", "--target", path, "-c", "pt target:bn:input_1@0")
+    assert (result.status, result.stderr.splitlines()) == (2, [f"error: {line}",
+                                                               "precision-tool: error: 1 shell command failed"])
+    with open_dump(_batch_norm(tmp_path / "old.h5", UPDATED, marked=False)) as dump:
+        np.testing.assert_array_equal(dump.tensor(0, 0, "input_1"), UPDATED)
