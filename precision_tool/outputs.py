@@ -20,7 +20,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from precision_tool.errors import ConfigError, InputError
+from precision_tool.errors import ConfigError, InputError, printable
+
+
+TEMPORARY_STEM = 200  # characters of the output's name in its temporary's: a 255-byte name must still be writable
 
 
 def problem(exc: BaseException) -> str:
@@ -41,14 +44,35 @@ def same_file(a, b) -> bool:
 
 
 def refuse_inputs(output, inputs) -> None:
-    """InputError when ``output`` is one of ``inputs`` (None entries are skipped)."""
+    """InputError when ``output`` is one of ``inputs`` (None entries are skipped).
+
+    An input that is a directory (a run of several ranks: rank0.h5, ..., run.json) counts by the files in it:
+    an output that is one of them is refused too.
+    """
     if output is None:
         return
     for given in inputs:
-        if given is not None and same_file(output, given):
-            spelled = "" if str(given) == str(output) else f" ({given})"
+        if given is None:
+            continue
+        victim = given if same_file(output, given) else _inside(output, given)
+        if victim is not None:
+            spelled = "" if str(victim) == str(output) else f" ({printable(victim)})"
             raise InputError(output, f"is an input of this command{spelled}; "
                                      "writing it would destroy that input: choose another output file")
+
+
+def _inside(output, directory):
+    """The file of input directory ``directory`` that ``output`` is, else None."""
+    if not os.path.isdir(directory) or not os.path.isfile(output):
+        return None
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if same_file(output, entry.path):
+                    return entry.path
+    except OSError:
+        pass
+    return None
 
 
 def refuse_repeats(outputs: dict) -> None:
@@ -59,8 +83,20 @@ def refuse_repeats(outputs: dict) -> None:
             continue
         key = os.path.realpath(path)
         if key in seen:
-            raise ConfigError(f"{seen[key]} and {option} both write {path}; give them different files")
+            raise ConfigError(f"{seen[key]} and {option} both write {printable(path)}; give them different files")
         seen[key] = option
+
+
+def make_folder(path, what: str = "the folder") -> Path:
+    """Create folder ``path`` (and its parents) if missing; InputError naming it and why it cannot be made."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = problem(exc)
+        if os.path.islink(path) and not os.path.exists(path):
+            reason = f"it is a symbolic link to {printable(os.readlink(path))}, which does not exist"
+        raise InputError(path, f"cannot create {what}: {reason}") from None
+    return Path(path)
 
 
 def _mode_for(target: Path) -> int:
@@ -80,18 +116,28 @@ def replacing(path, inputs=()) -> Iterator[Path]:
     OSError in the block or the rename becomes InputError naming ``path``
     and the reason in words; the temporary is removed on any failure.
     """
+    if not str(path):
+        raise ConfigError("the output file name is empty; give the file to write")
     target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     refuse_inputs(target, inputs)
-    if target.is_dir():
+    try:
+        kind = os.stat(target).st_mode
+    except FileNotFoundError:
+        kind = None
+    except OSError as exc:  # a name too long, a loop of links, a folder that cannot be searched
+        if exc.errno != errno.ENOTDIR:
+            raise InputError(path, f"cannot write: {problem(exc)}") from None
+        kind = None  # a file where a folder should be: mkstemp below says so
+    if kind is not None and stat.S_ISDIR(kind):
         raise InputError(path, "is a directory; give a file name")
-    if target.exists() and not target.is_file():  # /dev/stdout, a FIFO: write to it as it is
+    if kind is not None and not stat.S_ISREG(kind):  # /dev/stdout, a FIFO: write to it as it is
         try:
             yield target
         except OSError as exc:
             raise InputError(path, f"cannot write: {problem(exc)}") from None
         return
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name[:TEMPORARY_STEM]}.", suffix=".tmp", dir=target.parent or ".")
         os.close(handle)
         os.chmod(temporary, _mode_for(target))
     except OSError as exc:

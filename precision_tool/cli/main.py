@@ -11,8 +11,10 @@ interrupted.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -20,7 +22,7 @@ from pathlib import Path
 import click
 
 from precision_tool import __version__
-from precision_tool.errors import ExitStatus, PrecisionToolError
+from precision_tool.errors import ExitStatus, PrecisionToolError, Terminated, printable
 
 # name -> (module:attribute, one-line help shown by --help without importing). The commands that read dumps
 # are generated from their specs (`precision_tool.commands.registry`, through `precision_tool.cli.batch`): their
@@ -116,16 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = "--traceback" in argv
     clear_interrupt()
+    _TERMINATED.clear()
     try:
         # outside standalone mode click returns ctx.exit(code)'s code instead of exiting
         result = cli.main(args=argv, prog_name="precision-tool", standalone_mode=False)
-        if interrupted():  # a Ctrl-C whose exception a finaliser swallowed
+        if interrupted() or _TERMINATED:  # a Ctrl-C (or SIGTERM) whose exception a finaliser swallowed
             raise KeyboardInterrupt
         return result if isinstance(result, int) and not isinstance(result, bool) else ExitStatus.OK
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:  # click's form of KeyboardInterrupt
-        click.echo("precision-tool: interrupted", err=True)
+        click.echo(f"precision-tool: {_stopped_by()}", err=True)
         return ExitStatus.INTERRUPTED
     except click.ClickException as exc:
         click.echo(f"precision-tool: error: {click_message(exc)}", err=True)
@@ -135,18 +138,69 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         click.echo(f"precision-tool: error: {exc}", err=True)
         return exc.exit_status
-    except KeyboardInterrupt:
-        click.echo("precision-tool: interrupted", err=True)
+    except KeyboardInterrupt as exc:
+        click.echo(f"precision-tool: {_stopped_by(exc)}", err=True)
         return ExitStatus.INTERRUPTED
     except BrokenPipeError:
         sys.stderr.close()
         return ExitStatus.OK
     except Exception as exc:  # the boundary: anything else is our bug
         if interrupted():  # work called off by Ctrl-C (compare.cancel.Cancelled), not a bug
-            click.echo("precision-tool: interrupted", err=True)
+            click.echo(f"precision-tool: {_stopped_by()}", err=True)
             return ExitStatus.INTERRUPTED
+        if _file_system_error(exc):  # a folder that cannot be made, a full disk: the user's file, not our bug
+            click.echo(f"precision-tool: error: {printable(exc.filename)}: {_problem(exc)}", err=True)
+            return ExitStatus.USAGE
         _report_internal(exc, show_traceback)
         return ExitStatus.INTERNAL
+
+
+# An OSError of these, naming a file, that reaches the boundary is the file system refusing a path the user gave
+# (a run directory under a file, a name too long, a full or read-only disk): one line and exit 2, not a bug report.
+FILE_SYSTEM_ERRNOS = frozenset(getattr(errno, name) for name in (
+    "EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EFBIG", "EIO", "ENAMETOOLONG", "ENOTDIR", "EISDIR", "EEXIST",
+    "ELOOP", "EXDEV", "EMLINK", "ENXIO") if hasattr(errno, name))
+
+_TERMINATED: set = set()  # holds True once SIGTERM arrived (a set: cleared in place, no global statement)
+
+
+def _file_system_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in FILE_SYSTEM_ERRNOS and exc.filename not in (None, "")
+
+
+def _problem(exc: OSError) -> str:
+    from precision_tool.outputs import problem
+
+    return problem(exc)
+
+
+def _stopped_by(exc: BaseException | None = None) -> str:
+    return "terminated" if isinstance(exc, Terminated) or _TERMINATED else "interrupted"
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM stops a command as Ctrl-C does (outputs cleaned up, a dump closed as incomplete; exit 130).
+
+    The handler first runs the SIGINT handler in place (the console script's remembers the interrupt for the
+    work that checks it; collect's defers it to the next step boundary and returns), then raises `Terminated`,
+    a KeyboardInterrupt, unless that handler deferred it.
+    """
+    def handler(signum, frame):
+        _TERMINATED.add(True)
+        on_interrupt = signal.getsignal(signal.SIGINT)
+        if callable(on_interrupt) and on_interrupt is not signal.default_int_handler:
+            try:
+                on_interrupt(signal.SIGINT, frame)
+            except KeyboardInterrupt:
+                raise Terminated() from None
+            if getattr(on_interrupt, "defers", False):  # collect's StopOnInterrupt: it stops at a step boundary
+                return
+        raise Terminated()
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):  # not the main thread, or no SIGTERM here
+        pass
 
 
 def keep_freed_memory() -> bool:
@@ -178,4 +232,5 @@ def entry_point() -> None:
 
     keep_freed_memory()
     install_interrupt_handler()
+    stop_on_sigterm()
     sys.exit(main())

@@ -104,7 +104,9 @@ def _zoom(**params):
     zooms = {role: str(folder / f"zoom-{role}.h5") for role in ROLES}
     console = Console(highlight=False)
     created = not folder.exists()
-    folder.mkdir(parents=True, exist_ok=True)
+    from precision_tool.outputs import make_folder
+
+    make_folder(folder)
     try:
         from precision_tool.dump.partial import check_target
 
