@@ -126,8 +126,9 @@ def collect(**params):
 
     MODEL is a built-in name (mlp, mlp_regression, cnn, transformer, sensor) or
     FILE.py:FACTORY. The dump can be inspected with `precision-tool inspect`
-    and compared with `precision-tool compare`. Interrupted with Ctrl-C, the
-    dump keeps every finished step and says it is incomplete (exit 130).
+    and compared with `precision-tool compare`. Interrupted with Ctrl-C (or
+    SIGTERM), the dump keeps every finished step and says it is incomplete
+    (exit 130).
     While it runs the dump is OUTPUT.partial (locked); it becomes OUTPUT when
     closed. An existing OUTPUT is kept unless --force is given.
     """
