@@ -35,6 +35,20 @@ def problem(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+# An OSError of these, naming a file, that reaches a front end is the file system refusing a path the user gave
+# (a run directory under a file, a name too long, a full or read-only disk): one line and exit 2, not a bug report.
+FILE_SYSTEM_ERRNOS = frozenset(getattr(errno, name) for name in (
+    "EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EFBIG", "EIO", "ENAMETOOLONG", "ENOTDIR", "EISDIR", "EEXIST",
+    "ELOOP", "EXDEV", "EMLINK", "ENXIO") if hasattr(errno, name))
+
+
+def file_system_error(exc: BaseException) -> str | None:
+    """``"PATH: reason"`` when ``exc`` is the file system refusing a named file (see FILE_SYSTEM_ERRNOS), else None."""
+    if isinstance(exc, OSError) and exc.errno in FILE_SYSTEM_ERRNOS and exc.filename not in (None, ""):
+        return f"{printable(os.fsdecode(exc.filename))}: {problem(exc)}"
+    return None
+
+
 def same_file(a, b) -> bool:
     """Whether paths ``a`` and ``b`` name one existing file (same device and inode)."""
     try:
@@ -137,7 +151,8 @@ def replacing(path, inputs=()) -> Iterator[Path]:
             raise InputError(path, f"cannot write: {problem(exc)}") from None
         return
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name[:TEMPORARY_STEM]}.", suffix=".tmp", dir=target.parent or ".")
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name[:TEMPORARY_STEM]}.", suffix=".tmp",
+                                             dir=target.parent or ".")
         os.close(handle)
         os.chmod(temporary, _mode_for(target))
     except OSError as exc:

@@ -11,7 +11,6 @@ interrupted.
 
 from __future__ import annotations
 
-import errno
 import importlib
 import os
 import signal
@@ -22,7 +21,7 @@ from pathlib import Path
 import click
 
 from precision_tool import __version__
-from precision_tool.errors import ExitStatus, PrecisionToolError, Terminated, printable
+from precision_tool.errors import ExitStatus, PrecisionToolError, Terminated
 
 # name -> (module:attribute, one-line help shown by --help without importing). The commands that read dumps
 # are generated from their specs (`precision_tool.commands.registry`, through `precision_tool.cli.batch`): their
@@ -148,30 +147,17 @@ def main(argv: list[str] | None = None) -> int:
         if interrupted():  # work called off by Ctrl-C (compare.cancel.Cancelled), not a bug
             click.echo(f"precision-tool: {_stopped_by()}", err=True)
             return ExitStatus.INTERRUPTED
-        if _file_system_error(exc):  # a folder that cannot be made, a full disk: the user's file, not our bug
-            click.echo(f"precision-tool: error: {printable(exc.filename)}: {_problem(exc)}", err=True)
+        from precision_tool.outputs import file_system_error
+
+        refused = file_system_error(exc)
+        if refused is not None:  # a folder that cannot be made, a full disk: the user's file, not our bug
+            click.echo(f"precision-tool: error: {refused}", err=True)
             return ExitStatus.USAGE
         _report_internal(exc, show_traceback)
         return ExitStatus.INTERNAL
 
 
-# An OSError of these, naming a file, that reaches the boundary is the file system refusing a path the user gave
-# (a run directory under a file, a name too long, a full or read-only disk): one line and exit 2, not a bug report.
-FILE_SYSTEM_ERRNOS = frozenset(getattr(errno, name) for name in (
-    "EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EFBIG", "EIO", "ENAMETOOLONG", "ENOTDIR", "EISDIR", "EEXIST",
-    "ELOOP", "EXDEV", "EMLINK", "ENXIO") if hasattr(errno, name))
-
 _TERMINATED: set = set()  # holds True once SIGTERM arrived (a set: cleared in place, no global statement)
-
-
-def _file_system_error(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in FILE_SYSTEM_ERRNOS and exc.filename not in (None, "")
-
-
-def _problem(exc: OSError) -> str:
-    from precision_tool.outputs import problem
-
-    return problem(exc)
 
 
 def _stopped_by(exc: BaseException | None = None) -> str:

@@ -82,6 +82,11 @@ class Runner:
         except PrecisionToolError as exc:
             return Outcome(text, error=shorten(str(exc), ERROR_WIDTH))  # a pasted 100 KB name is not echoed whole
         except Exception as exc:  # the shell must survive its own bugs; the front end logs them
+            from precision_tool.outputs import file_system_error
+
+            refused = file_system_error(exc)  # a path the file system refuses is the user's, not a bug
+            if refused is not None:
+                return Outcome(text, error=shorten(refused, ERROR_WIDTH))
             return Outcome(text, error=f"internal error: {type(exc).__name__}: {exc}", internal=exc)
 
     def _dispatch(self, text: str) -> Outcome:

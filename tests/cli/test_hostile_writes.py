@@ -209,6 +209,18 @@ def test_a_loop_of_links_as_output_is_one_line(run_cli, pair, tmp_path):
     assert os.path.islink(loop)
 
 
+def test_a_file_system_refusal_reaching_the_boundary_is_one_line(run_cli, monkeypatch, tmp_path):
+    import errno
+
+    monkeypatch.chdir(tmp_path)
+    def refuse(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", "run/rank0.h5")
+
+    monkeypatch.setattr("precision_tool.cli.collect.run_with_progress", refuse)
+    result = run_cli("collect", "mlp", "--steps", "1", "--ranks", "2", "-o", "run")
+    assert_outcome(result.status, result.stderr, 2, {}, says="error: run/rank0.h5: no space left on device")
+
+
 # -- the shell ------------------------------------------------------------------------------------------------------
 def test_the_shell_survives_every_bad_output(run_cli, pair, tmp_path):
     golden, _ = pair
