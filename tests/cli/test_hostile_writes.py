@@ -173,6 +173,48 @@ def test_a_folder_that_cannot_be_made_is_one_line(run_cli, pair, tmp_path, args,
     assert os.path.islink(dangling) and not (tmp_path / "missing").exists()
 
 
+@pytest.fixture
+def read_only(tmp_path):
+    """A folder holding ``old.csv`` that cannot be written: a read-only tmpfs as root, else mode 0555."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        (folder / "old.csv").write_text("old\n")
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("root cannot mount a read-only tmpfs here")
+    try:
+        (folder / "old.csv").write_text("old\n")
+        assert subprocess.run(["mount", "-o", "remount,ro", str(folder)], capture_output=True).returncode == 0
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], capture_output=True)
+
+
+@pytest.mark.parametrize("args", [
+    ("compare", "{g}", "{t}", "--format", "csv", "-o", "{ro}/old.csv"),
+    ("compare", "{g}", "{t}", "--plot", "{ro}/new.svg"),
+    ("baseline", "{g}", "{t}", "-o", "{ro}/new.json"),
+    ("collect", "mlp", "--steps", "1", "-o", "{ro}/new.h5"),
+    ("collect", "mlp", "--steps", "1", "--ranks", "2", "-o", "{ro}/run"),
+    ("zoom", "mlp", "--steps", "1", "-o", "{ro}/zoom"),
+    ("demo", "--steps", "1", "--workdir", "{ro}/demo"),
+], ids=["csv-over-old", "plot", "baseline", "collect", "collect-ranks", "zoom", "demo"])
+def test_a_read_only_folder_is_one_line_and_keeps_what_it_holds(run_cli, pair, read_only, args):
+    before = digests(*pair, read_only / "old.csv")
+    result = run_cli(*(a.format(g=pair[0], t=pair[1], ro=read_only) for a in args))
+    reason = "read-only file system" if os.geteuid() == 0 else "permission denied"
+    if "old.csv" in args[-1]:
+        reason = "is not writable"  # click's own check of -o: a file that is there but cannot be written
+    assert_outcome(result.status, result.stderr, 2, before, says=reason)
+    assert f"{read_only}/" in result.stderr
+    assert sorted(p.name for p in read_only.iterdir()) == ["old.csv"]
+
+
 def test_collect_never_renames_a_dump_over_a_fifo_or_a_device(run_cli, tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -262,12 +304,16 @@ def test_a_history_that_cannot_be_written_is_no_error(tmp_path):
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and FIFOs")
 
 
-@pytest.mark.parametrize("sig, word", [(signal.SIGTERM, "terminated"), (signal.SIGINT, "interrupted")])
-def test_a_signal_while_writing_to_a_fifo_exits_130(pair, tmp_path, sig, word):
+@pytest.mark.parametrize("sig, word, args", [
+    (signal.SIGTERM, "terminated", ("compare", "--format", "csv", "-o")),
+    (signal.SIGINT, "interrupted", ("compare", "--format", "csv", "-o")),
+    (signal.SIGINT, "interrupted", ("check", "--min-cosine", "-1", "--junit")),
+], ids=["compare-sigterm", "compare-sigint", "check-junit-sigint"])
+def test_a_signal_while_writing_to_a_fifo_exits_130(pair, tmp_path, sig, word, args):
     """The output is a FIFO no one reads: the comparison is done and the write blocks, until the signal."""
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
-    proc = _cli("compare", *pair, "--format", "csv", "-o", fifo)
+    proc = _cli(args[0], *pair, *args[1:], fifo)
     time.sleep(0.5)
     deadline = time.monotonic() + 30
     while proc.poll() is None and time.monotonic() < deadline and not _blocked_on(proc.pid, fifo):
