@@ -263,6 +263,20 @@ def test_a_file_system_refusal_reaching_the_boundary_is_one_line(run_cli, monkey
     assert_outcome(result.status, result.stderr, 2, {}, says="error: run/rank0.h5: no space left on device")
 
 
+@pytest.mark.parametrize("script, says", [("raise SystemExit(3)", "exited with status 3 in the stats phase"),
+                                          ("pass", "wrote no stats-golden.h5 in the stats phase")],
+                         ids=["script-fails", "script-writes-nothing"])
+def test_zoom_force_keeps_the_previous_dumps_when_the_script_fails(run_cli, tmp_path, script, says):
+    folder = tmp_path / "zoom"
+    folder.mkdir()
+    old = [build(folder / f"{phase}-{role}.h5", role=role) for phase in ("stats", "zoom")
+           for role in ("golden", "target")]
+    (tmp_path / "train.py").write_text(script + "\n")
+    before = digests(*old)
+    result = run_cli("zoom", "-o", folder, "--force", "--", sys.executable, tmp_path / "train.py")
+    assert_outcome(result.status, result.stderr, 2, before, lines=2, says=says)  # "running ..." and the error
+
+
 # -- the shell ------------------------------------------------------------------------------------------------------
 def test_the_shell_survives_every_bad_output(run_cli, pair, tmp_path):
     golden, _ = pair
