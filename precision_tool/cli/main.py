@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 
 from precision_tool import __version__
-from precision_tool.errors import ExitStatus, PrecisionToolError, Terminated
+from precision_tool.errors import ExitStatus, PrecisionToolError, Terminated, printable
 
 # name -> (module:attribute, one-line help shown by --help without importing). The commands that read dumps
 # are generated from their specs (`precision_tool.commands.registry`, through `precision_tool.cli.batch`): their
@@ -93,11 +93,11 @@ def _report_internal(exc: BaseException, show_traceback: bool) -> None:
     try:
         path = _error_log_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        where = f"; traceback saved to {path}"
-    except OSError:
+        path.write_text(text, encoding="utf-8", errors="backslashreplace")  # a name that was not UTF-8
+        where = f"; traceback saved to {printable(path)}"
+    except (OSError, ValueError):
         pass
-    click.echo(f"precision-tool: internal error: {type(exc).__name__}: {exc}{where} "
+    click.echo(f"precision-tool: internal error: {type(exc).__name__}: {printable(exc)}{where} "
                "(rerun with --traceback to see it)", err=True)
 
 
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     except PrecisionToolError as exc:
         if show_traceback:
             traceback.print_exc()
-        click.echo(f"precision-tool: error: {exc}", err=True)
+        click.echo(f"precision-tool: error: {printable(exc)}", err=True)  # one line, whatever a name holds
         return exc.exit_status
     except KeyboardInterrupt as exc:
         click.echo(f"precision-tool: {_stopped_by(exc)}", err=True)

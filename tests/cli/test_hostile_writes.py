@@ -277,6 +277,17 @@ def test_zoom_force_keeps_the_previous_dumps_when_the_script_fails(run_cli, tmp_
     assert_outcome(result.status, result.stderr, 2, before, lines=2, says=says)  # "running ..." and the error
 
 
+def test_an_internal_error_with_an_undecodable_name_is_still_one_line_and_logged(run_cli, pair, monkeypatch):
+    def boom(*args, **kwargs):
+        raise RuntimeError("bad\udcff name\nsecond line")
+
+    monkeypatch.setattr("precision_tool.commands.handlers.inspect", boom)
+    result = run_cli("inspect", pair[0])
+    assert_outcome(result.status, result.stderr, 3, digests(*pair), says="RuntimeError: bad\\xff name\\nsecond line")
+    log = Path(os.environ["XDG_STATE_HOME"]) / "precision-tool" / "last-error.log"
+    assert "bad\\udcff name" in log.read_text(encoding="utf-8")
+
+
 # -- the shell ------------------------------------------------------------------------------------------------------
 def test_the_shell_survives_every_bad_output(run_cli, pair, tmp_path):
     golden, _ = pair
