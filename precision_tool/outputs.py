@@ -6,7 +6,10 @@ same filesystem) and renamed onto its name only once complete; a failed
 write removes the temporary and leaves any previous file as it was. An
 output that is the same file as an input of the command (compared by device
 and inode, so links and other spellings count) is refused. Special files
-(``/dev/stdout``, a FIFO) are written in place: they cannot be replaced.
+(a FIFO, a device) are written in place: they cannot be replaced.
+``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` name an open descriptor:
+the output is written to it once complete (a pipe; ``>> log`` appends),
+never renamed over the file it may be.
 Dumps have their own scheme (`precision_tool.dump.partial`).
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import tempfile
 from contextlib import contextmanager
@@ -132,6 +136,10 @@ def replacing(path, inputs=()) -> Iterator[Path]:
     """
     if not str(path):
         raise ConfigError("the output file name is empty; give the file to write")
+    descriptor = _descriptor(path)
+    if descriptor is not None:  # /dev/stdout: what the shell opened (a pipe, `>> log`) is written to, not replaced
+        yield from _through_descriptor(path, descriptor)
+        return
     target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     refuse_inputs(target, inputs)
     try:
@@ -168,6 +176,50 @@ def replacing(path, inputs=()) -> Iterator[Path]:
     except BaseException:
         _remove(temporary)
         raise
+
+
+_DESCRIPTOR = re.compile(r"/dev/std(out|err)|/dev/fd/(\d+)|/proc/self/fd/(\d+)")
+
+
+def _descriptor(path) -> int | None:
+    """The open descriptor ``path`` names (/dev/stdout, /dev/fd/N), else None. Resolving it as a link would give
+    a pipe's name that no file has, or the file ``>>`` appends to, which a rename would replace whole."""
+    match = _DESCRIPTOR.fullmatch(os.path.normpath(str(path)))
+    if match is None:
+        return None
+    stream, *numbers = match.groups()
+    if stream is not None:
+        return 1 if stream == "out" else 2
+    return int(next(n for n in numbers if n is not None))
+
+
+def _through_descriptor(path, descriptor: int) -> Iterator[Path]:
+    """`replacing` for an open descriptor: the block writes a temporary file, copied to the descriptor after it."""
+    import sys
+
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=".precision-tool-output.", suffix=".tmp")
+        os.close(handle)
+    except OSError as exc:
+        raise InputError(path, f"cannot write: no temporary file: {problem(exc)}") from None
+    try:
+        yield Path(temporary)
+        for stream in (sys.stdout, sys.stderr):  # what was printed before comes first
+            try:
+                stream.flush()
+            except (AttributeError, ValueError, OSError):
+                pass
+        with open(temporary, "rb") as source:
+            for block in iter(lambda: source.read(1 << 20), b""):
+                view = memoryview(block)
+                while view:
+                    view = view[os.write(descriptor, view):]
+    except BrokenPipeError:
+        raise  # the reader left (`| head`): the front end ends quietly
+    except OSError as exc:
+        raise InputError(path, f"cannot write: {problem(exc)}") from None
+    finally:
+        _remove(temporary)
 
 
 def write_text(path, text: str, inputs=()) -> None:

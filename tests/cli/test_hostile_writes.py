@@ -26,8 +26,9 @@ LONG = "n" * 300  # longer than any file system's 255-byte name
 def _cli(*args, **options) -> subprocess.Popen:
     """``python -m precision_tool ARGS`` from this checkout (not an installed copy)."""
     env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "precision_tool", *map(str, args)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **options)
+    options = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **options}
+    return subprocess.Popen([sys.executable, "-m", "precision_tool", *map(str, args)], env=env, text=True,
+                            **options)
 
 
 @pytest.fixture
@@ -241,6 +242,21 @@ def test_an_interrupted_output_keeps_the_old_file_and_leaves_no_temporary(tmp_pa
             temporary.write_text("half")
             raise KeyboardInterrupt
     assert out.read_text() == "old\n" and no_leftovers(tmp_path) == []
+
+
+def test_dev_stdout_is_written_to_what_stdout_is_never_replaced(pair, tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text("an earlier line\n")
+    with open(log, "a") as appended:  # `>> log.txt`
+        proc = _cli("compare", *pair, "--all", "--format", "csv", "-o", "/dev/stdout", stdout=appended)
+        _, err = proc.communicate(timeout=60)
+    assert_outcome(proc.returncode, err, 0, digests(*pair), says="wrote /dev/stdout")
+    text = log.read_text()
+    assert text.startswith("an earlier line\nstatus,step,") and text.count("\n") > 10
+    piped = _cli("compare", *pair, "--all", "--format", "csv", "-o", "/dev/fd/1")  # a pipe: no file has its name
+    out, err = piped.communicate(timeout=60)
+    assert piped.returncode == 0 and out == text[len("an earlier line\n"):], err
+    assert no_leftovers(tmp_path) == []
 
 
 def test_a_loop_of_links_as_output_is_one_line(run_cli, pair, tmp_path):
