@@ -69,6 +69,17 @@ def test_an_output_that_is_a_file_of_an_input_run_is_refused(run_cli, runs, tmp_
     assert sorted([*golden.iterdir(), *target.iterdir()]) == files
 
 
+def test_the_shell_over_runs_never_writes_over_a_rank_it_did_not_load(run_cli, runs):
+    golden, target = runs
+    files = sorted([*golden.iterdir(), *target.iterdir()])
+    before = digests(*files)
+    result = run_cli("shell", "--golden", golden, "--target", target, "--rank", "0",
+                     "-c", f"vcs -o {golden}/rank1.h5; vcs --format csv -o {target}/run.json")
+    assert_outcome(result.status, result.stderr, 2, before, lines=4, says="is an input of this command")
+    assert result.stderr.count("is an input of this command") == 2 and "rank1.h5" in result.stderr
+    assert sorted([*golden.iterdir(), *target.iterdir()]) == files
+
+
 def test_a_new_file_in_an_input_run_is_written(run_cli, runs):
     golden, target = runs
     out = target / "report.csv"
