@@ -183,6 +183,9 @@ def _refuse_checkpoint_name(output: str, checkpoint_dir: str) -> None:
 
     from precision_tool.outputs import same_file
 
+    if os.path.abspath(output) == os.path.abspath(checkpoint_dir) or same_file(output, checkpoint_dir):
+        raise ConfigError(f"-o and --checkpoint-dir both name {printable(output)}; the dump is a file and the "
+                          "checkpoints a folder: give them different paths")
     folder = os.path.dirname(os.path.abspath(output))
     same_folder = same_file(folder, checkpoint_dir) or folder == os.path.abspath(checkpoint_dir)
     if same_folder and re.fullmatch(r"ckpt-\d{8,}\.h5", os.path.basename(output)):  # session.checkpoint's names

@@ -112,6 +112,13 @@ def test_collect_never_writes_its_dump_over_a_checkpoint(run_cli, checkpoints, t
     assert sorted(p.name for p in checkpoints.iterdir()) == ["ckpt-00000001.h5", "ckpt-00000002.h5"]
 
 
+def test_collect_refuses_a_dump_and_checkpoints_at_one_path(run_cli, tmp_path):
+    result = run_cli("collect", "mlp", "--steps", "2", "--save-steps", "1", "--checkpoint-dir", tmp_path / "run",
+                     "-o", tmp_path / "run")
+    assert_outcome(result.status, result.stderr, 2, {}, says="-o and --checkpoint-dir both name")
+    assert list(tmp_path.iterdir()) == []  # before: the whole run, then run.partial left beside run/
+
+
 # -- names ------------------------------------------------------------------------------------------------------------
 def test_an_empty_output_name_is_refused_before_any_work(run_cli, pair, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
