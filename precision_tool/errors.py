@@ -35,7 +35,27 @@ class InputError(PrecisionToolError):
     def __init__(self, path, problem: str):
         self.path = str(path)
         self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+        super().__init__(f"{printable(self.path)}: {problem}")
+
+
+def printable(text) -> str:
+    """``text`` (a file name) safe to show on one line: control characters (a newline, an escape sequence that
+    would recolour the terminal) and undecodable bytes are written as Python escapes ("a\\nb", "\\xff")."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, kept by the file system encoding
+        return f"\\x{code - 0xDC00:02x}"
+    return repr(char)[1:-1] if code < 0x10000 else f"\\U{code:08x}"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that every cleanup Ctrl-C gets runs (exit 130)."""
 
 
 class NotFoundError(PrecisionToolError, KeyError):

@@ -6,7 +6,10 @@ same filesystem) and renamed onto its name only once complete; a failed
 write removes the temporary and leaves any previous file as it was. An
 output that is the same file as an input of the command (compared by device
 and inode, so links and other spellings count) is refused. Special files
-(``/dev/stdout``, a FIFO) are written in place: they cannot be replaced.
+(a FIFO, a device) are written in place: they cannot be replaced.
+``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` name an open descriptor:
+the output is written to it once complete (a pipe; ``>> log`` appends),
+never renamed over the file it may be.
 Dumps have their own scheme (`precision_tool.dump.partial`).
 """
 
@@ -14,13 +17,17 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from precision_tool.errors import ConfigError, InputError
+from precision_tool.errors import ConfigError, InputError, printable
+
+
+TEMPORARY_STEM = 200  # characters of the output's name in its temporary's: a 255-byte name must still be writable
 
 
 def problem(exc: BaseException) -> str:
@@ -32,6 +39,20 @@ def problem(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+# An OSError of these, naming a file, that reaches a front end is the file system refusing a path the user gave
+# (a run directory under a file, a name too long, a full or read-only disk): one line and exit 2, not a bug report.
+FILE_SYSTEM_ERRNOS = frozenset(getattr(errno, name) for name in (
+    "EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EFBIG", "EIO", "ENAMETOOLONG", "ENOTDIR", "EISDIR", "EEXIST",
+    "ELOOP", "EXDEV", "EMLINK", "ENXIO") if hasattr(errno, name))
+
+
+def file_system_error(exc: BaseException) -> str | None:
+    """``"PATH: reason"`` when ``exc`` is the file system refusing a named file (see FILE_SYSTEM_ERRNOS), else None."""
+    if isinstance(exc, OSError) and exc.errno in FILE_SYSTEM_ERRNOS and exc.filename not in (None, ""):
+        return f"{printable(os.fsdecode(exc.filename))}: {problem(exc)}"
+    return None
+
+
 def same_file(a, b) -> bool:
     """Whether paths ``a`` and ``b`` name one existing file (same device and inode)."""
     try:
@@ -41,14 +62,35 @@ def same_file(a, b) -> bool:
 
 
 def refuse_inputs(output, inputs) -> None:
-    """InputError when ``output`` is one of ``inputs`` (None entries are skipped)."""
+    """InputError when ``output`` is one of ``inputs`` (None entries are skipped).
+
+    An input that is a directory (a run of several ranks: rank0.h5, ..., run.json) counts by the files in it:
+    an output that is one of them is refused too.
+    """
     if output is None:
         return
     for given in inputs:
-        if given is not None and same_file(output, given):
-            spelled = "" if str(given) == str(output) else f" ({given})"
+        if given is None:
+            continue
+        victim = given if same_file(output, given) else _inside(output, given)
+        if victim is not None:
+            spelled = "" if str(victim) == str(output) else f" ({printable(victim)})"
             raise InputError(output, f"is an input of this command{spelled}; "
                                      "writing it would destroy that input: choose another output file")
+
+
+def _inside(output, directory):
+    """The file of input directory ``directory`` that ``output`` is, else None."""
+    if not os.path.isdir(directory) or not os.path.isfile(output):
+        return None
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if same_file(output, entry.path):
+                    return entry.path
+    except OSError:
+        pass
+    return None
 
 
 def refuse_repeats(outputs: dict) -> None:
@@ -59,8 +101,20 @@ def refuse_repeats(outputs: dict) -> None:
             continue
         key = os.path.realpath(path)
         if key in seen:
-            raise ConfigError(f"{seen[key]} and {option} both write {path}; give them different files")
+            raise ConfigError(f"{seen[key]} and {option} both write {printable(path)}; give them different files")
         seen[key] = option
+
+
+def make_folder(path, what: str = "the folder") -> Path:
+    """Create folder ``path`` (and its parents) if missing; InputError naming it and why it cannot be made."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = problem(exc)
+        if os.path.islink(path) and not os.path.exists(path):
+            reason = f"it is a symbolic link to {printable(os.readlink(path))}, which does not exist"
+        raise InputError(path, f"cannot create {what}: {reason}") from None
+    return Path(path)
 
 
 def _mode_for(target: Path) -> int:
@@ -80,18 +134,33 @@ def replacing(path, inputs=()) -> Iterator[Path]:
     OSError in the block or the rename becomes InputError naming ``path``
     and the reason in words; the temporary is removed on any failure.
     """
+    if not str(path):
+        raise ConfigError("the output file name is empty; give the file to write")
+    descriptor = _descriptor(path)
+    if descriptor is not None:  # /dev/stdout: what the shell opened (a pipe, `>> log`) is written to, not replaced
+        yield from _through_descriptor(path, descriptor)
+        return
     target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     refuse_inputs(target, inputs)
-    if target.is_dir():
+    try:
+        kind = os.stat(target).st_mode
+    except FileNotFoundError:
+        kind = None
+    except OSError as exc:  # a name too long, a loop of links, a folder that cannot be searched
+        if exc.errno != errno.ENOTDIR:
+            raise InputError(path, f"cannot write: {problem(exc)}") from None
+        kind = None  # a file where a folder should be: mkstemp below says so
+    if kind is not None and stat.S_ISDIR(kind):
         raise InputError(path, "is a directory; give a file name")
-    if target.exists() and not target.is_file():  # /dev/stdout, a FIFO: write to it as it is
+    if kind is not None and not stat.S_ISREG(kind):  # /dev/stdout, a FIFO: write to it as it is
         try:
             yield target
         except OSError as exc:
             raise InputError(path, f"cannot write: {problem(exc)}") from None
         return
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name[:TEMPORARY_STEM]}.", suffix=".tmp",
+                                             dir=target.parent or ".")
         os.close(handle)
         os.chmod(temporary, _mode_for(target))
     except OSError as exc:
@@ -107,6 +176,50 @@ def replacing(path, inputs=()) -> Iterator[Path]:
     except BaseException:
         _remove(temporary)
         raise
+
+
+_DESCRIPTOR = re.compile(r"/dev/std(out|err)|/dev/fd/(\d+)|/proc/self/fd/(\d+)")
+
+
+def _descriptor(path) -> int | None:
+    """The open descriptor ``path`` names (/dev/stdout, /dev/fd/N), else None. Resolving it as a link would give
+    a pipe's name that no file has, or the file ``>>`` appends to, which a rename would replace whole."""
+    match = _DESCRIPTOR.fullmatch(os.path.normpath(str(path)))
+    if match is None:
+        return None
+    stream, *numbers = match.groups()
+    if stream is not None:
+        return 1 if stream == "out" else 2
+    return int(next(n for n in numbers if n is not None))
+
+
+def _through_descriptor(path, descriptor: int) -> Iterator[Path]:
+    """`replacing` for an open descriptor: the block writes a temporary file, copied to the descriptor after it."""
+    import sys
+
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=".precision-tool-output.", suffix=".tmp")
+        os.close(handle)
+    except OSError as exc:
+        raise InputError(path, f"cannot write: no temporary file: {problem(exc)}") from None
+    try:
+        yield Path(temporary)
+        for stream in (sys.stdout, sys.stderr):  # what was printed before comes first
+            try:
+                stream.flush()
+            except (AttributeError, ValueError, OSError):
+                pass
+        with open(temporary, "rb") as source:
+            for block in iter(lambda: source.read(1 << 20), b""):
+                view = memoryview(block)
+                while view:
+                    view = view[os.write(descriptor, view):]
+    except BrokenPipeError:
+        raise  # the reader left (`| head`): the front end ends quietly
+    except OSError as exc:
+        raise InputError(path, f"cannot write: {problem(exc)}") from None
+    finally:
+        _remove(temporary)
 
 
 def write_text(path, text: str, inputs=()) -> None:

@@ -67,6 +67,7 @@ def batch_command(spec: CommandSpec) -> click.Command:
 def present(spec: CommandSpec, delivered) -> None:
     """Print what `deliver` left: text whole, a result through its batch view; then the files written."""
     from precision_tool.commands.results import TextDocument
+    from precision_tool.errors import printable
 
     shown = delivered.shown
     if isinstance(shown, TextDocument):
@@ -79,7 +80,7 @@ def present(spec: CommandSpec, delivered) -> None:
             from precision_tool.render.shell_views import render as view
         Console(highlight=False).print(view(shown))
     for path in delivered.wrote:
-        click.echo(f"wrote {path}", err=True)
+        click.echo(f"wrote {printable(path)}", err=True)
 
 
 def _compare_view(comparison):

@@ -15,7 +15,7 @@ from precision_tool.engine.formats import OVERFLOW_MODES
 from precision_tool.engine.precision import PRECISION_MODES, PRECISION_MODES_V2
 from precision_tool.commands.options import SEED, FiniteFloat
 from precision_tool.defaults import MAX_SCHEDULE, OPTIMIZERS
-from precision_tool.errors import ConfigError, PrecisionToolError
+from precision_tool.errors import ConfigError, InputError, PrecisionToolError, printable
 
 LOSS_SCALE_FORM = ("none | fixed:V | exponential:INIT[,INCR_EVERY_N_STEPS[,DECR_EVERY_N_NAN_OR_INF"
                    "[,INCR_RATIO[,DECR_RATIO]]]] | dynamic:INIT[,FACTOR[,WINDOW]]")
@@ -126,8 +126,9 @@ def collect(**params):
 
     MODEL is a built-in name (mlp, mlp_regression, cnn, transformer, sensor) or
     FILE.py:FACTORY. The dump can be inspected with `precision-tool inspect`
-    and compared with `precision-tool compare`. Interrupted with Ctrl-C, the
-    dump keeps every finished step and says it is incomplete (exit 130).
+    and compared with `precision-tool compare`. Interrupted with Ctrl-C (or
+    SIGTERM), the dump keeps every finished step and says it is incomplete
+    (exit 130).
     While it runs the dump is OUTPUT.partial (locked); it becomes OUTPUT when
     closed. An existing OUTPUT is kept unless --force is given.
     """
@@ -146,12 +147,57 @@ def request_from(params: dict, command: str):
         raise ConfigError("--accelerate-train-mode applies to --device npu only")
     if params.get("fault_rank") is not None and params.get("ranks") is None:
         raise ConfigError("--fault-rank needs --ranks")
-    if params.get("ranks") is None and os.path.isdir(params["output"]):
-        raise ConfigError(f"{params['output']}: is a directory; a dump is a file (a run directory needs --ranks N)")
+    output = params["output"]
+    if not output:
+        raise ConfigError("the output file name is empty; give the dump file to write (-o NAME.h5)")
+    if params.get("ranks") is None and os.path.isdir(output):
+        raise ConfigError(f"{printable(output)}: is a directory; a dump is a file (a run directory needs --ranks N)")
+    if params.get("ranks") is None:
+        _refuse_special(output)
+    if params.get("checkpoint_dir"):
+        _refuse_checkpoint_name(output, params["checkpoint_dir"])
     renamed = {"mode": params["mode"] or "dump", "ops": tuple(params["ops"]), "modules": tuple(params["modules"]),
                "backward": not params["no_backward"], "command": command, "overwrite": params["force"]}
     fields = {name: value for name, value in params.items() if name not in ("no_backward", "force")}
     return CollectRequest(**{**fields, **renamed})
+
+
+def _refuse_special(output: str) -> None:
+    """A device, a FIFO or a socket at OUTPUT is refused, --force or not: finishing the dump renames it over
+    the name, and would replace /dev/null itself."""
+    import stat
+
+    try:
+        mode = os.stat(output).st_mode
+    except OSError:
+        return  # absent (or unreachable: the dump's own checks say why)
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise InputError(output, "is not a regular file (a device, a FIFO or a socket); a dump must be written "
+                                 "to a file")
+
+
+def _refuse_checkpoint_name(output: str, checkpoint_dir: str) -> None:
+    """The dump may not be one of --checkpoint-dir's checkpoints (read with --if-load, written every
+    --save-steps): the one would replace the other."""
+    import re
+
+    from precision_tool.outputs import same_file
+
+    if os.path.abspath(output) == os.path.abspath(checkpoint_dir) or same_file(output, checkpoint_dir):
+        raise ConfigError(f"-o and --checkpoint-dir both name {printable(output)}; the dump is a file and the "
+                          "checkpoints a folder: give them different paths")
+    folder = os.path.dirname(os.path.abspath(output))
+    same_folder = same_file(folder, checkpoint_dir) or folder == os.path.abspath(checkpoint_dir)
+    if same_folder and re.fullmatch(r"ckpt-\d{8,}\.h5", os.path.basename(output)):  # session.checkpoint's names
+        raise InputError(output, f"is a checkpoint's name in --checkpoint-dir {printable(checkpoint_dir)}; "
+                                 "give the dump another name")
+    if os.path.isdir(checkpoint_dir) and os.path.isfile(output):
+        from precision_tool.session.checkpoint import list_checkpoints
+
+        for path in list_checkpoints(checkpoint_dir).values():
+            if same_file(output, path):
+                raise InputError(output, f"is the checkpoint {printable(path)}; writing the dump over it "
+                                         "would destroy it: give the dump another name")
 
 
 def run_with_progress(plan):
@@ -190,6 +236,8 @@ class StopOnInterrupt:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+
+    _handle.defers = True  # SIGTERM's handler (`precision_tool.cli.main.stop_on_sigterm`) leaves the stop to us
 
     def on_step_begin(self, step) -> None:
         self._stop_if_asked()
@@ -236,7 +284,17 @@ def _command_line(ctx: click.Context) -> str:
         flag = param.opts[-1] if param.opts[-1].startswith("--") else param.opts[0]
         for item in (value if isinstance(value, tuple) else (value,)):
             words += [flag] if value is True else [flag, str(item)]
-    return " ".join(shlex.quote(w) for w in words)
+    return " ".join(shlex.quote(_storable(w)) for w in words)
+
+
+def _storable(word: str) -> str:
+    """``word`` as UTF-8 can hold it: bytes of a file name that were not UTF-8 (kept by Python as lone
+    surrogates, which no HDF5 string can store) are written as \\xNN."""
+    try:
+        word.encode("utf-8")
+    except UnicodeEncodeError:
+        return word.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return word
 
 
 def _is_tty() -> bool:

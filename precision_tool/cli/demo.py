@@ -44,7 +44,7 @@ def demo(workdir, steps, force):
     if workdir and Path(workdir).is_dir():
         for path in demo_paths(workdir):  # before anything is printed or run
             check_target(path, force)
-    workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="precision-tool-demo-"))
+    workdir = _make_workdir(workdir)
     console.print(Text(f"precision-tool demo: model {DEMO_MODEL}, {steps} steps, dumps in {workdir}", style="bold"))
 
     def show(run):
@@ -66,3 +66,16 @@ def demo(workdir, steps, force):
     console.print(Text("\nExplore it:", style="bold"))
     console.print(f"  precision-tool shell {files}")
     console.print(f"  precision-tool compare {runs['golden']} {runs['target']} --all")
+
+
+def _make_workdir(workdir) -> Path:
+    """--workdir, made if missing, else a new temporary directory; InputError when it cannot be made."""
+    from precision_tool.errors import InputError
+    from precision_tool.outputs import make_folder, problem
+
+    if workdir:
+        return make_folder(workdir, "the demo's directory")
+    try:
+        return Path(tempfile.mkdtemp(prefix="precision-tool-demo-"))
+    except OSError as exc:
+        raise InputError(tempfile.gettempdir(), f"cannot create the demo's directory: {problem(exc)}") from None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import click
 
 from precision_tool import __version__
-from precision_tool.errors import ExitStatus, PrecisionToolError
+from precision_tool.errors import ExitStatus, PrecisionToolError, Terminated, printable
 
 # name -> (module:attribute, one-line help shown by --help without importing). The commands that read dumps
 # are generated from their specs (`precision_tool.commands.registry`, through `precision_tool.cli.batch`): their
@@ -92,11 +93,11 @@ def _report_internal(exc: BaseException, show_traceback: bool) -> None:
     try:
         path = _error_log_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        where = f"; traceback saved to {path}"
-    except OSError:
+        path.write_text(text, encoding="utf-8", errors="backslashreplace")  # a name that was not UTF-8
+        where = f"; traceback saved to {printable(path)}"
+    except (OSError, ValueError):
         pass
-    click.echo(f"precision-tool: internal error: {type(exc).__name__}: {exc}{where} "
+    click.echo(f"precision-tool: internal error: {type(exc).__name__}: {printable(exc)}{where} "
                "(rerun with --traceback to see it)", err=True)
 
 
@@ -116,16 +117,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = "--traceback" in argv
     clear_interrupt()
+    _TERMINATED.clear()
     try:
         # outside standalone mode click returns ctx.exit(code)'s code instead of exiting
         result = cli.main(args=argv, prog_name="precision-tool", standalone_mode=False)
-        if interrupted():  # a Ctrl-C whose exception a finaliser swallowed
+        if interrupted() or _TERMINATED:  # a Ctrl-C (or SIGTERM) whose exception a finaliser swallowed
             raise KeyboardInterrupt
         return result if isinstance(result, int) and not isinstance(result, bool) else ExitStatus.OK
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:  # click's form of KeyboardInterrupt
-        click.echo("precision-tool: interrupted", err=True)
+        click.echo(f"precision-tool: {_stopped_by()}", err=True)
         return ExitStatus.INTERRUPTED
     except click.ClickException as exc:
         click.echo(f"precision-tool: error: {click_message(exc)}", err=True)
@@ -133,20 +135,58 @@ def main(argv: list[str] | None = None) -> int:
     except PrecisionToolError as exc:
         if show_traceback:
             traceback.print_exc()
-        click.echo(f"precision-tool: error: {exc}", err=True)
+        click.echo(f"precision-tool: error: {printable(exc)}", err=True)  # one line, whatever a name holds
         return exc.exit_status
-    except KeyboardInterrupt:
-        click.echo("precision-tool: interrupted", err=True)
+    except KeyboardInterrupt as exc:
+        click.echo(f"precision-tool: {_stopped_by(exc)}", err=True)
         return ExitStatus.INTERRUPTED
     except BrokenPipeError:
         sys.stderr.close()
         return ExitStatus.OK
     except Exception as exc:  # the boundary: anything else is our bug
         if interrupted():  # work called off by Ctrl-C (compare.cancel.Cancelled), not a bug
-            click.echo("precision-tool: interrupted", err=True)
+            click.echo(f"precision-tool: {_stopped_by()}", err=True)
             return ExitStatus.INTERRUPTED
+        from precision_tool.outputs import file_system_error
+
+        refused = file_system_error(exc)
+        if refused is not None:  # a folder that cannot be made, a full disk: the user's file, not our bug
+            click.echo(f"precision-tool: error: {refused}", err=True)
+            return ExitStatus.USAGE
         _report_internal(exc, show_traceback)
         return ExitStatus.INTERNAL
+
+
+_TERMINATED: set = set()  # holds True once SIGTERM arrived (a set: cleared in place, no global statement)
+
+
+def _stopped_by(exc: BaseException | None = None) -> str:
+    return "terminated" if isinstance(exc, Terminated) or _TERMINATED else "interrupted"
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM stops a command as Ctrl-C does (outputs cleaned up, a dump closed as incomplete; exit 130).
+
+    The handler first runs the SIGINT handler in place (the console script's remembers the interrupt for the
+    work that checks it; collect's defers it to the next step boundary and returns), then raises `Terminated`,
+    a KeyboardInterrupt, unless that handler deferred it.
+    """
+    def handler(signum, frame):
+        _TERMINATED.add(True)
+        on_interrupt = signal.getsignal(signal.SIGINT)
+        if callable(on_interrupt) and on_interrupt is not signal.default_int_handler:
+            try:
+                on_interrupt(signal.SIGINT, frame)
+            except KeyboardInterrupt:
+                raise Terminated() from None
+            if getattr(on_interrupt, "defers", False):  # collect's StopOnInterrupt: it stops at a step boundary
+                return
+        raise Terminated()
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):  # not the main thread, or no SIGTERM here
+        pass
 
 
 def keep_freed_memory() -> bool:
@@ -178,4 +218,5 @@ def entry_point() -> None:
 
     keep_freed_memory()
     install_interrupt_handler()
+    stop_on_sigterm()
     sys.exit(main())

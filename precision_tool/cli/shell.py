@@ -51,6 +51,8 @@ def shell(ctx, files, golden, target, overflow, fusion_off, rank, commands):
     paths, run_note = pick_rank({"golden": golden, "target": target, "overflow": overflow,
                                  "fusion_off": fusion_off}, rank)
     session = ShellSession.open(files, **paths)
+    if run_note is not None:  # every file of the runs given stays an input, not only the rank loaded
+        session.runs = tuple(str(path) for path in (golden, target, overflow, fusion_off) if path is not None)
     if run_note is not None:  # once the rank's dumps opened: a bad one is the only line
         click.echo(f"precision-tool shell: {run_note}", err=True)
     with session:

@@ -104,7 +104,9 @@ def _zoom(**params):
     zooms = {role: str(folder / f"zoom-{role}.h5") for role in ROLES}
     console = Console(highlight=False)
     created = not folder.exists()
-    folder.mkdir(parents=True, exist_ok=True)
+    from precision_tool.outputs import make_folder
+
+    make_folder(folder)
     try:
         from precision_tool.dump.partial import check_target
 
@@ -186,9 +188,7 @@ def _zoom_script(script, stats, zooms, force, cosine, folder) -> ZoomRun:
 
     from precision_tool.collect.zoom_env import DIR, PHASE, REGION, ROLE
 
-    if force:
-        for path in (*stats.values(), *zooms.values()):
-            Path(path).unlink(missing_ok=True)
+    # --force: the previous dumps stay until the script's ptt.dump replaces each (a failing script leaves them)
     base = {DIR: str(folder.resolve())}
     for role in ROLES:
         _run_script(script, {**base, PHASE: "stats", ROLE: role}, stats[role])
@@ -207,15 +207,25 @@ def _zoom_script(script, stats, zooms, force, cosine, folder) -> ZoomRun:
 def _run_script(script: list[str], environment: dict, expected: str) -> None:
     what = f"{environment['PRECISION_TOOL_ZOOM_PHASE']} phase, {environment['PRECISION_TOOL_ZOOM_ROLE']} run"
     click.echo(f"running {shlex.join(script)} ({what})", err=True)
+    before = _stamp(expected)
     try:
         status = subprocess.run(script, env={**os.environ, **environment}, check=False).returncode
     except OSError as exc:
         raise ConfigError(f"cannot run {script[0]!r}: {exc.strerror or exc}") from None
     if status != 0:
         raise InputError(script[0], f"exited with status {status} in the {what}")
-    if not os.path.exists(expected):
+    if _stamp(expected) in (None, before):  # absent, or the previous run's file left as it was
         raise InputError(script[0], f"wrote no {os.path.basename(expected)} in the {what}: does it train "
                                     "inside ptt.dump(...)?")
+
+
+def _stamp(path: str):
+    """What tells a file from the one that replaced it (a dump is renamed into place: a new inode)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size
 
 
 # -- both -------------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
+from precision_tool.errors import printable
 from precision_tool.render.diagnosis_parts import diagnosis_dict  # noqa: F401  (the JSON twin, for callers)
 from precision_tool.render.diagnosis_parts import (attribution_path, fusion_summary, overflow_summary, section,
                                                    verdict)
@@ -419,11 +420,11 @@ def text_document(result):
 def delivered(result):
     """What a command left to show after writing its files, then a line per file written."""
     parts = [render(result.shown)] if result.shown is not None else []
-    return Group(*parts, *[Text(f"wrote {path}", no_wrap=True, overflow="ignore") for path in result.wrote])
+    return Group(*parts, *[Text(f"wrote {printable(path)}", no_wrap=True, overflow="ignore") for path in result.wrote])
 
 
 def baseline_saved(saved):
-    return Text(f"baseline of {saved.tensors} tensors in {saved.ops} ops written to {saved.output}", no_wrap=True,
+    return Text(f"baseline of {saved.tensors} tensors in {saved.ops} ops written to {printable(saved.output)}", no_wrap=True,
                 overflow="ignore")
 
 

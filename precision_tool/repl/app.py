@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from prompt_toolkit import PromptSession
@@ -12,6 +13,7 @@ from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.styles import Style
 
 from precision_tool.compare.cancel import clear_interrupt
+from precision_tool.errors import Terminated
 from precision_tool.repl.runner import shorten
 from precision_tool.repl.completer import ShellCompleter
 
@@ -26,14 +28,35 @@ def history_path(env=None) -> Path:
 
 
 def create_history(path: Path | None = None) -> History:
-    """A history that persists across sessions; in memory only if its folder cannot be made."""
+    """A history that persists across sessions; in memory only if its folder cannot be made, or its file is not
+    a regular file (a device such as /dev/full would be read for ever, a FIFO would block the prompt)."""
     path = history_path() if path is None else path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(exist_ok=True)
+        if not path.exists():
+            path.touch()
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return InMemoryHistory()
     except OSError:
         return InMemoryHistory()
-    return FileHistory(str(path))
+    return SparingFileHistory(str(path))
+
+
+class SparingFileHistory(FileHistory):
+    """A FileHistory that a failing disk never stops: a line that cannot be saved (a full disk, a file made
+    read-only meanwhile) stays in this session's memory only, and an unreadable file loads as empty."""
+
+    def load_history_strings(self):
+        try:
+            yield from super().load_history_strings()
+        except OSError:
+            return
+
+    def store_string(self, string: str) -> None:
+        try:
+            super().store_string(string)
+        except OSError:
+            pass
 
 
 def shell_bindings() -> KeyBindings:
@@ -117,6 +140,8 @@ def run_interactive(runner, printer, prompt_session: PromptSession | None = None
     while True:
         try:
             line = prompt_session.prompt()
+        except Terminated:  # SIGTERM ends the shell (exit 130); Ctrl-C only clears the line
+            raise
         except KeyboardInterrupt:
             continue
         except EOFError:
@@ -125,6 +150,8 @@ def run_interactive(runner, printer, prompt_session: PromptSession | None = None
         try:
             if printer.show_all(runner.run_line(line)):
                 return
+        except Terminated:
+            raise
         except KeyboardInterrupt:  # a long command interrupted: back to the prompt
             printer.err.print("interrupted", style="red")
         finally:

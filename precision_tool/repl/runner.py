@@ -11,7 +11,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from precision_tool.errors import PrecisionToolError
+from precision_tool.errors import PrecisionToolError, printable
 from precision_tool.repl.commands import QUIT_WORDS, Command, build_commands, command_help, help_index
 from precision_tool.repl.parsing import parse_args, split_commands, split_words, wants_help
 
@@ -80,8 +80,13 @@ class Runner:
         try:
             return self._dispatch(text)
         except PrecisionToolError as exc:
-            return Outcome(text, error=shorten(str(exc), ERROR_WIDTH))  # a pasted 100 KB name is not echoed whole
+            return Outcome(text, error=shorten(printable(exc), ERROR_WIDTH))  # a pasted 100 KB name is not echoed whole
         except Exception as exc:  # the shell must survive its own bugs; the front end logs them
+            from precision_tool.outputs import file_system_error
+
+            refused = file_system_error(exc)  # a path the file system refuses is the user's, not a bug
+            if refused is not None:
+                return Outcome(text, error=shorten(refused, ERROR_WIDTH))
             return Outcome(text, error=f"internal error: {type(exc).__name__}: {exc}", internal=exc)
 
     def _dispatch(self, text: str) -> Outcome:

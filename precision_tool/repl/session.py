@@ -52,6 +52,7 @@ class ShellSession:
         if unknown:
             raise ValueError(f"unknown roles {sorted(unknown)}")
         self.dumps = dict(dumps)
+        self.runs: tuple = ()  # the run directories the shell was given (a rank of each is loaded): written over never
         self._compare_fn = compare_fn
         self._comparisons: dict = {}  # (steps, ops) or None (the whole run) -> CompareReport
         self._streamed: dict = {}  # (steps, ops) or None -> StreamedReport, for vcs (no record per op kept)
@@ -107,8 +108,9 @@ class ShellSession:
 
     @property
     def inputs(self) -> tuple:
-        """The loaded dumps' paths: no command writes over one of them."""
-        return tuple(str(dump.path) for dump in self.dumps.values())
+        """The loaded dumps' paths and the runs they belong to: no command writes over one of them (nor over any
+        file of such a run)."""
+        return (*(str(dump.path) for dump in self.dumps.values()), *self.runs)
 
     @property
     def primary_role(self) -> str | None:

@@ -97,6 +97,20 @@ def test_a_missing_thing_is_the_users_error_and_a_bare_key_error_is_a_bug(runner
     assert outcome.error == "internal error: KeyError: 'oops'" and isinstance(outcome.internal, KeyError)
 
 
+def test_a_file_system_refusal_is_the_users_error_not_a_bug(runner, monkeypatch):
+    import errno
+
+    def refuse(*args):
+        raise OSError(errno.EROFS, "Read-only file system", "out\nput.csv")
+
+    monkeypatch.setattr("precision_tool.repl.ops.list_ops", refuse)
+    [outcome] = runner.run_line("ls")
+    assert outcome.error == "out\\nput.csv: read-only file system" and outcome.internal is None
+    monkeypatch.setattr("precision_tool.repl.ops.list_ops", lambda *a: open("/nonexistent/x"))
+    [outcome] = runner.run_line("ls")  # a file that is not there is no file-system refusal: still a bug
+    assert outcome.error.startswith("internal error: FileNotFoundError") and outcome.internal is not None
+
+
 def test_blank_line_does_nothing(runner):
     assert runner.run_line("   ") == []
 
