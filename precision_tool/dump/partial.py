@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 from precision_tool.errors import InputError
@@ -192,8 +193,16 @@ LEFT_BEHIND = ("a dump left by a run that did not finish (inspect can read it); 
 
 
 def _check_target(path: str, overwrite: bool) -> None:
+    if not path:
+        raise InputError("''", "is not a file name; give the dump file's name")
     if os.path.isdir(path):
         raise InputError(path, "is a directory; give the dump file's name")
+    try:
+        kind = os.stat(path).st_mode
+    except OSError:
+        kind = None  # nothing there (or a dangling link): created by the rename
+    if kind is not None and not stat.S_ISREG(kind):  # a FIFO, a device: the rename would replace it
+        raise InputError(path, "is not a regular file (a device, FIFO or socket); give the dump file's name")
     if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise InputError(path, f"cannot create the dump: no directory {Path(path).parent}")
     if not overwrite and os.path.lexists(path):

@@ -109,13 +109,16 @@ class DumpWriter:
         self.tensors_written = 0
         self.closed = False
         self._failure_raised = False
-        self._write_metadata(dict(metadata or {}), bool(stats_match_data))
-        self._file.flush()
-        if self._io.failure is not None:  # not one step readable: leave nothing behind
+        try:  # no step can be read without the metadata: on failure leave nothing behind (no zero-step .partial)
+            self._write_metadata(dict(metadata or {}), bool(stats_match_data))
+            self._file.flush()
+            if self._io.failure is not None:
+                self._raise_failure("cannot create the dump")
+        except BaseException:  # (that failure, metadata that cannot be encoded, an interrupt)
             self.closed = True
             self._file.close()
             self._target.abandon()
-            self._raise_failure("cannot create the dump")
+            raise
 
     # -- run metadata -------------------------------------------------------
 

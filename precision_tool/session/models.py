@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,7 +213,7 @@ def load_model(name: str, rng: np.random.Generator) -> LoadedModel:
 
 
 def _load_factory(path: Path, factory_name: str) -> Callable:
-    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(os.fsencode(path.resolve())).hexdigest()[:12]  # (a name need not be UTF-8)
     module_name = f"precision_tool_user_model_{digest}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:

@@ -96,3 +96,29 @@ def test_ctrl_c_inside_an_hdf5_write_is_raised_after_it_and_the_dump_stays_reada
     writer.close(complete=False)
     with open_dump(path) as dump:
         assert not dump.complete and dump.steps_complete >= 1
+
+
+def test_a_dump_is_never_renamed_over_a_fifo_or_device_nor_written_to_an_empty_name(tmp_path):
+    """`torch.dump` and the writer replace an existing dump by default: a FIFO or a device at the path is
+    refused before anything is written (as root, a dump once replaced /dev/null), and so is an empty name."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/null"):
+        with pytest.raises(InputError, match="is not a regular file"):
+            DumpWriter(path, {"role": "target"})
+    assert fifo.is_fifo() and os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+    with pytest.raises(InputError, match="is not a file name"):
+        DumpWriter("", {"role": "target"})
+
+
+def test_metadata_that_fails_to_write_leaves_no_partial_dump(tmp_path, monkeypatch):
+    """An error or an interrupt while the root metadata is written: no zero-step NAME.partial is left to block
+    the next run."""
+    def broken(self, metadata, stats_match_data):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DumpWriter, "_write_metadata", broken)
+    with pytest.raises(KeyboardInterrupt):
+        DumpWriter(tmp_path / "run.h5", {"role": "target"})
+    assert list(tmp_path.iterdir()) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -293,3 +294,12 @@ def test_boost_ops_are_named_under_boost():
     assert "boost/fn_head/head/MatMul" in names and "boost/less_bn/gc/stem/0/weight" in names
     assert "boost/grad_freeze/FreezeIndex" in names
     assert not any(n.startswith("block1/bn1/") for n in names)
+
+
+def test_a_model_file_whose_name_is_not_utf8_loads(tmp_path):
+    """The module name of a user's model file is derived from its path's bytes, which need not be UTF-8."""
+    from precision_tool.session.models import _load_factory
+
+    path = tmp_path / os.fsdecode(b"model\xff.py")
+    path.write_text("def make():\n    return 42\n")
+    assert _load_factory(path, "make")() == 42
