@@ -55,7 +55,8 @@ from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
 from precision_tool.analysis.rewrites import RewriteJudge, _fmt, output_dtype, with_module
 from precision_tool.analysis.structure import (Consumers, enclosing_module, fingerprint, missing_backward,
                                                module_path, occurrence_keys as _occurrence_keys,
-                                               rewritten_backward, rewritten_modules)
+                                               rewritten_backward, rewritten_modules,
+                                               rewritten_optimizer)
 from precision_tool.compare.cancel import raise_if_interrupted
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
@@ -114,7 +115,8 @@ class Scanner(RewriteJudge):
         target = [r for r in self.target.ops(step=step) if r.tensors]
         golden = self.golden.ops(step=step)
         self.step_records, self.golden_records = target, golden
-        rewrites = rewritten_modules(golden, target) + rewritten_backward(golden, target)
+        rewrites = rewritten_modules(golden, target) + rewritten_backward(golden, target) + \
+            rewritten_optimizer(golden, target)
         inside = {name for r in rewrites for name in r.members}
         by_record = {id(r.target_record): r for r in rewrites}
         self.views = golden_views(self.golden, target)
@@ -232,6 +234,7 @@ class Scanner(RewriteJudge):
         op, or a value rewritten by ops only the target runs; the change, not this op, is the culprit."""
         view = self.views.get(id(record)) or GoldenView(self.golden, [])
         found = self.departures.integer(record, view, a)
+        self.result.notes.extend(n for n in self.departures.flips if n not in self.result.notes)
         if found is not None:
             self.result.attributions.append(a)
             return integer_verdict(record, a, found)
@@ -298,7 +301,7 @@ class Scanner(RewriteJudge):
         if not outcome:
             if a.type not in self._dtype_notes:
                 self._dtype_notes.add(a.type)
-                where = ("in backward" if record.direction != "forward" else
+                where = (f"in {record.direction}" if record.direction != "forward" else
                          "absorbed downstream" if not harmful else
                          f"the step's loss and outputs stay within {SIGNIFICANT_ERROR:g} of golden")
                 self.result.notes.append(
