@@ -34,7 +34,7 @@ casts autocast inserts round a value, they never move it that far.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -63,6 +63,7 @@ class Departure:
     producer_error: float
     writer: OpRecord | None  # the target-only op that wrote what the reader read (float inputs)
     golden_dtype: str = ""  # the dtype golden held the value in (float inputs)
+    skipped: OpRecord | None = None  # golden's op that wrote the value and that the target does not run
 
 
 class DepartureFinder:
@@ -189,6 +190,9 @@ class DepartureFinder:
             written = self._golden_writer(golden_record, golden_tensor) if golden_tensor is not None else None
             producer = self.target_of(written[0]) if written is not None else None
             if producer is None:
+                skipped = self._skipped(record, slot, error.error, written[0]) if written is not None else None
+                if skipped is not None:
+                    return replace(skipped, golden_dtype=golden_tensor.dtype)
                 continue
             producer_error = self.measure(producer).observed
             if error.error <= INTRODUCED_EXCESS * producer_error:
@@ -197,6 +201,21 @@ class DepartureFinder:
             if writer is not None and writer.exec_index > producer.exec_index and self.golden_of(writer) is None:
                 return Departure(slot, error.error, 0, 0, producer, producer_error, writer, golden_tensor.dtype)
         return None
+
+    def _skipped(self, record: OpRecord, slot: str, error: float, golden_writer: OpRecord) -> Departure | None:
+        """Golden's writer of ``slot`` computes and has no target partner, while the target's value comes from an
+        op paired with an earlier golden op: the target skips a step golden takes (a loss not divided by the
+        micro-batches it accumulates over, say). None otherwise."""
+        if is_copy(golden_writer.type):
+            return None
+        writer = self.writers()[1].producer(record, slot)
+        partner = self.golden_of(writer) if writer is not None else None
+        if partner is None or partner.exec_index >= golden_writer.exec_index:
+            return None
+        writer_error = self.measure(writer).observed
+        if error <= INTRODUCED_EXCESS * writer_error:
+            return None
+        return Departure(slot, error, 0, 0, writer, writer_error, None, skipped=golden_writer)
 
     def _golden_writer(self, golden_record: OpRecord, golden_tensor) -> tuple[OpRecord, str] | None:
         """(the golden op that last wrote ``golden_tensor`` before ``golden_record`` read it, its output slot)."""
@@ -265,6 +284,19 @@ def cast_verdict(record: OpRecord, d: Departure, cast: OpRecord) -> Verdict:
               f".to({dtype}), an autocast region), or compute it in {d.golden_dtype} on purpose")
     return Verdict(cast.name, "precision_loss", cast.step, cast.direction, cast.type, evidence, action,
                    module=module_path(cast.name))
+
+
+def skipped_verdict(record: OpRecord, d: Departure) -> Verdict:
+    """The golden op the target does not run, which wrote what ``record`` reads in golden."""
+    op = d.skipped
+    evidence = (f"{record.name} ({record.type}) reads {d.slot} {d.error:.3g} from golden: in golden {op.name} "
+                f"({op.type}) wrote it; in the target {d.producer.name}, which matches golden within "
+                f"{d.producer_error:.3g}, did",
+                f"the target does not run {op.name}: the value goes on without it")
+    action = (f"golden runs {op.type} at {op.name} and the target does not: check the target's code there (a "
+              "division by the accumulation steps, a scale or a normalisation left out)")
+    return Verdict(op.name, "kernel_bug", record.step, op.direction, op.type, evidence, action,
+                   module=module_path(op.name))
 
 
 def target_only_verdict(record: OpRecord, d: Departure, between: list[OpRecord]) -> Verdict:

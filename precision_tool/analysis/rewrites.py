@@ -65,7 +65,7 @@ class RewriteJudge:
         if observed < floor or observed <= INTRODUCED_EXCESS * inherited:
             return None
         where = {"forward": "module", "backward": "backward of"}.get(rewrite.direction, "the update of")
-        evidence = [f"in {where} {rewrite.name}, {rewrite.describe()}",
+        evidence = [f"in {where} {rewrite.name or 'the ops outside every module'}, {rewrite.describe()}",
                     f"its output is {_fmt(observed)} from golden while its inputs are within {_fmt(inherited)}"
                     if rewrite.direction != "optimizer" else
                     f"the parameters and state it writes are {_fmt(observed)} from golden while the gradients it "
