@@ -20,7 +20,12 @@ change happen *between* paired ops and so escape it:
   labels) differs from golden, element for element, while no recorded op
   explains it (none wrote those integers, or the one that did wrote golden's
   values), read integers changed before it: its float output departs for
-  that reason alone.
+  that reason alone. Unless a *decision* flipped before it: an earlier op of
+  the step that chose from floats (topk's indices, an argmax, a comparison)
+  chose differently from golden, and what is read after it is chosen from
+  that (a mixture of experts routing tokens by topk, through integer ops
+  that are not recorded). Rounding moves a near tie either way; the ops that
+  follow compute on other data, not wrongly, and the flip is only noted.
 
 A departure counts only when it is beyond what the input's dtype explains
 (`noise_floor`) and INTRODUCED_EXCESS times the error of its writer: the
@@ -29,7 +34,7 @@ casts autocast inserts round a value, they never move it that far.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -58,6 +63,7 @@ class Departure:
     producer_error: float
     writer: OpRecord | None  # the target-only op that wrote what the reader read (float inputs)
     golden_dtype: str = ""  # the dtype golden held the value in (float inputs)
+    skipped: OpRecord | None = None  # golden's op that wrote the value and that the target does not run
 
 
 class DepartureFinder:
@@ -70,6 +76,8 @@ class DepartureFinder:
         self.golden_of, self.target_of = golden_of, target_of  # partner lookups of the scan
         self.measure = measure  # record -> Attribution (measured errors, cached by the scan)
         self._writers: tuple[Consumers, Consumers] | None = None
+        self._decisions: list[tuple[OpRecord, str, int, int]] | None = None
+        self.flips: list[str] = []  # notes: decisions that rounding flipped, which explained an integer departure
 
     def writers(self) -> tuple[Consumers, Consumers]:
         """(golden, target) writer indexes over every direction of the step: a value may cross directions."""
@@ -92,14 +100,58 @@ class DepartureFinder:
             if not differing:
                 continue
             producer, explained = self._integer_producer(record, view, tensor.slot)
+            if not explained and producer is None and self._flipped_before(record, tensor.slot, differing, size):
+                continue
             if not explained:
                 return Departure(tensor.slot, differing / max(size, 1), differing, size, producer, 0.0, None)
         return None
 
+    def _flipped_before(self, record: OpRecord, slot: str, differing: int, size: int) -> bool:
+        """Whether a decision of the step before ``record`` (`decisions`) flipped: integers no recorded op wrote
+        may be chosen from it. Notes the flip once."""
+        flipped = [d for d in self.decisions() if d[0].exec_index < record.exec_index]
+        if not flipped:
+            return False
+        decision, decision_slot, changed, total = flipped[-1]
+        note = (f"{decision.name} ({decision.type}) chose differently from golden ({decision_slot}: {changed} of "
+                f"{total} element(s)) on inputs that differ by rounding; {record.name} reads integers chosen from "
+                f"it ({slot}: {differing} of {size} differ): the ops after it compute on other data, compared only "
+                "loosely")
+        if note.split(" chose")[0] not in " ".join(self.flips):
+            self.flips.append(note)
+        return True
+
+    def decisions(self) -> list[tuple[OpRecord, str, int, int]]:
+        """(op, slot, differing, size) of the step's ops that read floats and write integers or booleans (topk's
+        indices, an argmax, a comparison) that differ from golden's partner: decisions taken otherwise."""
+        if self._decisions is None:
+            self._decisions = []
+            for record in self._target_records:
+                if record.is_module or not any(is_float(t.dtype) for t in record.inputs):
+                    continue
+                chosen = [t for t in record.outputs if not is_float(t.dtype) and t.has_data and t.stats.count]
+                partner = self.golden_of(record) if chosen else None
+                if partner is None:
+                    continue
+                for tensor in chosen:
+                    try:
+                        partner.tensor(tensor.slot)
+                    except KeyError:
+                        continue
+                    differing, size = _differing(self.target_dump.tensor(record.step, record.exec_index, tensor.slot),
+                                                 self.golden_dump.tensor(partner.step, partner.exec_index,
+                                                                         tensor.slot))
+                    if differing:
+                        self._decisions.append((record, tensor.slot, differing, size))
+                        break
+        return self._decisions
+
     def _integer_producer(self, record: OpRecord, view: GoldenView, slot: str) -> tuple[OpRecord | None, bool]:
         """(the target op that wrote the integers in golden, whether its own output already differs or it
         cannot be told): a recorded op whose integer output differs (argmax of values a low precision
-        reordered) is judged by its float inputs, not here."""
+        reordered) is judged by its float inputs, not here. Where the target's op read a recorded op's result
+        other than that one (a cast autocast inserted renumbers the casts after it, so ``_to_copy_1`` pairs
+        with another cast), the pair says nothing."""
         golden_record = self.golden_of(record)
         golden_tensor = view.record(slot)
         if golden_record is None or golden_tensor is None:
@@ -115,6 +167,9 @@ class DepartureFinder:
             producer.tensor(golden_slot)
         except KeyError:
             return producer, True
+        read_from = self.writers()[1].producer(record, slot)
+        if read_from is not None and read_from is not producer:
+            return producer, True  # the target reads another op's integers: paired by a name whose numbering moved
         ours = self.target_dump.tensor(producer.step, producer.exec_index, golden_slot)
         theirs = self.golden_dump.tensor(golden_writer.step, golden_writer.exec_index, golden_slot)
         return producer, bool(_differing(ours, theirs)[0])
@@ -135,6 +190,9 @@ class DepartureFinder:
             written = self._golden_writer(golden_record, golden_tensor) if golden_tensor is not None else None
             producer = self.target_of(written[0]) if written is not None else None
             if producer is None:
+                skipped = self._skipped(record, slot, error.error, written[0]) if written is not None else None
+                if skipped is not None:
+                    return replace(skipped, golden_dtype=golden_tensor.dtype)
                 continue
             producer_error = self.measure(producer).observed
             if error.error <= INTRODUCED_EXCESS * producer_error:
@@ -143,6 +201,21 @@ class DepartureFinder:
             if writer is not None and writer.exec_index > producer.exec_index and self.golden_of(writer) is None:
                 return Departure(slot, error.error, 0, 0, producer, producer_error, writer, golden_tensor.dtype)
         return None
+
+    def _skipped(self, record: OpRecord, slot: str, error: float, golden_writer: OpRecord) -> Departure | None:
+        """Golden's writer of ``slot`` computes and has no target partner, while the target's value comes from an
+        op paired with an earlier golden op: the target skips a step golden takes (a loss not divided by the
+        micro-batches it accumulates over, say). None otherwise."""
+        if is_copy(golden_writer.type):
+            return None
+        writer = self.writers()[1].producer(record, slot)
+        partner = self.golden_of(writer) if writer is not None else None
+        if partner is None or partner.exec_index >= golden_writer.exec_index:
+            return None
+        writer_error = self.measure(writer).observed
+        if error <= INTRODUCED_EXCESS * writer_error:
+            return None
+        return Departure(slot, error, 0, 0, writer, writer_error, None, skipped=golden_writer)
 
     def _golden_writer(self, golden_record: OpRecord, golden_tensor) -> tuple[OpRecord, str] | None:
         """(the golden op that last wrote ``golden_tensor`` before ``golden_record`` read it, its output slot)."""
@@ -211,6 +284,19 @@ def cast_verdict(record: OpRecord, d: Departure, cast: OpRecord) -> Verdict:
               f".to({dtype}), an autocast region), or compute it in {d.golden_dtype} on purpose")
     return Verdict(cast.name, "precision_loss", cast.step, cast.direction, cast.type, evidence, action,
                    module=module_path(cast.name))
+
+
+def skipped_verdict(record: OpRecord, d: Departure) -> Verdict:
+    """The golden op the target does not run, which wrote what ``record`` reads in golden."""
+    op = d.skipped
+    evidence = (f"{record.name} ({record.type}) reads {d.slot} {d.error:.3g} from golden: in golden {op.name} "
+                f"({op.type}) wrote it; in the target {d.producer.name}, which matches golden within "
+                f"{d.producer_error:.3g}, did",
+                f"the target does not run {op.name}: the value goes on without it")
+    action = (f"golden runs {op.type} at {op.name} and the target does not: check the target's code there (a "
+              "division by the accumulation steps, a scale or a normalisation left out)")
+    return Verdict(op.name, "kernel_bug", record.step, op.direction, op.type, evidence, action,
+                   module=module_path(op.name))
 
 
 def target_only_verdict(record: OpRecord, d: Departure, between: list[OpRecord]) -> Verdict:

@@ -28,7 +28,8 @@ from precision_tool.analysis.errors import noise_floor, split_error, starts_nonf
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
-from precision_tool.analysis.structure import (MissingBackward, Rewritten, group_results, module_path, under)
+from precision_tool.analysis.structure import (Consumers, MissingBackward, Rewritten, group_results, module_path,
+                                               under)
 from precision_tool.compare.judged import gradient_scale, loss_scale_ratios
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
@@ -63,9 +64,12 @@ class RewriteJudge:
         floor = noise_floor(dtype)
         if observed < floor or observed <= INTRODUCED_EXCESS * inherited:
             return None
-        where = "module" if rewrite.direction == "forward" else "backward of"
-        evidence = [f"in {where} {rewrite.name}, {rewrite.describe()}",
-                    f"its output is {_fmt(observed)} from golden while its inputs are within {_fmt(inherited)}"]
+        where = {"forward": "module", "backward": "backward of"}.get(rewrite.direction, "the update of")
+        evidence = [f"in {where} {rewrite.name or 'the ops outside every module'}, {rewrite.describe()}",
+                    f"its output is {_fmt(observed)} from golden while its inputs are within {_fmt(inherited)}"
+                    if rewrite.direction != "optimizer" else
+                    f"the parameters and state it writes are {_fmt(observed)} from golden while the gradients it "
+                    f"reads are within {_fmt(inherited)}"]
         found = self._first_inside(rewrite)
         if found is not None and found[1] != "ill-conditioned":
             op, kind, _ = found
@@ -85,6 +89,10 @@ class RewriteJudge:
                            module=rewrite.name)
         action = (f"the target's {rewrite.name} computes differently from golden's: check that implementation "
                   f"against golden's {_listing_short(rewrite.golden_ops)}")
+        if rewrite.direction == "optimizer":
+            action = (f"the target's {rewrite.name} updates differently from golden's: check that its state (momentum "
+                      "or moment buffers) is kept across steps, not reset or re-created, and that both runs use the "
+                      "same optimizer and options")
         # ops outside any module (a loss computed in the training loop) have no module path: name the op
         return Verdict(rewrite.name or record.name, "kernel_bug", record.step, rewrite.direction,
                        record.type, tuple(evidence), action, module=rewrite.name or None)
@@ -98,7 +106,9 @@ class RewriteJudge:
         observed = self._results_error(rewrite)
         if observed is None:
             observed = self._slot_error(record, golden_last, "output_0")
-        inherited = self._slot_error(rewrite.target_first, golden_first, "input_0")
+        if rewrite.direction == "optimizer":
+            return observed, self._handed_in_error(rewrite), output_dtype(record)
+        inherited = self._slot_error(rewrite.target_first, golden_first, rewrite.target_slot, rewrite.golden_slot)
         return observed, inherited, output_dtype(record)
 
     def _results_error(self, rewrite: Rewritten) -> float | None:
@@ -117,6 +127,20 @@ class RewriteJudge:
             if found:
                 errors.append(min(found))
         return max(errors, default=None)
+
+    def _handed_in_error(self, rewrite: Rewritten) -> float:
+        """The largest measured error of the ops outside ``rewrite`` (paired with golden's) that wrote what its ops
+        read: the gradients an optimizer reads, as backward left them. 0 when none is found."""
+        members = [r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module]
+        inside = {id(r) for r in members}
+        writers = Consumers([r for r in self.step_records if not r.is_module])
+        errors = [0.0]
+        for record in members:
+            for tensor in record.inputs:
+                writer = writers.producer(record, tensor.slot) if is_float(tensor.dtype) else None
+                if writer is not None and id(writer) not in inside and self._golden_of(writer) is not None:
+                    errors.append(self._attribute(writer, replay=False).observed)
+        return max(errors)
 
     def _slot_error(self, record: OpRecord, golden_record: OpRecord, slot: str, golden_slot: str | None = None) \
             -> float:

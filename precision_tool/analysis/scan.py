@@ -46,17 +46,21 @@ from precision_tool.analysis.actions import keep_fp32 as _keep_fp32
 from precision_tool.analysis.arguments import called_differently
 from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, pair_errors,
                                                  replay_errors, self_consistency, significant_slots)
-from precision_tool.analysis.departures import DepartureFinder, integer_verdict, target_only_verdict
+from precision_tool.analysis.departures import (DepartureFinder, integer_verdict, skipped_verdict,
+                                                target_only_verdict)
 from precision_tool.analysis.errors import noise_floor
 from precision_tool.analysis.fusion import switch_off_action
 from precision_tool.analysis.overflow import overflow_entry
+from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
 from precision_tool.analysis.rewrites import RewriteJudge, _fmt, output_dtype, with_module
 from precision_tool.analysis.structure import (Consumers, enclosing_module, fingerprint, missing_backward,
                                                module_path, occurrence_keys as _occurrence_keys,
-                                               rewritten_backward, rewritten_modules)
+                                               rewritten_backward, rewritten_modules,
+                                               rewritten_optimizer)
 from precision_tool.compare.cancel import raise_if_interrupted
+from precision_tool.compare.matching import TensorPair
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 
@@ -114,7 +118,9 @@ class Scanner(RewriteJudge):
         target = [r for r in self.target.ops(step=step) if r.tensors]
         golden = self.golden.ops(step=step)
         self.step_records, self.golden_records = target, golden
-        rewrites = rewritten_modules(golden, target) + rewritten_backward(golden, target)
+        self._loop_partners = align_loop_ops(golden, target)
+        rewrites = rewritten_modules(golden, target) + rewritten_backward(golden, target) + \
+            rewritten_optimizer(golden, target)
         inside = {name for r in rewrites for name in r.members}
         by_record = {id(r.target_record): r for r in rewrites}
         self.views = golden_views(self.golden, target)
@@ -123,6 +129,7 @@ class Scanner(RewriteJudge):
         self.golden_key = _occurrence_keys(golden)
         self.golden_by_key = {self.golden_key[id(r)]: r for r in golden}
         self.target_key = _occurrence_keys(target)
+        self._realign(golden, target)
         self.target_by_key = {self.target_key[id(r)]: r for r in target}
         self.missing = missing_backward(golden, target)
         self.pending_missing = list(self.missing)
@@ -146,6 +153,18 @@ class Scanner(RewriteJudge):
             if verdict is not None:
                 return verdict
         return self._judge_missing_before(None)
+
+    def _realign(self, golden: list[OpRecord], target: list[OpRecord]) -> None:
+        """Re-pair the training loop's ops that pairing by name pairs wrongly (`pairing.align_loop_ops`)."""
+        for record in target:
+            if id(record) not in self._loop_partners:
+                continue
+            partner = self._loop_partners[id(record)]
+            self.target_key[id(record)] = self.golden_key[id(partner)] if partner is not None else \
+                ("unpaired", record.step, record.direction, record.name)
+            self.views[id(record)] = GoldenView(self.golden, [] if partner is None else [
+                TensorPair(record, t, partner, partner.tensor(t.slot)) for t in record.tensors
+                if t.slot in {g.slot for g in partner.tensors}])
 
     def leaf_mismatch(self, step: int) -> str | None:
         """Where the two runs already differ before any op: the step's first forward ops, those before the
@@ -232,12 +251,15 @@ class Scanner(RewriteJudge):
         op, or a value rewritten by ops only the target runs; the change, not this op, is the culprit."""
         view = self.views.get(id(record)) or GoldenView(self.golden, [])
         found = self.departures.integer(record, view, a)
+        self.result.notes.extend(n for n in self.departures.flips if n not in self.result.notes)
         if found is not None:
             self.result.attributions.append(a)
             return integer_verdict(record, a, found)
         found = self.departures.floating(record, view, floor) if a.inherited >= floor else None
         if found is not None:
             self.result.attributions.append(a)
+            if found.skipped is not None:
+                return skipped_verdict(record, found)
             return target_only_verdict(record, found, self.departures.target_only_between(found, record))
         return None
 
@@ -298,7 +320,7 @@ class Scanner(RewriteJudge):
         if not outcome:
             if a.type not in self._dtype_notes:
                 self._dtype_notes.add(a.type)
-                where = ("in backward" if record.direction != "forward" else
+                where = (f"in {record.direction}" if record.direction != "forward" else
                          "absorbed downstream" if not harmful else
                          f"the step's loss and outputs stay within {SIGNIFICANT_ERROR:g} of golden")
                 self.result.notes.append(

@@ -37,9 +37,11 @@ class Rewritten:
     target_ops: tuple[str, ...]
     golden_record: OpRecord | None  # the module record, or the last backward op of the group
     target_record: OpRecord | None
-    target_first: OpRecord | None = None  # backward: the group's first op (its incoming gradient)
+    target_first: OpRecord | None = None  # backward: the group's op that reads its incoming gradient
     golden_first: OpRecord | None = None
     members: frozenset[tuple[str, str]] = frozenset()  # (direction, name) of the target ops inside it
+    target_slot: str = "input_0"  # the slot of target_first / golden_first holding the incoming gradient
+    golden_slot: str = "input_0"
 
     def describe(self) -> str:
         return (f"golden ran {_listing(self.golden_ops)}; the target ran {_listing(self.target_ops)}")
@@ -121,16 +123,46 @@ def rewritten_backward(golden: list[OpRecord], target: list[OpRecord]) -> list[R
         return []
     golden_groups = _backward_groups(golden)
     found = []
+    writers = None
     for name, group in _backward_groups(target).items():
         partner = golden_groups.get(name)
         if partner is None:
             continue
         g_types, t_types = _compute_types(partner), _compute_types(group)
         if g_types != t_types:
-            found.append(Rewritten(name, "backward", g_types, t_types, partner[-1], group[-1],
-                                   _reads_incoming(group, partner[0]), partner[0],
-                                   frozenset((r.direction, r.name) for r in group)))
+            if writers is None:
+                writers = tuple(Consumers([r for r in records if r.direction == "backward"])
+                                for records in (golden, target))
+            golden_first, golden_slot = _incoming(partner, writers[0]) or (partner[0], "input_0")
+            target_first, target_slot = _reads_incoming(group, _count(golden_first, golden_slot), writers[1])
+            found.append(Rewritten(name, "backward", g_types, t_types, partner[-1], group[-1], target_first,
+                                   golden_first, frozenset((r.direction, r.name) for r in group), target_slot,
+                                   golden_slot))
     return _innermost(found)
+
+
+def rewritten_optimizer(golden: list[OpRecord], target: list[OpRecord]) -> list[Rewritten]:
+    """The optimizers (``optimizer/<class>``) of one step whose update ops differ between the runs: a state
+    reset (a momentum buffer made again), another update rule. Pairing their ops by name would pair unrelated
+    updates; the group is judged at its last op, by the parameters it writes."""
+    def groups(records):
+        found: dict[str, list[OpRecord]] = defaultdict(list)
+        for record in records:
+            if record.direction == "optimizer" and not record.is_module:
+                found[module_path(record.name)].append(record)
+        return found
+
+    golden_groups = groups(golden)
+    found = []
+    for name, group in groups(target).items():
+        partner = golden_groups.get(name)
+        if partner is None:
+            continue
+        g_types, t_types = _compute_types(partner), _compute_types(group)
+        if g_types != t_types:
+            found.append(Rewritten(name, "optimizer", g_types, t_types, partner[-1], group[-1], group[0], partner[0],
+                                   frozenset((r.direction, r.name) for r in group)))
+    return found
 
 
 @dataclass(frozen=True)
@@ -178,19 +210,43 @@ def under(path: str, module: str) -> bool:
     return path == module or path.startswith(module + "/")
 
 
-def _reads_incoming(group: list[OpRecord], golden_first: OpRecord) -> OpRecord:
-    """The first op of a target backward group that reads the incoming gradient: its first input has as many
-    elements as golden's first op's. The group may open with ops that read nothing from outside (a hook's
-    ``randn``); the group's first op when none does."""
+def _incoming(group: list[OpRecord], writers: Consumers, count: int | None = None) -> tuple[OpRecord, str] | None:
+    """(op, slot) of the group's first float input that an earlier backward op outside the group wrote: the
+    gradient handed in (a saved forward tensor has no backward writer; a value the group made, a writer inside
+    it). With ``count``, only inputs of that many elements. None when no input qualifies."""
+    members = {id(r) for r in group}
+    for record in group:
+        for tensor in record.inputs:
+            if not is_float(tensor.dtype) or not tensor.stats.count or (count is not None
+                                                                         and tensor.stats.count != count):
+                continue
+            writer = writers.producer(record, tensor.slot)
+            if writer is not None and id(writer) not in members:
+                return record, tensor.slot
+    return None
+
+
+def _count(record: OpRecord, slot: str) -> int | None:
     try:
-        count = golden_first.tensor("input_0").stats.count
+        return record.tensor(slot).stats.count
     except KeyError:
-        return group[0]
+        return None
+
+
+def _reads_incoming(group: list[OpRecord], count: int | None, writers: Consumers) -> tuple[OpRecord, str]:
+    """(op, slot) of a target backward group where it reads the incoming gradient, of ``count`` elements (as many
+    as golden's): the input a backward op outside the group wrote (`_incoming`); else the first op whose first
+    input has that many elements. The group may open with ops that read nothing from outside (a hook's
+    ``randn``) or with ops reading a saved forward tensor of the gradient's size (a hand-written backward's
+    ``sigmoid(x)``); the group's first op when nothing matches."""
+    found = _incoming(group, writers, count)
+    if found is not None:
+        return found
     for record in group:
         inputs = record.inputs
-        if inputs and inputs[0].slot == "input_0" and inputs[0].stats.count == count:
-            return record
-    return group[0]
+        if count is not None and inputs and inputs[0].slot == "input_0" and inputs[0].stats.count == count:
+            return record, "input_0"
+    return group[0], "input_0"
 
 
 def enclosing_module(record: OpRecord, records: list[OpRecord]) -> OpRecord | None:

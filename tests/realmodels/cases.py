@@ -38,6 +38,9 @@ class Run:
     optimizer: torch.optim.Optimizer
     batch: dict
     loss: Callable[[nn.Module, dict], torch.Tensor]
+    clip: float | None = None  # clip_grad_norm_ to this before each update
+    accumulate: int = 1  # micro-batches a step accumulates gradients over (the batch split along dim 0) ...
+    divide: bool = True  # ... each micro-batch's loss divided by their number
 
 
 def _quiet_transformers():
@@ -522,7 +525,8 @@ class Case:
     """One golden/target pair and the verdict it must get."""
 
     model: str
-    target: str  # bf16 | mix | fp16 | fp32 (the precision of the target run)
+    target: str  # bf16 | mix | fp16 | amp16 | fp32 (the precision of the target run; amp16: float16 autocast
+    # with a GradScaler)
     fault: str = ""  # "" for a clean run
     role: str = ""  # the module the fault is planted in (MODELS' roles)
     expect_class: str = "none"
@@ -563,12 +567,12 @@ FAULTS: dict[str, Callable] = {
 # families and faults added later live in more.py
 from tests.realmodels import more  # noqa: E402
 
-more.register(MODELS, FAULTS)
+more.register(MODELS, FAULTS, NOT_CLEAN)
 
 
 def clean_cases() -> list[Case]:
     return [Case(model, target) for model in MODELS if model != "vit-eager" for target in CLEAN_TARGETS
-            if (model, target) not in NOT_CLEAN]
+            if (model, target) not in NOT_CLEAN] + more.clean_cases()
 
 
 def fault_cases() -> list[Case]:
@@ -660,22 +664,44 @@ def build(case: Case, seed: int = 0) -> Run:
     return builder(**kwargs, **dict(case.model_kwargs))
 
 
-def train(run: Run, steps: int = STEPS, loss_scale: float = 1.0) -> list[float]:
+def train(run: Run, steps: int = STEPS, loss_scale: float = 1.0, scaler=None) -> list[float]:
+    """``steps`` optimizer steps; ``loss_scale``: a fixed scale, gradients unscaled before the update;
+    ``scaler``: a GradScaler's dynamic loss scaling (the target's loss scale recorded at each step)."""
     losses = []
     for _ in range(steps):
-        with _autocast_region():
-            loss = run.loss(run.model, run.batch)
         run.optimizer.zero_grad()
-        (loss * loss_scale if loss_scale != 1.0 else loss).backward()
+        for k in range(run.accumulate):
+            with _autocast_region():
+                loss = run.loss(run.model, _micro_batch(run, k))
+            part = loss / run.accumulate if run.divide and run.accumulate > 1 else loss
+            if scaler is not None:
+                part = scaler.scale(part)
+            (part * loss_scale if loss_scale != 1.0 else part).backward()
         if loss_scale != 1.0:
             with torch.no_grad():
                 for p in run.model.parameters():
                     if p.grad is not None:
                         p.grad.div_(loss_scale)
-        run.optimizer.step()
-        ptt.step(loss, loss_scale)
+        if scaler is not None:
+            scaler.unscale_(run.optimizer)
+        if run.clip is not None:
+            nn.utils.clip_grad_norm_(run.model.parameters(), run.clip)
+        if scaler is None:
+            run.optimizer.step()
+            ptt.step(loss, loss_scale)
+        else:
+            scaler.step(run.optimizer)
+            ptt.step(loss, scaler.get_scale())
+            scaler.update()
         losses.append(float(loss.detach()))
     return losses
+
+
+def _micro_batch(run: Run, k: int) -> dict:
+    if run.accumulate == 1:
+        return run.batch
+    return {key: value.chunk(run.accumulate)[k] if torch.is_tensor(value) and value.dim() else value
+            for key, value in run.batch.items()}
 
 
 _AUTOCAST: list = []
@@ -684,7 +710,7 @@ _AUTOCAST: list = []
 @contextlib.contextmanager
 def _autocast_region():
     """The forward pass (only) under the target's autocast, as torch recommends."""
-    with (torch.autocast("cpu", dtype=torch.bfloat16) if _AUTOCAST else contextlib.nullcontext()):
+    with (torch.autocast("cpu", dtype=_AUTOCAST[0]) if _AUTOCAST else contextlib.nullcontext()):
         yield
 
 
@@ -715,10 +741,11 @@ def collect(case: Case, workdir: Path, mode: str = "dump", goldens: Path | None 
         run = build(case)
         if case.fault and FAULTS[case.fault] is not None:
             FAULTS[case.fault](run, MODELS[case.model][2].get(case.role, ""))  # role "": the whole run
-        _AUTOCAST[:] = [True] if case.target == "bf16" else []
+        _AUTOCAST[:] = {"bf16": [torch.bfloat16], "amp16": [torch.float16]}.get(case.target, [])
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10) if case.target == "amp16" else None
         try:
             with _target_context(case.target), ptt.dump(target, mode=mode, model=case.model, seed=0):
-                train(run, loss_scale=case.loss_scale)
+                train(run, loss_scale=case.loss_scale, scaler=scaler)
         finally:
             _AUTOCAST.clear()
     return golden, target

@@ -93,3 +93,22 @@ def test_force_fp16_overrides_llamas_float32_rmsnorm_and_its_backward_overflows(
     verdict = diagnosis.verdict
     assert verdict.cls == "overflow" and verdict.direction == "backward"
     assert verdict.op == "LlamaForCausalLM/model/norm/aten.rsqrt_0/aten.pow_0"
+
+
+def test_an_optimizer_state_reset_is_judged_as_one_update_group(diagnosed):
+    # golden's second step updates the momentum buffers (mul_, add_); the target's makes them again (clone, not a
+    # computation): its add_ ops are other updates than golden's of the same name
+    verdict = diagnosed(Case("mlp-sgd", "fp32", "state_reset", "", "kernel_bug", "optimizer")).verdict
+    assert (verdict.cls, verdict.op, verdict.direction, verdict.step) == (
+        "kernel_bug", "optimizer/SGD", "optimizer", 1)
+    assert verdict.evidence[0].startswith(
+        "in the update of optimizer/SGD, golden ran [mul_, add_, add, add_, mul_, add_, add, add_, ")
+    assert verdict.evidence[0].endswith("the target ran [add, add_, add, add_, add, add_, add, add_, add, add_, add, "
+                                        "add_, ...]")
+
+
+def test_a_loss_not_divided_over_micro_batches_is_named_at_the_division_the_target_skips(diagnosed):
+    verdict = diagnosed(Case("gpt2-accumulate", "fp32", "undivided", "", "kernel_bug", "backward")).verdict
+    assert (verdict.cls, verdict.op, verdict.direction, verdict.type) == (
+        "kernel_bug", "aten.div_0/aten.div_0", "backward", "aten.div")
+    assert "in golden aten.div_0/aten.div_0 (aten.div) wrote it; in the target aten.ones_like_0" in verdict.evidence[0]
