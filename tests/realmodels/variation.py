@@ -172,7 +172,7 @@ VARIATIONS = [
     Variation("mlp", "bf16", "lr_up", "", K, "optimizer"),
     Variation("cnn", "bf16", "lr_up", "", K, "optimizer", lr=1e-3),
     # other sizes, steps, optimizers and seeds than the suite's, clean and with a fault
-    Variation("gpt2", "bf16", width=64, layers=4, steps=5),
+    Variation("gpt2", "bf16", width=64, layers=3, steps=4),
     Variation("gpt2", "mix", "scale", "act", K, width=128, layers=1, optimizer="momentum"),
     Variation("mlp", "fp32", "backward_only", "act", K, "backward", steps=5, optimizer="sgd", seed=3),
 ]
