@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.realmodels.cases import clean_cases, collect, fault_cases, judge, unsupported  # noqa: E402
+from tests.realmodels.variation import VARIATIONS, run_variation  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -66,6 +67,22 @@ def main(argv=None) -> int:
                 named += right
             print(f"{'ok ' if right else 'BAD'} {case.id:38s} {said}  "
                   f"[collect {collected - start:.1f}s, diagnose {took:.1f}s]", flush=True)
+            if args.v or not right:
+                for line in diagnosis.verdict.evidence:
+                    print(f"      {line}")
+        for variation in VARIATIONS:  # tests/realmodels/variation.py: loops cases.train does not make
+            if args.k not in variation.id:
+                continue
+            start = time.perf_counter()
+            diagnosis, right, said = run_variation(variation, Path(tmp) / variation.id)
+            if variation.clean:
+                cleans += 1
+                clean_ok += right
+            else:
+                faults += 1
+                named += right
+            print(f"{'ok ' if right else 'BAD'} {variation.id:38s} {said}  "
+                  f"[collect and diagnose {time.perf_counter() - start:.1f}s]", flush=True)
             if args.v or not right:
                 for line in diagnosis.verdict.evidence:
                     print(f"      {line}")

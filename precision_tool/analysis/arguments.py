@@ -96,14 +96,37 @@ def _same(a, b) -> bool:
     return a == b
 
 
+def tensor_positions(attrs: dict | None) -> frozenset[str]:
+    """The argument paths that hold tensors (``args[1]``): where an op is called with tensors."""
+    found = set()
+
+    def walk(value, path: str) -> None:
+        if isinstance(value, dict):
+            if "tensor" in value:
+                found.add(path)
+                return
+            for key, item in value.items():
+                walk(item, f"{path}.{key}" if path else str(key))
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                walk(item, f"{path}[{index}]")
+
+    walk(attrs or {}, "")
+    return frozenset(found)
+
+
 def called_differently(record, partner, attribution):
     """kernel_bug when ``record`` (the target's op) is called with other numbers or strings than its golden
     ``partner``; the scan asks only once the op's output departs from golden beyond what its inputs carry, so
-    the call, not rounding, made the error. None when the calls agree."""
+    the call, not rounding, made the error. None when the calls agree, or when tensors sit in other argument
+    positions: then the two are different calls that share a name (an op only one run makes, a loss scaler's
+    ``loss * scale``, shifts the call counts of its scope), not one call given other constants."""
     from precision_tool.analysis.results import Verdict
     from precision_tool.analysis.structure import module_path
 
     if partner is None or partner.type != record.type:
+        return None
+    if tensor_positions(partner.attrs) != tensor_positions(record.attrs):
         return None
     changes = argument_changes(partner.attrs, record.attrs)
     if not changes:

@@ -30,7 +30,8 @@ import numpy as np
 from precision_tool.analysis.errors import split_error
 from precision_tool.analysis.replay import NotReplayable, Numerics, ideal_forward, is_float, replay_forward
 from precision_tool.analysis.results import Attribution
-from precision_tool.compare.judged import gradient_scale, loss_scale_ratios
+from precision_tool.analysis.scaling import loss_scale_ratios
+from precision_tool.compare.judged import gradient_scale
 from precision_tool.compare.matching import match_ops
 from precision_tool.compare.metrics import compare_arrays
 from precision_tool.defaults import SIGNIFICANT_ERROR

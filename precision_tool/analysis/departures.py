@@ -43,7 +43,7 @@ from precision_tool.analysis.errors import noise_floor
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
 from precision_tool.analysis.structure import Consumers, fingerprint, is_copy, module_path
-from precision_tool.compare.judged import loss_scale_ratios
+from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.defaults import INTRODUCED_EXCESS
 from precision_tool.dump.records import OpRecord
 from precision_tool.engine.formats import FORMATS

@@ -29,6 +29,7 @@ from precision_tool.analysis.notes import precision_notes
 from precision_tool.analysis.overflow import overflow_report
 from precision_tool.analysis.results import Diagnosis, OverflowEntry, OverflowReport, Verdict
 from precision_tool.analysis.scan import Scanner
+from precision_tool.analysis.scaling import first_skipped_update
 from precision_tool.dump.records import OpRecord, StepRecord
 from precision_tool.defaults import COSINE_THRESHOLD
 
@@ -137,9 +138,14 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
         shown = ", ".join(handled[:5]) + (" ..." if len(handled) > 5 else "")
         notes.append(f"overflow in {shown} went away as loss scaling skipped steps or lowered the scale: "
                      "expected with dynamic loss scaling")
+    until, skipped = boost_start(golden, target), first_skipped_update(golden, target)
+    if skipped is not None and (until is None or skipped < until):
+        until = skipped
+        notes.append(f"the target skipped the optimizer update of step {skipped} (loss scaling): later steps train "
+                     "other weights than golden's and are not scanned")
     scan = Scanner(golden, target, overflow_rep, fusion_off, set(handled),
                    lambda entry, record, extra: _overflow_verdict(entry, overflow_rep, record, fusion_off, extra),
-                   until_step=boost_start(golden, target)).run()
+                   until_step=until).run()
     verdict = scan.verdict
     diagnosis.attributions = scan.attributions
     diagnosis.first_module = (verdict.module if verdict is not None else None) or scan.first_module

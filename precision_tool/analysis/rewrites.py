@@ -28,9 +28,10 @@ from precision_tool.analysis.errors import noise_floor, split_error, starts_nonf
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
+from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.analysis.structure import (Consumers, MissingBackward, Rewritten, group_results, module_path,
                                                under)
-from precision_tool.compare.judged import gradient_scale, loss_scale_ratios
+from precision_tool.compare.judged import gradient_scale
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 

@@ -224,8 +224,11 @@ class Scanner(RewriteJudge):
         if verdict is not None:
             return verdict
         # forward ops, and the optimizer's (its lr, eps, betas and weight decay are call arguments); backward
-        # ops are called with what autograd saved, which loss scaling and autocast change by design
-        if record.direction != "backward" and a.observed > INTRODUCED_EXCESS * max(a.inherited, 1e-12):
+        # ops are called with what autograd saved, which loss scaling and autocast change by design. An update
+        # adds a small step to a large parameter: its output departs by less than the gradient it reads when
+        # that carries low-precision noise, so the optimizer's arguments are read once its output departs at all
+        if record.direction == "optimizer" or \
+                record.direction != "backward" and a.observed > INTRODUCED_EXCESS * max(a.inherited, 1e-12):
             verdict = self._called_differently(record, a)
             if verdict is not None:
                 return verdict

@@ -1,0 +1,78 @@
+"""The target's loss scale over golden's, per step: as the steps record it, else as the gradients show it.
+
+`compare.judged.loss_scale_ratios` reads the scales the steps record (``ptt.step(loss, loss_scale)``). A run
+whose loop scales the loss without saying so (``torch.amp.GradScaler`` with ``ptt.step(loss)``, or no
+``ptt.step`` at all) records 1.0, and every gradient of its backward then looks 65536 times golden's. The
+gradient backward starts from shows the scale: the first backward op golden runs reads the loss's gradient
+(1 in an unscaled run) as its input_0, and the target's op of the same name reads it multiplied by the
+scale. A ratio of the two that is a power of two other than 1 (loss scales are: GradScaler's 65536, halved and
+doubled, static scales of 128 or 1024) is taken as the step's loss scale ratio where the step records none.
+"""
+
+from __future__ import annotations
+
+import math
+
+from precision_tool.compare.judged import loss_scale_ratios as recorded_ratios
+
+_CACHE_ATTR = "_analysis_loss_scale_ratios"
+
+
+def loss_scale_ratios(golden, target) -> dict[int, float]:
+    """Step -> target loss scale over golden's: the recorded ratio, else the one the seed gradient shows."""
+    cache = getattr(target, _CACHE_ATTR, None)
+    if cache is not None and cache[0] is golden:
+        return cache[1]
+    ratios = dict(recorded_ratios(golden, target))
+    steps = getattr(target, "steps", None)
+    if callable(steps) and callable(getattr(golden, "ops", None)):
+        golden_steps = {s.step for s in golden.steps()}
+        for step in (s.step for s in steps()):
+            if step not in ratios and step in golden_steps:
+                inferred = seed_gradient_ratio(golden, target, step)
+                if inferred is not None:
+                    ratios[step] = inferred
+    try:
+        setattr(target, _CACHE_ATTR, (golden, ratios))
+    except AttributeError:  # an object that takes no attributes: computed again next time
+        pass
+    return ratios
+
+
+def seed_gradient_ratio(golden, target, step: int) -> float | None:
+    """The power of two (not 1) that the target's first backward input carries over golden's, or None."""
+    golden_backward = golden.ops(step=step, direction="backward")
+    first = next((r for r in golden_backward if not r.is_module and r.inputs), None)
+    if first is None:
+        return None
+    partner = next((r for r in target.ops(step=step, direction="backward") if r.name == first.name), None)
+    if partner is None:
+        return None
+    try:
+        g, t = first.tensor("input_0").stats.norm, partner.tensor("input_0").stats.norm
+    except KeyError:
+        return None
+    if not (math.isfinite(g) and math.isfinite(t)) or g <= 0.0 or t <= 0.0:
+        return None
+    exponent = round(math.log2(t / g))
+    if exponent == 0 or abs(t / g / 2.0 ** exponent - 1.0) > 1e-3:
+        return None
+    return 2.0 ** exponent
+
+
+def first_skipped_update(golden, target) -> int | None:
+    """The first step whose optimizer update the target skipped and golden ran, or None.
+
+    A dynamic loss scaler (``torch.amp.GradScaler``) skips the update of a step whose gradients overflowed and
+    lowers the scale; the step records it as skipped, or its optimizer ops are missing where golden's ran.
+    From the next step on the target trains other weights than golden by design: its ops differ from golden's
+    by a whole update, which no op introduces.
+    """
+    golden_steps = {s.step for s in golden.steps()}
+    for record in target.steps():
+        if record.step not in golden_steps:
+            continue
+        if record.skipped or (not target.ops(step=record.step, direction="optimizer")
+                              and golden.ops(step=record.step, direction="optimizer")):
+            return record.step
+    return None

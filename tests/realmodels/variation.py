@@ -1,0 +1,178 @@
+"""Run variations the suite's fixed loop (cases.train) does not make: loss scaling by torch.amp.GradScaler, gradient
+clipping, more steps, other widths and depths, other optimizers, faults under bf16 autocast.
+
+Each `Variation` builds a golden float32 run and a target run of one model with its own training loop and names
+the verdict the pair must get. A GradScaler loop records the steps in one of three ways: ``ptt.step(loss, scale)``
+before ``scaler.update()`` (the scale recorded), ``ptt.step(loss)`` (no scale: the diagnosis reads it off the
+gradients), or no ``ptt.step`` at all (steps end at the optimizer).
+
+Used by ``tests/realmodels/test_variation.py`` and ``bench/bench_diagnosis.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import precision_tool.torch as ptt
+
+
+@dataclass(frozen=True)
+class Variation:
+    model: str  # gpt2 | mlp | cnn
+    target: str  # fp32 | bf16 | amp (fp16 autocast and a GradScaler) | mix
+    fault: str = ""  # a fault of cases.FAULTS
+    role: str = ""
+    expect_class: str = "none"
+    expect_direction: str = ""
+    steps: int = 2
+    width: int = 32
+    layers: int = 2
+    optimizer: str = ""  # sgd | momentum | adam | adamw ("" the model's own)
+    lr: float = 0.0  # 0: the optimizer's own (0.05 for SGD, 1e-3 for Adam)
+    clip: float = 0.0  # clip_grad_norm_ to this (after unscale_ under a GradScaler)
+    init_scale: float = 2.0 ** 16  # GradScaler's first scale
+    record: str = "scale"  # GradScaler loops: scale | loss | none (what ptt.step is given)
+    seed: int = 0
+
+    @property
+    def id(self) -> str:
+        extra = [f"{k}{v}" for k, v in (("w", self.width), ("l", self.layers), ("s", self.steps)) if v != {
+            "w": 32, "l": 2, "s": 2}[k]]
+        extra += [x for x, on in ((self.optimizer, self.optimizer), (f"clip{self.clip:g}", self.clip),
+                                  (f"rec-{self.record}", self.target == "amp" and self.record != "scale"),
+                                  (f"scale2^{int(self.init_scale).bit_length() - 1}",
+                                   self.target == "amp" and self.init_scale != 2.0 ** 16),
+                                  (f"lr{self.lr:g}", self.lr), (f"seed{self.seed}", self.seed)) if on]
+        return "-".join(["var", self.model, self.fault or "clean", self.target, *extra])
+
+    @property
+    def clean(self) -> bool:
+        return not self.fault
+
+
+def build(v: Variation):
+    """(Run, roles) of ``v``'s model, seeded."""
+    from tests.realmodels.cases import MLPRegressor, Run, SmallCNN, _hf_loss, _quiet_transformers
+
+    torch.manual_seed(v.seed)
+    if v.model == "gpt2":
+        tf = _quiet_transformers()
+        config = tf.GPT2Config(n_layer=v.layers, n_embd=v.width, n_head=4, vocab_size=64, n_positions=16,
+                               resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+        model = tf.GPT2LMHeadModel(config)
+        ids = torch.randint(0, 64, (4, 16))
+        run = Run(model, None, {"input_ids": ids, "labels": ids}, _hf_loss)
+        roles = {"act": f"transformer.h.{v.layers - 1}.mlp.act", "fc": "transformer.h.0.mlp.c_fc"}
+        default = "adamw"
+    elif v.model == "mlp":
+        model = MLPRegressor(v.width)
+        batch = {"x": torch.randn(32, 20), "y": torch.randn(32, 1)}
+        run = Run(model, None, batch, lambda model, batch: nn.functional.mse_loss(model(batch["x"]), batch["y"]))
+        roles, default = {"act": "act", "fc": "fc2"}, "adam"
+    elif v.model == "cnn":
+        model = SmallCNN()
+        batch = {"x": torch.randn(8, 3, 16, 16), "y": torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])}
+        run = Run(model, None, batch,
+                  lambda model, batch: nn.functional.cross_entropy(model(batch["x"]), batch["y"]))
+        roles, default = {"act": "act2", "bn": "bn1"}, "momentum"
+    else:
+        raise ValueError(v.model)
+    params = list(run.model.parameters())
+    sgd_lr, adam_lr = v.lr or 0.05, v.lr or 1e-3
+    run.optimizer = {"sgd": lambda: torch.optim.SGD(params, lr=sgd_lr),
+                     "momentum": lambda: torch.optim.SGD(params, lr=sgd_lr, momentum=0.9),
+                     "adam": lambda: torch.optim.Adam(params, lr=adam_lr),
+                     "adamw": lambda: torch.optim.AdamW(params, lr=adam_lr)}[v.optimizer or default]()
+    return run, roles
+
+
+def train(run, v: Variation, target: bool) -> None:
+    autocast = {"bf16": torch.bfloat16, "amp": torch.float16}.get(v.target) if target else None
+    scaler = torch.amp.GradScaler("cpu", init_scale=v.init_scale) if target and v.target == "amp" else None
+    for _ in range(v.steps):
+        with torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext():
+            loss = run.loss(run.model, run.batch)
+        run.optimizer.zero_grad()
+        scale = scaler.get_scale() if scaler is not None else 1.0
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        if scaler is not None and v.clip:
+            scaler.unscale_(run.optimizer)
+        if v.clip:
+            nn.utils.clip_grad_norm_(run.model.parameters(), v.clip)
+        if scaler is None:
+            run.optimizer.step()
+            ptt.step(loss)
+            continue
+        scaler.step(run.optimizer)
+        if v.record == "scale":
+            ptt.step(loss, scale)
+        elif v.record == "loss":
+            ptt.step(loss)
+        scaler.update()
+
+
+def collect(v: Variation, workdir: Path) -> tuple[Path, Path]:
+    from tests.realmodels.cases import FAULTS
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    golden, target = workdir / "golden.h5", workdir / "target.h5"
+    run, _ = build(v)
+    with ptt.dump(golden, mode="dump", seed=0):
+        train(run, v, False)
+    run, roles = build(v)
+    if v.fault and FAULTS[v.fault] is not None:
+        FAULTS[v.fault](run, roles.get(v.role, ""))
+    context = ptt.simulate_npu("allow_mix_precision") if v.target == "mix" else contextlib.nullcontext()
+    with context, ptt.dump(target, mode="dump", seed=0):
+        train(run, v, True)
+    return golden, target
+
+
+def judge(v: Variation, diagnosis, roles: dict) -> tuple[bool, str]:
+    verdict = diagnosis.verdict
+    said = f"{verdict.cls} at {verdict.op} ({verdict.direction})"
+    if verdict.cls != v.expect_class or (v.expect_direction and verdict.direction != v.expect_direction):
+        return False, said
+    if v.role:
+        where = "." + (verdict.module or verdict.op or "").replace("/", ".") + "."
+        if f".{roles[v.role]}." not in where:
+            return False, said
+    return True, said
+
+
+def run_variation(v: Variation, workdir: Path):
+    """Collect ``v`` and diagnose it: (diagnosis, right, said)."""
+    from precision_tool.analysis import diagnose
+    from precision_tool.dump.reader import open_dump
+
+    golden, target = collect(v, workdir)
+    with open_dump(golden) as g, open_dump(target) as t:
+        diagnosis = diagnose(g, t)
+    right, said = judge(v, diagnosis, build(v)[1])
+    return diagnosis, right, said
+
+
+K = "kernel_bug"
+VARIATIONS = [
+    # loss scaling by a GradScaler: the scale recorded, given to nobody (read off the seed gradient), or no
+    # ptt.step at all; clipping after unscale_ (the scaler's loss * scale shifts the names of the clip's ops);
+    # a first scale that overflows, so that the scaler skips updates before it trains
+    Variation("mlp", "amp"),
+    Variation("mlp", "amp", record="loss"),
+    Variation("cnn", "amp", record="none"),
+    Variation("gpt2", "amp", clip=1.0),
+    Variation("mlp", "amp", steps=4, init_scale=2.0 ** 20),
+    # the optimizer called with another lr under bf16: with a small lr its update departs from golden by less
+    # than the bf16 noise its gradients carry, and is still named
+    Variation("mlp", "bf16", "lr_up", "", K, "optimizer"),
+    Variation("cnn", "bf16", "lr_up", "", K, "optimizer", lr=1e-3),
+    # other sizes, steps, optimizers and seeds than the suite's, clean and with a fault
+    Variation("gpt2", "bf16", width=64, layers=3, steps=4),
+    Variation("gpt2", "mix", "scale", "act", K, width=128, layers=1, optimizer="momentum"),
+    Variation("mlp", "fp32", "backward_only", "act", K, "backward", steps=5, optimizer="sgd", seed=3),
+]
