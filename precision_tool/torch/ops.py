@@ -99,6 +99,10 @@ _HIDDEN_WRITES = {
     "mkldnn_rnn_layer_backward": ("workspace",),
 }
 
+# Ops that conclude an optimizer step from outside it: a loss scaler's update of its scale, called after
+# ``scaler.step(optimizer)`` (torch.amp.GradScaler.update). They stay in the step the optimizer ended.
+_STEP_TAIL = frozenset("_amp_update_scale_".split())
+
 # Ops whose autocast policy is "fp32 unless you pass a dtype"; a cast is its own category.
 _CASTS = frozenset("_to_copy to".split())
 
@@ -136,6 +140,7 @@ class AtenOp:
     same_values: bool = False  # its output holds its first input's values (clone, _unsafe_view)
     collective: bool = False  # a torch.distributed collective (c10d): its result arrives when its Work completes
     hidden_writes: tuple[int, ...] = ()  # positions of arguments it writes undeclared (`_HIDDEN_WRITES`)
+    step_tail: bool = False  # concludes the optimizer step just ended (`_STEP_TAIL`)
 
     def mutated_args(self, args: tuple, kwargs: dict) -> list:
         """The tensors (or tensor lists) this call writes to."""
@@ -173,7 +178,8 @@ def _describe(func) -> AtenOp:
                   bool(func.is_view), passthrough, opname in _ALIASES, opname in _CASTS, mutated,
                   _FLOAT32_OUTPUTS.get(opname, ()), _FLOAT32_INPUTS.get(opname, ()), opname in _OVERWRITES,
                   opname in _SAME_VALUES, collective,
-                  tuple(i for i, arg in enumerate(func._schema.arguments) if arg.name in _HIDDEN_WRITES.get(opname, ())))
+                  tuple(i for i, arg in enumerate(func._schema.arguments) if arg.name in _HIDDEN_WRITES.get(opname, ())),
+                  opname in _STEP_TAIL)
 
 
 def lookup(op_type: str, overload: str = "default"):

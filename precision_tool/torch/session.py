@@ -10,7 +10,9 @@ overflow flags when simulating).
 Steps. A step ends after each ``optimizer.step()`` (of any torch.optim
 optimizer; the next op starts the next step), or when `step` is called; the
 first explicit `step` call turns the optimizer rule off for the rest of the
-session, so ``opt.step(); d.step(loss)`` ends one step, not two. Steps count
+session, so ``opt.step(); d.step(loss)`` ends one step, not two, and neither
+does ``scaler.step(opt); scaler.update(); d.step(loss, scaler.get_scale())``
+(a loss scaler's update stays in the step its optimizer ended). Steps count
 from 0 when the first context is entered. Single-threaded use only: the
 session is global, like the module hooks it installs.
 """
@@ -275,11 +277,11 @@ class Session:
                 if fmt is not None:
                     setattr(result, FORMAT_ATTR, fmt)
             return result
-        if self.pending_boundary:
-            self.end_step()
+        node = _current_node()
+        if self.pending_boundary and not (info.step_tail and node is None):  # (a loss scaler's update after
+            self.end_step()  # the optimizer: the step it concludes, not a step of its own before `step()`)
         if not self.step_open:
             self._open_step()
-        node = _current_node()
         direction, name = self.namer.name(info.type, node, self.optimizer)
         call = OpCall(info, self.step, self.exec_index, name, direction, node, args, kwargs)
         self.exec_index += 1

@@ -127,6 +127,37 @@ def test_explicit_step_records_the_loss_and_takes_over_from_the_optimizer(tmp_pa
     assert [s.loss for s in steps] == pytest.approx(losses)
 
 
+@pytest.mark.parametrize("explicit", [True, False])
+def test_a_loss_scalers_update_stays_in_the_step_its_optimizer_ended(tmp_path, explicit):
+    """torch.amp.GradScaler's loop as its docs write it, ``ptt.step(loss, scale)`` after ``scaler.update()``
+    (or no ``ptt.step`` at all): one step an iteration, the scale's update in it. Before, the update opened a
+    step of its own after the first optimizer step, and every later step was numbered one off golden's."""
+    model, optimizer, x, y = make_mlp()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    losses, scales = [], []
+    with ptt.dump(tmp_path / "t.h5", mode="stats"):
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            losses.append(loss.item())
+            scales.append(scaler.get_scale())
+            if explicit:
+                ptt.step(loss, scales[-1])
+    with open_dump(tmp_path / "t.h5") as dump:
+        steps = dump.steps()
+        assert [s.step for s in steps] == [0, 1, 2]
+        for step in (0, 1, 2):
+            types = [r.type for r in dump.ops(step=step)]
+            assert types.count("aten._amp_update_scale_") == 1 and types[-1] == "aten._amp_update_scale_"
+            assert any(r.direction == "backward" for r in dump.ops(step=step))
+    if explicit:
+        assert [s.loss for s in steps] == pytest.approx(losses)
+        assert [s.loss_scale for s in steps] == scales
+
+
 def test_a_dump_without_steps_is_still_complete(tmp_path):
     with ptt.dump(tmp_path / "g.h5"):
         pass
