@@ -39,8 +39,17 @@ def main(argv=None) -> int:
     from precision_tool.analysis import diagnose
     from precision_tool.dump.reader import open_dump
 
-    named = faults = clean_ok = cleans = 0
+    tally = {True: [0, 0], False: [0, 0]}  # clean? -> [right, cases]
     slowest = 0.0
+
+    def report(case_id: str, clean: bool, diagnosis, right: bool, said: str, timing: str) -> None:
+        tally[clean][0] += right
+        tally[clean][1] += 1
+        print(f"{'ok ' if right else 'BAD'} {case_id:38s} {said}  [{timing}]", flush=True)
+        if args.v or not right:
+            for line in diagnosis.verdict.evidence:
+                print(f"      {line}")
+
     with tempfile.TemporaryDirectory() as tmp:
         goldens = Path(tmp) / "goldens"
         goldens.mkdir()
@@ -58,34 +67,16 @@ def main(argv=None) -> int:
                 diagnosis = diagnose(g, t)
             took = time.perf_counter() - collected
             slowest = max(slowest, took)
-            right, said = judge(case, diagnosis)
-            if case.clean:
-                cleans += 1
-                clean_ok += right
-            else:
-                faults += 1
-                named += right
-            print(f"{'ok ' if right else 'BAD'} {case.id:38s} {said}  "
-                  f"[collect {collected - start:.1f}s, diagnose {took:.1f}s]", flush=True)
-            if args.v or not right:
-                for line in diagnosis.verdict.evidence:
-                    print(f"      {line}")
+            report(case.id, case.clean, diagnosis, *judge(case, diagnosis),
+                   f"collect {collected - start:.1f}s, diagnose {took:.1f}s")
         for variation in VARIATIONS:  # tests/realmodels/variation.py: loops cases.train does not make
             if args.k not in variation.id:
                 continue
             start = time.perf_counter()
             diagnosis, right, said = run_variation(variation, Path(tmp) / variation.id)
-            if variation.clean:
-                cleans += 1
-                clean_ok += right
-            else:
-                faults += 1
-                named += right
-            print(f"{'ok ' if right else 'BAD'} {variation.id:38s} {said}  "
-                  f"[collect and diagnose {time.perf_counter() - start:.1f}s]", flush=True)
-            if args.v or not right:
-                for line in diagnosis.verdict.evidence:
-                    print(f"      {line}")
+            report(variation.id, variation.clean, diagnosis, right, said,
+                   f"collect and diagnose {time.perf_counter() - start:.1f}s")
+    (named, faults), (clean_ok, cleans) = tally[False], tally[True]
     print(f"named {named}/{faults}, clean {clean_ok}/{cleans}  (slowest diagnose {slowest:.1f}s)")
     return 0
 
