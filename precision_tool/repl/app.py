@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import stat
 from pathlib import Path
 
@@ -139,7 +140,7 @@ def run_interactive(runner, printer, prompt_session: PromptSession | None = None
     prompt_session = prompt_session or create_prompt_session(runner)
     while True:
         try:
-            line = prompt_session.prompt()
+            line = _prompt(prompt_session)
         except Terminated:  # SIGTERM ends the shell (exit 130); Ctrl-C only clears the line
             raise
         except KeyboardInterrupt:
@@ -156,3 +157,38 @@ def run_interactive(runner, printer, prompt_session: PromptSession | None = None
             printer.err.print("interrupted", style="red")
         finally:
             clear_interrupt()
+
+
+def _prompt(prompt_session: PromptSession) -> str:
+    """``prompt_session.prompt()``; a SIGTERM meanwhile makes the prompt's application exit with `Terminated`
+    from inside its event loop, which then closes in order (an exception raised by the signal handler
+    itself would cut through asyncio's tear-down, and print its tracebacks on the way out)."""
+    app = prompt_session.app
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def stop(signum, frame):
+        loop = getattr(app, "loop", None)
+        if not app.is_running or loop is None:  # between prompts: the usual handler
+            if callable(previous):
+                previous(signum, frame)
+            raise Terminated()
+        if callable(previous):  # it notes the termination for the exit line, then raises: the app raises instead
+            try:
+                previous(signum, frame)
+            except KeyboardInterrupt:
+                pass
+        loop.call_soon_threadsafe(_exit_terminated, app)
+
+    try:
+        signal.signal(signal.SIGTERM, stop)
+    except (ValueError, OSError):  # not the main thread: prompt as is
+        return prompt_session.prompt()
+    try:
+        return prompt_session.prompt()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_terminated(app) -> None:
+    if app.is_running and not app.future.done():
+        app.exit(exception=Terminated())
