@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from precision_tool.analysis.errors import split_error
+from precision_tool.analysis.errors import split_error, stats_split
 from precision_tool.analysis.replay import NotReplayable, Numerics, ideal_forward, is_float, replay_forward
 from precision_tool.analysis.results import Attribution
 from precision_tool.analysis.scaling import loss_scale_ratios
@@ -56,6 +56,7 @@ class GoldenView:
     def __init__(self, golden_dump, pairs):
         self._dump = golden_dump
         self._pairs = {p.target.slot: p for p in pairs if p.golden.has_data}
+        self._stats = {p.target.slot: p.golden for p in pairs if not p.golden.has_data}  # stats-mode partners
         self._cache: dict[str, np.ndarray] = {}
 
     def get(self, slot: str) -> np.ndarray | None:
@@ -71,6 +72,10 @@ class GoldenView:
         """The golden TensorRecord paired with ``slot``, or None."""
         pair = self._pairs.get(slot)
         return None if pair is None else pair.golden
+
+    def statistics(self, slot: str):
+        """The golden TensorRecord paired with ``slot`` when it holds statistics only, or None."""
+        return self._stats.get(slot)
 
     def input_list(self, record: OpRecord) -> list[np.ndarray] | None:
         """Golden arrays for every input slot of ``record``, or None if one is missing."""
@@ -96,10 +101,17 @@ def golden_views(golden_dump, records: list[OpRecord]) -> dict[int, GoldenView]:
 
 def pair_errors(golden_dump, target_dump, record: OpRecord, view: GoldenView, kind: str, ratio: float = 1.0):
     """(slot, ErrorSplit) per float tensor of ``kind`` with a golden partner holding data; ``ratio`` is the
-    target's loss scale over golden's, divided out of the tensors that carry it (`gradient_scale`)."""
+    target's loss scale over golden's, divided out of the tensors that carry it (`gradient_scale`). A pair that
+    holds statistics only (stats-mode dumps) is measured from them (`stats_split`: a lower bound)."""
     found = []
     for tensor in record.tensors:
-        if tensor.kind != kind or not tensor.has_data or not is_float(tensor.dtype):
+        if tensor.kind != kind or not is_float(tensor.dtype):
+            continue
+        if not tensor.has_data or view.statistics(tensor.slot) is not None:
+            partner = view.statistics(tensor.slot) or view.record(tensor.slot)
+            if partner is not None and tensor.stats.count:
+                scale = gradient_scale(tensor, partner, ratio) if record.direction == "backward" else 1.0
+                found.append((tensor.slot, stats_split(tensor.stats, partner.stats, tensor.dtype, scale)))
             continue
         golden = view.get(tensor.slot)
         if golden is None:

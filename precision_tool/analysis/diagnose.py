@@ -23,13 +23,16 @@ head, a frozen group, ...) is **boost** unless a culprit comes before it
 
 from __future__ import annotations
 
+from precision_tool.analysis.actions import INVALID_ACTION
 from precision_tool.analysis.boost import boost_start, explain_boost
+from precision_tool.analysis.errors import starts_nonfinite
 from precision_tool.analysis.fusion import fusion_report, switch_off_action
 from precision_tool.analysis.notes import precision_notes
 from precision_tool.analysis.overflow import overflow_report
 from precision_tool.analysis.results import Diagnosis, OverflowEntry, OverflowReport, Verdict
 from precision_tool.analysis.scan import Scanner
 from precision_tool.analysis.scaling import first_skipped_update
+from precision_tool.analysis.structure import module_path
 from precision_tool.dump.records import OpRecord, StepRecord
 from precision_tool.defaults import COSINE_THRESHOLD
 
@@ -65,6 +68,15 @@ def _overflow_verdict(entry: OverflowEntry, report: OverflowReport, record: OpRe
         if fusion_off is None:
             evidence.append("collect a fusion-off run to tell a fusion fault from a plain overflow")
     return Verdict(entry.name, "overflow", entry.step, entry.direction, entry.type, tuple(evidence), entry.hint)
+
+
+def _invalid_verdict(entry: OverflowEntry, record: OpRecord) -> Verdict:
+    """An op that made NaN from inputs holding neither NaN nor inf (from its statistics): invalid operation."""
+    evidence = (f"{entry.name} ({entry.type}, computing in {entry.compute_dtype}) turns inputs without NaN or inf "
+                f"into {entry.nan} NaN value(s) at step {entry.step}, the first op to raise the float status there",
+                "no golden op pairs with it: judged from its own statistics")
+    return Verdict(entry.name, "invalid_operation", entry.step, entry.direction, entry.type, evidence,
+                   INVALID_ACTION.format(type=entry.type), module=module_path(entry.name))
 
 
 def _has_data(dump, entry) -> bool:
@@ -125,6 +137,13 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
 
     notes = [f"{p.message} ({p.severity})" for p in run_problems(golden, target, allow_incomplete=True)]
     notes.extend(precision_notes(target))
+    stats_sides = [role for role, dump in (("golden", golden), ("target", target))
+                   if "stats" in (getattr(dump, "modes", None) or [getattr(dump, "mode", "")])]
+    if stats_sides:
+        notes.append(f"{' and '.join(stats_sides)} hold(s) statistics only: forward ops are judged from them "
+                     "(shifts, scales, overflows, changed integers and arguments), backward and optimizer ops for "
+                     "overflow only; rounding noise does not show in statistics. Collect the step again with "
+                     "tensors (`precision-tool zoom`, or ptt.dump(..., mode=\"dump\", steps=[N])) to judge the rest")
     overflow_rep = overflow_report(overflow if overflow is not None else target)
     fusion_rep = fusion_report(target, golden, fusion_off)
     report = comparison if comparison is not None else compare_dumps(golden, target)
@@ -152,11 +171,12 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     notes.extend(scan.notes)
     if verdict is None:  # overflows the scan could not judge against golden (no data for them)
         unjudged = [e for e in overflow_rep.entries if not e.inherited and e.name not in handled
-                    and not _has_data(target, e)]
+                    and not _has_data(target, e) and (e.step, e.name, e.direction) not in scan.judged]
         if unjudged:
             entry = unjudged[0]
             record = target.op(entry.step, entry.name, entry.direction) if _has(target, entry) else None
-            verdict = _overflow_verdict(entry, overflow_rep, record, fusion_off)
+            verdict = _invalid_verdict(entry, record) if record is not None and starts_nonfinite(record) else \
+                _overflow_verdict(entry, overflow_rep, record, fusion_off)
     if verdict is None and flagged:
         evidence = (f"{len(flagged)} op(s) at or below cosine {cosine_threshold} (first: {flagged[0].name})",
                     "no op introduces error beyond what its dtype explains, and no overflow reaches the ops "

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from precision_tool import native
+from precision_tool.analysis.replay import is_float
 from precision_tool.compare.metrics import row_dot
-from precision_tool.dump.records import OpRecord
+from precision_tool.dump.records import OpRecord, TensorStats
 from precision_tool.engine.formats import FORMATS
 
 
@@ -143,3 +144,68 @@ def starts_nonfinite(record: OpRecord) -> bool | None:
     if out_nan and not (in_nan or in_hi or in_lo):
         return True
     return None
+
+
+def stats_split(target: TensorStats, golden: TensorStats, target_dtype: str, scale: float = 1.0) -> ErrorSplit:
+    """`split_error` from two tensors' statistics alone (stats-mode dumps keep no values).
+
+    The error is a lower bound of ``||t - g|| / ||g||``, each term exact:
+    the norms differ by at most ``||t - g||`` (triangle inequality); so do
+    the largest and the smallest values; ``sqrt(n)`` times the means'
+    difference is the difference's projection on the all-ones direction
+    (Cauchy-Schwarz), and ``sqrt(n)`` times the standard deviations' is
+    that of the centred values. A shift, a scale or a bias shows at its full
+    size; rounding noise, whose positions statistics do not keep, shows at
+    its second order. Where non-finite or beyond-format values differ, the
+    finite values are not the same positions on both sides: they are
+    counted as in `split_error` and not scored.
+    """
+    if target.count != golden.count:
+        return MISMATCH
+    if not target.count:
+        return ErrorSplit(0.0)
+    new_nan = max(0, target.nan - golden.nan)
+    limit = format_limit(target_dtype)
+    beyond = golden.count > golden.nan + golden.inf and max(abs(golden.max), abs(golden.min)) * scale > limit
+    overflowed = max(0, target.inf - golden.inf) + (max(0, target.saturated - golden.saturated) if beyond else 0)
+    if beyond and not overflowed:
+        overflowed = 1  # golden holds a value the target's format cannot: at least that one
+    if new_nan or overflowed or target.inf != golden.inf or target.nan != golden.nan:
+        return ErrorSplit(0.0, overflowed, new_nan, min(target.inf, golden.inf) + min(target.nan, golden.nan),
+                          target.count)
+    finite = target.count - target.nan - target.inf
+    if not finite:
+        return ErrorSplit(0.0, shared=target.count, size=target.count)
+    norm = golden.norm * scale
+    root = math.sqrt(finite)
+    gaps = (abs(target.norm - norm), root * abs(target.mean - golden.mean * scale),
+            root * abs(target.std - golden.std * scale), abs(target.max - golden.max * scale),
+            abs(target.min - golden.min * scale))
+    gap = max(gaps)
+    if not gap or not math.isfinite(gap):
+        return ErrorSplit(0.0 if not gap else math.inf, size=target.count)
+    return ErrorSplit(gap / norm if norm > 0.0 else math.inf, size=target.count)
+
+
+def stats_only(record: OpRecord) -> bool:
+    """Whether ``record`` has float outputs with statistics but none with values (a stats-mode op)."""
+    floats = [t for t in record.outputs if is_float(t.dtype)]
+    return bool(floats) and not any(t.has_data for t in floats) and any(t.stats.count for t in floats)
+
+
+_ADDITIVE = frozenset({"aten.add", "aten.add_", "aten.sub", "aten.sub_", "aten.rsub"})
+
+
+def stats_sensitivity(record: OpRecord) -> float | None:
+    """From statistics, how far rounding an additive op's inputs to its compute dtype moves its output: the unit
+    roundoff times the inputs' summed root-mean-square over the output's (cancellation: ``E[x^2] - E[x]^2`` of
+    values around 16 loses in float16 what that ratio says). None for other ops or without statistics."""
+    if record.type not in _ADDITIVE or not stats_only(record):
+        return None
+    fmt = FORMATS.get(record.compute_dtype or "")
+    rms = [t.stats.norm / t.stats.count ** 0.5 for t in record.inputs
+           if is_float(t.dtype) and t.stats.count and t.stats.finite]
+    out = [t.stats.norm / t.stats.count ** 0.5 for t in record.outputs if is_float(t.dtype) and t.stats.count]
+    if fmt is None or not rms or not out or not out[0] > 0.0:
+        return None
+    return fmt.unit_roundoff * sum(rms) / out[0]

@@ -24,7 +24,7 @@ from precision_tool.analysis.actions import INVALID_ACTION as _INVALID_ACTION
 from precision_tool.analysis.actions import keep_fp32 as _keep_fp32
 from precision_tool.analysis.actions import listing_short as _listing_short
 from precision_tool.analysis.attribution import input_sensitivity
-from precision_tool.analysis.errors import noise_floor, split_error, starts_nonfinite
+from precision_tool.analysis.errors import noise_floor, split_error, starts_nonfinite, stats_only, stats_sensitivity
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
@@ -102,6 +102,8 @@ class RewriteJudge:
         record = rewrite.target_record
         if rewrite.direction == "forward":
             a = self._attribute(record, replay=False)
+            if (a.overflowed or a.new_nan) and stats_only(record):  # statistics cannot score around them
+                return math.inf, a.inherited, output_dtype(record)
             return a.observed, a.inherited, output_dtype(record)
         golden_last, golden_first = rewrite.golden_record, rewrite.golden_first
         observed = self._results_error(rewrite)
@@ -170,7 +172,8 @@ class RewriteJudge:
             if started is not None and (partner is None or starts_nonfinite(partner) != started):
                 return record, "invalid" if started else "overflow", None
             if record.compute_dtype in ("float16", "bfloat16"):
-                sensitivity = input_sensitivity(self.target, record)
+                sensitivity = input_sensitivity(self.target, record) if not stats_only(record) else \
+                    stats_sensitivity(record)
                 if sensitivity is not None and sensitivity >= SIGNIFICANT_ERROR:
                     return record, "ill-conditioned", sensitivity
         return None

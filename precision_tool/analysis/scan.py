@@ -54,6 +54,8 @@ from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
+from precision_tool.analysis.errors import stats_only
+from precision_tool.analysis.statsjudge import judge_module, judge_statistics
 from precision_tool.analysis.rewrites import RewriteJudge, _fmt, output_dtype, with_module
 from precision_tool.analysis.structure import (Consumers, enclosing_module, fingerprint, missing_backward,
                                                module_path, occurrence_keys as _occurrence_keys,
@@ -75,6 +77,7 @@ class ScanResult:
     attributions: list[Attribution] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     first_module: str | None = None  # the first module whose output diverges beyond its inputs
+    judged: set = field(default_factory=set)  # (step, name, direction) of stats-only ops judged against golden's
 
 
 class Scanner(RewriteJudge):
@@ -135,6 +138,7 @@ class Scanner(RewriteJudge):
         self.pending_missing = list(self.missing)
         self.departures = DepartureFinder(self.golden, self.target, golden, target, self._golden_of, self._target_of,
                                           lambda r: self._attribute(r, replay=False))
+        modules_only = all(r.is_module for r in target)  # a module-level dump: its modules are judged
         for record in target:
             raise_if_interrupted()  # Ctrl-C stops the scan between two ops even if a finaliser ate it
             verdict = self._judge_missing_before(record) if self.pending_missing and not record.is_module \
@@ -145,7 +149,9 @@ class Scanner(RewriteJudge):
                 verdict = self._judge_rewrite(by_record[id(record)])
             elif record.is_module:
                 self._note_module(record)
-                continue
+                if not modules_only:
+                    continue
+                verdict = judge_module(self, record)
             elif (record.direction, record.name) in inside or record.name in self.handled:
                 continue
             else:
@@ -213,7 +219,7 @@ class Scanner(RewriteJudge):
 
     def _judge_op(self, record: OpRecord) -> Verdict | None:
         if not any(t.has_data and is_float(t.dtype) for t in record.outputs):
-            return None
+            return judge_statistics(self, record) if stats_only(record) else None
         a = self._attribute(record, replay=False)
         if (a.overflowed or a.new_nan) and not self._inherits_overflow(record, a) and a.inherited < SIGNIFICANT_ERROR:
             return self._judge_overflow(record, a)
@@ -272,10 +278,10 @@ class Scanner(RewriteJudge):
             self.result.attributions.append(a)
         return verdict
 
-    def _judge_overflow(self, record: OpRecord, a: Attribution) -> Verdict | None:
+    def _judge_overflow(self, record: OpRecord, a: Attribution, threshold=noise_floor) -> Verdict | None:
         invalid = not a.overflowed
         what = "NaN from finite inputs" if invalid else f"{a.overflowed} value(s) beyond {output_dtype(record)}"
-        if not self._harmful(record, noise_floor):
+        if not self._harmful(record, threshold):
             if record.name not in self._absorbed:
                 self._absorbed.add(record.name)
                 self.result.notes.append(f"{record.name}: {what}, absorbed by the ops that read it "

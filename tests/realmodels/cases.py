@@ -726,17 +726,19 @@ def _dnn(case: Case):
     return torch.backends.mkldnn.flags(enabled=False) if case.model.endswith("nodnn") else contextlib.nullcontext()
 
 
-def collect(case: Case, workdir: Path, mode: str = "dump", goldens: Path | None = None) -> tuple[Path, Path]:
+def collect(case: Case, workdir: Path, mode: str = "dump", goldens: Path | None = None,
+            level: str = "op") -> tuple[Path, Path]:
     """Write golden.h5 and target.h5 of ``case`` into ``workdir``; with ``goldens``, one golden dump per model
-    and model arguments is kept there and shared by the cases that need it."""
+    and model arguments is kept there and shared by the cases that need it. ``level``: ptt.dump's capture
+    level ("module": module calls only)."""
     workdir.mkdir(parents=True, exist_ok=True)
     target = workdir / "target.h5"
     golden = workdir / "golden.h5" if goldens is None else \
-        goldens / f"{case.model}-{'-'.join(f'{k}{v}' for k, v in case.model_kwargs)}-{mode}.h5"
+        goldens / f"{case.model}-{'-'.join(f'{k}{v}' for k, v in case.model_kwargs)}-{mode}-{level}.h5"
     with _dnn(case):
         if not golden.exists():
             run = build(case)
-            with ptt.dump(golden, mode=mode, model=case.model, seed=0):
+            with ptt.dump(golden, mode=mode, model=case.model, seed=0, level=level):
                 train(run)
         run = build(case)
         if case.fault and FAULTS[case.fault] is not None:
@@ -744,7 +746,7 @@ def collect(case: Case, workdir: Path, mode: str = "dump", goldens: Path | None 
         _AUTOCAST[:] = {"bf16": [torch.bfloat16], "amp16": [torch.float16]}.get(case.target, [])
         scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10) if case.target == "amp16" else None
         try:
-            with _target_context(case.target), ptt.dump(target, mode=mode, model=case.model, seed=0):
+            with _target_context(case.target), ptt.dump(target, mode=mode, model=case.model, seed=0, level=level):
                 train(run, loss_scale=case.loss_scale, scaler=scaler)
         finally:
             _AUTOCAST.clear()

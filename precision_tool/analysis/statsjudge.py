@@ -1,0 +1,219 @@
+"""Judging an op from statistics alone: what `scan` does with an op of a stats-mode dump, or a module call.
+
+A stats-mode dump keeps each tensor's count, min, max, mean, std and norm,
+not its values, so nothing can be replayed. What the statistics do give is
+a lower bound of each tensor's relative error (`errors.stats_split`): a
+shift, a scale or a bias shows at its full size, rounding noise hardly at
+all. That is enough for the culprit's two signatures:
+
+* an **overflow** (inf, NaN or the format's extreme where golden holds a
+  finite value) that starts here and harms a reader, judged as for full
+  dumps;
+* an op whose output's statistics depart from golden's by
+  SIGNIFICANT_ERROR and beyond its dtype's noise, while its inputs' depart
+  by less than 1/INTRODUCED_EXCESS of that: the error starts here.
+  Computing in float32 or wider, or departing INTRODUCED_EXCESS times what
+  its compute dtype's noise floor allows, it is a **kernel_bug**; otherwise
+  **precision_loss**, with that doubt in the evidence.
+
+Before the second: integer inputs that differ from golden's are explained
+by a decision rounding flipped earlier in the step (noted), else the op
+reading them is the culprit; an argument called differently is judged as
+for full dumps. Only forward ops are judged beyond overflow: backward
+reductions and Adam's normalised update amplify rounding noise into
+departing statistics in clean low-precision runs, which nothing here can
+tell from a fault.
+
+A module-level dump (module calls only, `level="module"`) is judged the
+same way module by module (`judge_module`), from tensors where it has
+them: the innermost call that departs comes first.
+
+The verdict says it was reached from statistics, and its action names the
+full-tensor collection of that op's step and module that confirms it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from precision_tool.analysis.attribution import GoldenView, pair_errors
+from precision_tool.analysis.errors import noise_floor, stats_only
+from precision_tool.analysis.replay import is_float
+from precision_tool.analysis.results import Attribution, Verdict
+from precision_tool.analysis.rewrites import _fmt, output_dtype
+from precision_tool.analysis.structure import module_path
+from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
+from precision_tool.dump.records import OpRecord
+
+_WIDE = frozenset({"float32", "float64"})
+
+
+def judge_statistics(scan, record: OpRecord) -> Verdict | None:
+    """The verdict on ``record`` from its statistics, or None; ``scan`` is the running `Scanner`."""
+    a = scan._attribute(record, replay=False)
+    if "no float output with a golden partner holding data" not in a.notes:
+        scan.result.judged.add((record.step, record.name, record.direction))
+    if (a.overflowed or a.new_nan) and not scan._inherits_overflow(record, a) and a.inherited < SIGNIFICANT_ERROR:
+        return scan._judge_overflow(record, a, _diverging)
+    if record.direction != "forward":
+        return None
+    if a.observed < noise_floor(output_dtype(record)) or a.observed <= INTRODUCED_EXCESS * a.inherited:
+        return None
+    changed = _changed_integers(scan, record)
+    if changed:
+        return _integer_verdict(scan, record, a, changed)
+    verdict = scan._called_differently(record, a)  # an argument changed (a scale, an eps) may move it by little
+    if verdict is not None:
+        return verdict
+    floor = max(noise_floor(output_dtype(record)), SIGNIFICANT_ERROR)
+    if a.observed < floor:
+        return None
+    observed = _unreduced_error(scan, record)
+    if observed < floor or observed <= INTRODUCED_EXCESS * a.inherited:
+        return None
+    a = replace(a, observed=observed)
+    if not scan._harmful(record, _diverging):
+        note = f"{record.name}: statistics {_fmt(observed)} from golden's, absorbed by the ops that read it"
+        if note not in scan.result.notes:
+            scan.result.notes.append(note)
+        return None
+    scan.result.attributions.append(a)
+    return statistics_verdict(record, a)
+
+
+def _same(a, b) -> bool:
+    return (a.count, a.min, a.max, a.mean, a.norm, a.nan, a.inf) == (b.count, b.min, b.max, b.mean, b.norm, b.nan,
+                                                                      b.inf) or (a.count == b.count == 0)
+
+
+def _changed_integers(scan, record: OpRecord) -> list[str]:
+    """Slots of ``record``'s integer inputs whose statistics differ from golden's partner (no tolerance:
+    the same integers give the same sums)."""
+    golden = scan._golden_of(record)
+    if golden is None:
+        return []
+    changed = []
+    for tensor in record.inputs:
+        if is_float(tensor.dtype) or tensor.dtype == "bool" or not tensor.stats.count:
+            continue
+        try:
+            partner = golden.tensor(tensor.slot)
+        except KeyError:
+            continue
+        if not _same(tensor.stats, partner.stats):
+            changed.append(tensor.slot)
+    return changed
+
+
+def _flipped_decision(scan, record: OpRecord) -> OpRecord | None:
+    """The last op before ``record`` in its step that reads floats and writes integers or booleans (topk's
+    indices, an argmax, a comparison) unlike golden's partner: a decision that rounding took otherwise."""
+    found = None
+    for other in scan.step_records:
+        if other is record:
+            break
+        if other.is_module or not any(is_float(t.dtype) for t in other.inputs):
+            continue
+        partner = scan._golden_of(other)
+        if partner is None:
+            continue
+        for tensor in other.outputs:
+            if is_float(tensor.dtype) or not tensor.stats.count:
+                continue
+            try:
+                theirs = partner.tensor(tensor.slot)
+            except KeyError:
+                continue
+            if not _same(tensor.stats, theirs.stats):
+                found = other
+                break
+    return found
+
+
+def _integer_verdict(scan, record: OpRecord, a: Attribution, changed: list[str]) -> Verdict | None:
+    """``record`` departs and reads integers unlike golden's: a decision rounding flipped before it explains
+    them (noted), else they changed where no recorded op computes them, and this op is where it shows."""
+    decision = _flipped_decision(scan, record)
+    if decision is not None:
+        note = (f"{decision.name} ({decision.type}) chose differently from golden (its integer outputs' statistics "
+                f"differ) on inputs that differ by rounding; {record.name} reads integers chosen from it")
+        if not any(n.startswith(decision.name) for n in scan.result.notes):
+            scan.result.notes.append(note)
+        return None
+    scan.result.attributions.append(a)
+    evidence = (f"from statistics only (the dumps keep no values): its outputs are at least {_fmt(a.observed)} "
+                f"from golden, its float inputs within {_fmt(a.inherited)}",
+                f"it reads integers that differ from golden's ({', '.join(changed)}: their statistics differ) and "
+                "no recorded op that reads floats chose them otherwise: they changed before this op")
+    return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, evidence,
+                   f"find where the integers {record.name} reads ({', '.join(changed)}) are computed or changed "
+                   "(ids, indices, masks) and compare them with golden's", module=module_path(record.name))
+
+
+def _diverging(dtype: str) -> float:
+    """How far a reader's statistics must depart for an op's error to count as harmful: a reader's inputs'
+    error is a lower bound too (an overflow's positions are not scored at all), so no ratio to it is taken."""
+    return max(noise_floor(dtype), SIGNIFICANT_ERROR)
+
+
+def judge_module(scan, record: OpRecord) -> Verdict | None:
+    """The verdict on a module call of a module-level dump (no op records), or None: as `judge_statistics`
+    for an op, with the module's measured error (from its tensors, or from statistics, a lower bound); the
+    innermost module that departs is met first, since a call is recorded when it returns."""
+    if record.direction != "forward":
+        return None
+    a = scan._attribute(record, replay=False)
+    scan.result.judged.add((record.step, record.name, record.direction))
+    if (a.overflowed or a.new_nan) and not a.inputs_off and a.inherited < SIGNIFICANT_ERROR:
+        return scan._judge_overflow(record, a, _diverging)
+    if a.observed < noise_floor(output_dtype(record)) or a.observed <= INTRODUCED_EXCESS * a.inherited:
+        return None
+    changed = _changed_integers(scan, record)
+    if changed:
+        return _integer_verdict(scan, record, a, changed)
+    floor = max(noise_floor(output_dtype(record)), SIGNIFICANT_ERROR)
+    observed = _unreduced_error(scan, record) if stats_only(record) else a.observed
+    if observed < floor or observed <= INTRODUCED_EXCESS * a.inherited:
+        return None
+    a = replace(a, observed=observed)
+    if not scan._harmful(record, _diverging):
+        return None
+    scan.result.attributions.append(a)
+    return statistics_verdict(record, a, measured=not stats_only(record))
+
+
+def _unreduced_error(scan, record: OpRecord) -> float:
+    """The largest error of ``record``'s outputs that hold as many values as its largest float input: a
+    reduction's output (a row mean, a bias gradient) can lose to cancellation what its inputs' noise, invisible
+    in their statistics, carries, and statistics cannot tell that from a fault."""
+    largest = max((t.stats.count for t in record.inputs if is_float(t.dtype)), default=0)
+    view = scan.views.get(id(record)) or GoldenView(scan.golden, [])
+    sizes = {t.slot: t.stats.count for t in record.outputs}
+    return max((e.error for slot, e in pair_errors(scan.golden, scan.target, record, view, "output")
+                if sizes.get(slot, 0) >= largest), default=0.0)
+
+
+def statistics_verdict(record: OpRecord, a: Attribution, measured: bool = False) -> Verdict:
+    """kernel_bug or precision_loss at ``record`` (an op, or a module call of a module-level dump), from its
+    statistics, or with ``measured`` from a module's tensors (nothing inside it was recorded to replay)."""
+    compute = record.compute_dtype or output_dtype(record)
+    wide = compute in _WIDE or a.observed > INTRODUCED_EXCESS * noise_floor(compute)
+    module = record.name if record.is_module else module_path(record.name)
+    evidence = [f"from statistics only (the dumps keep no values): its outputs are at least {_fmt(a.observed)} "
+                f"from golden, its inputs within {_fmt(a.inherited)} as far as their statistics show",
+                "the error starts here: its inputs' statistics match golden's and its outputs' do not"]
+    if measured:
+        evidence = [f"a module-level dump: its output is {_fmt(a.observed)} from golden, its inputs within "
+                    f"{_fmt(a.inherited)}", "the error starts in this module call: no op inside it was recorded"]
+    if wide:
+        evidence.append(f"{compute} rounding cannot move statistics that far: the op computes something else")
+        cls = "kernel_bug"
+    else:
+        evidence.append(f"within what an ill-conditioned op can lose in {compute}; the tensors tell a wrong kernel "
+                        "from precision loss")
+        cls = "precision_loss"
+    where = f", modules=[{module!r}]" if module else ""
+    action = (f"confirm with tensors: collect step {record.step} again with ptt.dump(path, mode=\"dump\", "
+              f"steps=[{record.step}]{where}) on both runs (or `precision-tool zoom`) and diagnose that pair")
+    return Verdict(record.name, cls, record.step, record.direction, record.type, tuple(evidence), action,
+                   module=module)

@@ -1,0 +1,80 @@
+"""The diagnosis of stats-mode dumps (no tensor values) on real models.
+
+A run left in stats mode to be cheap is diagnosed from its statistics alone
+(`analysis.statsjudge`): clean low-precision runs must still get "none",
+and the forward faults whose statistics show them (a scale, a wrong
+activation, an overflow or NaN, a changed argument or integer input, a
+cancellation in float16) their op and class. Backward and optimizer faults
+do not show in statistics beyond noise: they get "none", never a healthy op.
+A module-level stats dump (module calls only) is judged module by module.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.realmodels.cases import Case, clean_cases, fault_cases, judge
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+_FAMILIES = ("gpt2-sdpa", "bert-sdpa", "vit", "resnet", "lstm-nodnn", "mixtral")
+_NAMED = ("gpt2-sdpa-scale-fp32", "vit-scale-fp32", "resnet-scale-fp32", "bert-sdpa-handwritten-fp32",
+          "resnet-sqrt_act-fp32", "vit-onepass_ln-fp16", "bert-sdpa-attn_scale-fp32", "bert-eager-shifted_ids-fp32",
+          "mixtral-one_expert-fp32", "gpt2-sdpa-loss_scale-mix")
+_UNSEEN = ("gpt2-sdpa-backward_only-fp32", "resnet-lr_up-fp32")  # statistics cannot tell these from noise
+
+
+def _cases(ids):
+    found = {c.id: c for c in fault_cases()}
+    return [found[i] for i in ids]
+
+
+def _diagnose(case: Case, tmp_path, goldens, level: str = "op"):
+    from precision_tool.analysis import diagnose
+    from precision_tool.dump.reader import open_dump
+    from tests.realmodels.cases import collect, unsupported
+
+    if unsupported(case):
+        pytest.skip(unsupported(case))
+    golden, target = collect(case, tmp_path, mode="stats", goldens=goldens, level=level)
+    with open_dump(golden) as g, open_dump(target) as t:
+        return diagnose(g, t)
+
+
+@pytest.mark.parametrize("case", [c for c in clean_cases() if c.model in _FAMILIES], ids=lambda c: c.id)
+def test_a_clean_stats_run_gets_no_culprit(case, tmp_path, goldens):
+    diagnosis = _diagnose(case, tmp_path, goldens)
+    right, said = judge(case, diagnosis)
+    assert right, f"{said}: {diagnosis.verdict.evidence}"
+    assert any("statistics only" in note for note in diagnosis.notes)
+
+
+@pytest.mark.parametrize("case", _cases(_NAMED), ids=lambda c: c.id)
+def test_a_forward_fault_is_named_from_statistics(case, tmp_path, goldens):
+    diagnosis = _diagnose(case, tmp_path, goldens)
+    right, said = judge(case, diagnosis)
+    assert right, f"{said}: {diagnosis.verdict.evidence}"
+
+
+@pytest.mark.parametrize("case", _cases(_UNSEEN), ids=lambda c: c.id)
+def test_a_fault_statistics_cannot_show_blames_no_healthy_op(case, tmp_path, goldens):
+    assert _diagnose(case, tmp_path, goldens).verdict.cls == "none"
+
+
+_MODULE_CLEAN = ("gpt2-sdpa-clean-bf16", "bert-sdpa-clean-fp16", "vit-clean-mix", "resnet-clean-bf16",
+                 "lstm-nodnn-clean-fp16")
+
+
+@pytest.mark.parametrize("case", [c for c in clean_cases() if c.id in _MODULE_CLEAN], ids=lambda c: c.id)
+def test_a_clean_module_level_run_gets_no_culprit(case, tmp_path, goldens):
+    diagnosis = _diagnose(case, tmp_path, goldens, level="module")
+    assert diagnosis.verdict.cls == "none", diagnosis.verdict.evidence
+
+
+@pytest.mark.parametrize("case", _cases(("gpt2-sdpa-scale-fp32", "resnet-scale-fp32")), ids=lambda c: c.id)
+def test_a_module_level_run_names_the_module_where_the_error_starts(case, tmp_path, goldens):
+    diagnosis = _diagnose(case, tmp_path, goldens, level="module")
+    right, said = judge(case, diagnosis)
+    assert right, f"{said}: {diagnosis.verdict.evidence}"
+    assert diagnosis.verdict.op == diagnosis.verdict.module  # the module call itself: no op inside was recorded
+
