@@ -1,0 +1,115 @@
+"""Hostile environments and inputs from a second sweep: one line and a documented status, nothing lost or changed.
+
+Standard streams that are full, capped, closed or cannot encode; small JSON files that are FIFOs, devices or
+nested past Python's limits; dumps whose tensors need an HDF5 filter that is not there, whose seed is not a
+number, or whose attributes are megabytes long; empty folder names. Stream cases run the CLI in a subprocess
+of this checkout, since they are about the process's own descriptors.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from precision_tool.cli.main import LINE_LIMIT
+from tests.faults.writes_helpers import assert_outcome, build, digests
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "dump"))
+from dumpfakes import write_synthetic  # noqa: E402
+
+
+def _run(*args, env=None, **options) -> subprocess.CompletedProcess:
+    """``python -m precision_tool ARGS`` from this checkout, in a process of its own."""
+    environment = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120", "PYTHONPATH": str(ROOT), **(env or {})}
+    options = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "timeout": 120, **options}
+    return subprocess.run([sys.executable, "-m", "precision_tool", *map(str, args)], env=environment, **options)
+
+
+def _file_size_limit(max_bytes: int):
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    return limit
+
+
+@pytest.fixture
+def pair(tmp_path):
+    return build(tmp_path / "golden.h5", role="golden"), build(tmp_path / "target.h5", noise=0.6)
+
+
+# -- standard output --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "PYTHONUNBUFFERED"])
+def test_a_full_stdout_is_the_users_disk_not_our_bug(pair, unbuffered):
+    before = digests(*pair)
+    with open("/dev/full", "w") as full:
+        result = _run("compare", *pair, "--all", stdout=full, text=True, env={"PYTHONUNBUFFERED": unbuffered})
+    assert_outcome(result.returncode, result.stderr, 2, before)
+    assert result.stderr == "precision-tool: error: standard output: no space left on device\n"
+
+
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "PYTHONUNBUFFERED"])
+def test_stdout_past_the_file_size_limit_is_never_cut_silently(pair, tmp_path, unbuffered):
+    """Unbuffered, Python's text layer dropped what a short write left: exit 0 and a cut JSON document."""
+    report = tmp_path / "report.json"
+    with open(report, "w") as stream:
+        result = _run("compare", *pair, "--all", "--format", "json", stdout=stream, text=True,
+                      env={"PYTHONUNBUFFERED": unbuffered}, preexec_fn=_file_size_limit(1024))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == "precision-tool: error: standard output: file too large\n"
+    assert report.stat().st_size == 1024
+
+
+def test_characters_stdouts_encoding_lacks_are_replaced(pair):
+    result = _run("compare", *pair, env={"PYTHONIOENCODING": "ascii"})
+    utf8 = _run("compare", *pair)
+    assert result.returncode == utf8.returncode == 0 and result.stderr == b"", result.stderr
+    assert not utf8.stdout.isascii()  # the table has characters ASCII lacks ...
+    assert result.stdout.isascii() and b"?" in result.stdout  # ... written as "?"
+    assert result.stdout.count(b"\n") == utf8.stdout.count(b"\n")
+
+
+def _close(descriptor: int):
+    return lambda: os.close(descriptor)
+
+
+@pytest.mark.parametrize("args, status", [(("inspect", "{dir}/missing.h5"), 2), (("check", "{golden}", "{target}"), 1),
+                                          (("diagnose", "{golden}", "{target}"), 0)],
+                         ids=["bad-input", "check-fails", "ok"])
+@pytest.mark.parametrize("stderr", ["closed", "full"])
+def test_an_unwritable_stderr_keeps_the_exit_status(pair, tmp_path, args, status, stderr):
+    """stderr is where a failure is told: when it cannot be written, the command still ends with its own status.
+    Before: closed, check's progress line (sys.stderr None) was an internal error; full (/dev/full), a bad
+    input exited 1 from the message's own write error."""
+    golden, target = pair
+    args = [a.format(dir=tmp_path, golden=golden, target=target) for a in args]
+    if stderr == "closed":
+        result = _run(*args, stderr=None, stdout=subprocess.DEVNULL, preexec_fn=_close(2))
+    else:
+        with open("/dev/full", "w") as full:
+            result = _run(*args, stderr=full, stdout=subprocess.DEVNULL)
+    assert result.returncode == status
+
+
+def test_the_shell_with_stdin_closed_reads_no_commands(pair):
+    result = _run("shell", *pair, preexec_fn=_close(0), text=True)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_piped_commands_that_are_not_text_fail_alone(pair):
+    """A strict decoder (a UTF-8 locale outside Python's UTF-8 mode) made the whole shell an internal error."""
+    result = _run("shell", *pair, input=b"ls\nni fc1\xff\nni fc1/Op\n", env={"PYTHONIOENCODING": "utf-8:strict"})
+    errors = result.stderr.decode().splitlines()
+    assert result.returncode == 2 and len(errors) == 2, result.stderr
+    assert errors[1] == "precision-tool: error: 1 shell command failed"
+    assert result.stdout.count(b"fc1/Op") >= 1  # the command after it ran
+
+
