@@ -113,3 +113,36 @@ def test_piped_commands_that_are_not_text_fail_alone(pair):
     assert result.stdout.count(b"fc1/Op") >= 1  # the command after it ran
 
 
+# -- small JSON files -------------------------------------------------------------------------------------------------
+def _fifo(tmp_path):
+    os.mkfifo(tmp_path / "mixlist.json")
+    return tmp_path / "mixlist.json"
+
+
+def _written(text):
+    def make(tmp_path):
+        (tmp_path / "mixlist.json").write_text(text)
+        return tmp_path / "mixlist.json"
+    return make
+
+
+JSON_FILES = {  # name -> (make, what the line says); before: a hang, memory until killed, internal errors
+    "a FIFO": (_fifo, "not a regular file"),
+    "/dev/zero": (lambda tmp_path: Path("/dev/zero"), "not a regular file"),
+    "arrays nested 100,000 deep": (_written("[" * 100_000 + "]" * 100_000), "not valid JSON: maximum recursion"),
+    "a 5000-digit number": (_written('{"white-list": ' + "9" * 5000 + "}"), "not valid JSON: Exceeds the limit"),
+}
+
+
+@pytest.mark.parametrize("option", ["--modify-mixlist", "--boost-config"])
+@pytest.mark.parametrize("name", list(JSON_FILES))
+def test_a_hostile_json_file_is_one_line(tmp_path, option, name):
+    make, says = JSON_FILES[name]
+    path = make(tmp_path)
+    extra = ("--boost-level", "O1") if option == "--boost-config" else ()
+    result = _run("collect", "mlp", "--steps", "1", "-o", tmp_path / "out.h5", option, path, *extra, text=True,
+                  timeout=60)
+    assert_outcome(result.returncode, result.stderr, 2, {}, says=f"{path}: {says}")
+    assert not (tmp_path / "out.h5").exists()
+
+
