@@ -146,3 +146,72 @@ def test_a_hostile_json_file_is_one_line(tmp_path, option, name):
     assert not (tmp_path / "out.h5").exists()
 
 
+# -- dumps ------------------------------------------------------------------------------------------------------------
+UNKNOWN_FILTER = 300  # in the range HDF5 keeps for testing: registered by no library
+
+
+def _filtered(path, dataset_path: str) -> None:
+    """Rewrite ``dataset_path`` chunked behind a filter HDF5 does not have, its bytes unchanged."""
+    with h5py.File(path, "r+") as f:
+        data = f[dataset_path][()]
+        attrs = dict(f[dataset_path].attrs)
+        del f[dataset_path]
+        dataset = f.create_dataset(dataset_path, shape=data.shape, dtype=data.dtype, chunks=data.shape or None,
+                                   compression=UNKNOWN_FILTER, allow_unknown_filter=True)
+        dataset.id.write_direct_chunk((0,) * data.ndim, data.tobytes())
+        for key, value in attrs.items():
+            dataset.attrs[key] = value
+
+
+def _first(f, kind: str) -> str:
+    """The first pack (kind "pack") or tensor dataset of its own ("dataset") in ``f``."""
+    names: list[str] = []
+    f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+    return next(name for name in names if ("/packs/" if kind == "pack" else "/ops/") in name)
+
+
+@pytest.mark.parametrize("kind", ["pack", "dataset"])
+@pytest.mark.parametrize("cmd", ["compare", "check", "diagnose"])
+def test_a_tensor_behind_a_filter_hdf5_lacks_is_bad_input(run_cli, tmp_path, kind, cmd):
+    golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
+    pack_limit = 1 << 20 if kind == "pack" else -1
+    write_synthetic(golden, steps=1, metadata={"role": "golden"}, pack_limit=pack_limit)
+    write_synthetic(target, steps=1, pack_limit=pack_limit)
+    with h5py.File(target, "r") as f:
+        where = _first(f, kind)
+    assert not h5py.h5z.filter_avail(UNKNOWN_FILTER)
+    _filtered(target, where)
+    before = digests(golden, target)
+    result = run_cli(cmd, golden, target)
+    assert_outcome(result.status, result.stderr, 2, before,
+                   says=f"{target}: /{where}: unreadable (compressed with HDF5 filter {UNKNOWN_FILTER}, "
+                        "which this HDF5 does not have)")
+
+
+@pytest.mark.parametrize("seed", [np.nan, "zero", 1.5])
+def test_a_seed_that_is_not_a_whole_number_is_bad_input(run_cli, tmp_path, seed):
+    """diagnose replays ops seeded with it: before, int(nan) was an internal error."""
+    golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
+    write_synthetic(golden, steps=1, metadata={"role": "golden"})
+    write_synthetic(target, steps=1)
+    with h5py.File(target, "r+") as f:
+        f.attrs["seed"] = seed
+    before = digests(golden, target)
+    result = run_cli("diagnose", golden, target)
+    assert_outcome(result.status, result.stderr, 2, before, says=f"{target}: / attribute seed: {seed!r} is not a "
+                                                                 "whole number")
+
+
+def test_a_megabyte_attribute_is_cut_in_the_error_line(run_cli, tmp_path):
+    golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
+    write_synthetic(golden, steps=1, metadata={"role": "golden"})
+    write_synthetic(target, steps=1, metadata={"model": "m" * 1_000_000})
+    result = run_cli("diagnose", golden, target)
+    assert_outcome(result.status, result.stderr, 2, {}, says="the dumps are of different models")
+    line = result.stderr.rstrip("\n")
+    assert len(line) < LINE_LIMIT and f" characters cut ...] {'m' * 20}" in line, line
+    assert line.startswith(f"precision-tool: error: the dumps are of different models: golden 'synthetic' "
+                           f"({golden}), target 'mmmm"), line
+    assert line.endswith(f"mmmm' ({target})"), line
+
+
