@@ -215,3 +215,14 @@ def test_a_megabyte_attribute_is_cut_in_the_error_line(run_cli, tmp_path):
     assert line.endswith(f"mmmm' ({target})"), line
 
 
+# -- folder names -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args", [("demo", "--workdir", ""), ("zoom", "mlp", "--steps", "1", "-o", ""),
+                                  ("replay", "nowhere", "--step", "0", "-o", ""),
+                                  ("collect", "mlp", "--steps", "1", "-o", "x.h5", "--save-steps", "1",
+                                   "--checkpoint-dir", "")], ids=["demo", "zoom", "replay", "collect"])
+def test_an_empty_folder_name_is_refused_and_nothing_is_written(run_cli, tmp_path, monkeypatch, args):
+    """An empty name is the current folder to pathlib: zoom -o "" wrote its stats dumps there, exit 0."""
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(*args)
+    assert_outcome(result.status, result.stderr, 2, {}, says="the folder name is empty")
+    assert list(tmp_path.iterdir()) == []
