@@ -141,6 +141,8 @@ def replacing(path, inputs=()) -> Iterator[Path]:
     if descriptor is not None:  # /dev/stdout: what the shell opened (a pipe, `>> log`) is written to, not replaced
         yield from _through_descriptor(path, descriptor)
         return
+    if str(path).endswith(("/", os.sep)):  # Path() would drop the slash and replace the file "NAME" instead
+        raise InputError(path, "ends with '/', which names a folder; give a file name")
     target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     refuse_inputs(target, inputs)
     try:

@@ -226,3 +226,31 @@ def test_an_empty_folder_name_is_refused_and_nothing_is_written(run_cli, tmp_pat
     result = run_cli(*args)
     assert_outcome(result.status, result.stderr, 2, {}, says="the folder name is empty")
     assert list(tmp_path.iterdir()) == []
+
+
+# -- option values --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args", [("compare", "{golden}", "{target}", "--steps", "0-100000000000"),
+                                  ("shell", "{golden}", "{target}", "-c", "vcs --steps 5,0-100000000000"),
+                                  ("collect", "mlp", "--steps", "1", "-o", "{dir}/out.h5",
+                                   "--dump-steps", "0-100000000000")], ids=["compare", "shell", "collect"])
+def test_a_step_range_wider_than_memory_is_refused(run_cli, pair, tmp_path, args):
+    """A selection is a set of step numbers: before, each of these was killed by the kernel (exit 137)."""
+    golden, target = pair
+    before = digests(*pair)
+    result = run_cli(*(a.format(golden=golden, target=target, dir=tmp_path) for a in args))
+    assert_outcome(result.status, result.stderr, 2, before, lines=2 if args[0] == "shell" else 1,
+                   says="names more than 1,000,000 steps; leave the option out to take every step")
+    assert not (tmp_path / "out.h5").exists()
+
+
+@pytest.mark.parametrize("option", ["-o", "--plot", "--junit"])
+def test_an_output_name_ending_in_a_slash_never_replaces_the_file_without_it(run_cli, pair, tmp_path, option):
+    """Path() drops the slash: `-o mine.csv/` replaced the user's mine.csv and exited 0."""
+    golden, target = pair
+    mine = tmp_path / {"-o": "mine.csv", "--plot": "mine.svg", "--junit": "mine.xml"}[option]
+    mine.write_text("my notes\n")
+    command = ("check", golden, target) if option == "--junit" else ("compare", golden, target, "--format", "csv")
+    before = digests(golden, target, mine)
+    result = run_cli(*command, option, f"{mine}/")
+    assert_outcome(result.status, result.stderr, 2, before,
+                   says=f"{mine}/: ends with '/', which names a folder; give a file name")
