@@ -9,6 +9,7 @@ of this checkout, since they are about the process's own descriptors.
 from __future__ import annotations
 
 import os
+import shutil
 import resource
 import signal
 import subprocess
@@ -254,3 +255,84 @@ def test_an_output_name_ending_in_a_slash_never_replaces_the_file_without_it(run
     result = run_cli(*command, option, f"{mine}/")
     assert_outcome(result.status, result.stderr, 2, before,
                    says=f"{mine}/: ends with '/', which names a folder; give a file name")
+
+
+# -- checkpoints and model files --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """ckpt-00000001.h5 .. ckpt-00000003.h5 of a 3-step npu mlp run."""
+    from precision_tool.cli.main import main
+
+    folder = tmp_path_factory.mktemp("ckpt")
+    assert main(["collect", "mlp", "--steps", "3", "--save-steps", "1", "--checkpoint-dir", str(folder / "ck"),
+                 "-o", str(folder / "run.h5")]) == 0
+    return folder / "ck"
+
+
+def _attribute(key, value):
+    return lambda f: f.attrs.__setitem__(key, value)
+
+
+def _dataset(key, value):
+    def change(f):
+        del f[key]
+        f[key] = value
+    return change
+
+
+def _device_list(f):
+    import json
+
+    config = json.loads(f.attrs["config"])
+    config["device"] = [1]
+    f.attrs["config"] = json.dumps(config)
+
+
+CHECKPOINT_DAMAGES = {  # name -> (change, the line); before, each was an internal error (exit 3)
+    "config nested 100,000 deep": (_attribute("config", "[" * 100_000 + "]" * 100_000),
+                                   "attribute 'config' is missing or not JSON"),
+    "config a list": (_attribute("config", "[1]"), "attribute 'config' is list, not a JSON object"),
+    "device a list": (_device_list, "attribute 'config': its device is not a JSON object"),
+    "step -5": (_attribute("step", -5), "attribute 'step': -5 is not a whole number >= 0"),
+    "evaluations an object": (_attribute("evaluations", '{"a": 1}'),
+                              "attribute 'evaluations' is dict, not a JSON list"),
+    "optimizer state unknown": (_attribute("optimizer", '{"velocity": 5}'),
+                                "its saved state cannot be restored (AttributeError"),
+    "batch of another shape": (_dataset("inputs/x", np.zeros((2, 2), np.float32)),
+                               "its saved batch 'x' is float32 (2, 2); the model takes float32 (N, 16)"),
+    "labels past the classes": (_dataset("inputs/labels", np.full(32, 10**6)),
+                                "its saved batch 'labels' holds values outside 0..3"),
+}
+
+
+# a resumed run trains on batches of its own: only a replay reads the saved one
+CHECKPOINT_CASES = [(cmd, name) for name in CHECKPOINT_DAMAGES for cmd in ("replay", "resume")
+                    if cmd == "replay" or not name.startswith(("batch", "labels"))]
+
+
+@pytest.mark.parametrize("cmd, name", CHECKPOINT_CASES, ids=[f"{c}-{n.replace(' ', '_')}" for c, n in CHECKPOINT_CASES])
+def test_a_damaged_checkpoint_is_one_line(run_cli, checkpoints, tmp_path, cmd, name):
+    change, says = CHECKPOINT_DAMAGES[name]
+    folder = tmp_path / "ck"
+    shutil.copytree(checkpoints, folder)
+    for path in folder.iterdir():
+        with h5py.File(path, "r+") as f:
+            change(f)
+    before = digests(*folder.iterdir())
+    args = (("replay", folder, "--step", "2", "-o", tmp_path / "out") if cmd == "replay" else
+            ("collect", "mlp", "--steps", "3", "--checkpoint-dir", folder, "--if-load", "-o", tmp_path / "run.h5"))
+    result = run_cli(*args)
+    assert_outcome(result.status, result.stderr, 2, before, says=f"{folder}/ckpt-0000000")
+    assert says in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("source, says", [
+    ("import sys\nsys.exit(5)\n", "model.py: called exit(5) while being imported"),
+    ("def make():\n    raise SystemExit(0)\n", "model.py: make() called exit(0) instead of returning a model")],
+    ids=["import", "factory"])
+def test_a_model_file_that_exits_is_one_line(run_cli, tmp_path, source, says):
+    """Before: the process took the model's status (5, or 0 with no dump and nothing said)."""
+    (tmp_path / "model.py").write_text(source)
+    result = run_cli("collect", f"{tmp_path}/model.py:make", "--steps", "1", "-o", tmp_path / "run.h5")
+    assert_outcome(result.status, result.stderr, 2, {}, says=says)
+    assert not (tmp_path / "run.h5").exists()
