@@ -50,7 +50,7 @@ def read_json(path, what: str = "", expect_object: str | None = None):
     """
     path = Path(path)
     try:
-        data = json.loads(read_small_file(path, what).decode("utf-8"))
+        data = json.loads(read_small_file(path, what).decode("utf-8-sig"))  # (a BOM: Windows editors write one)
     except UnicodeDecodeError:
         raise InputError(path, "not valid JSON: not UTF-8 text") from None
     except json.JSONDecodeError as exc:

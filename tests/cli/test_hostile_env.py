@@ -147,6 +147,16 @@ def test_a_hostile_json_file_is_one_line(tmp_path, option, name):
     assert not (tmp_path / "out.h5").exists()
 
 
+def test_a_json_file_with_a_byte_order_mark_is_read(run_cli, tmp_path):
+    """Windows editors start UTF-8 files with a BOM: before, "not valid JSON: Unexpected UTF-8 BOM"."""
+    switch = tmp_path / "fusion_switch.cfg"
+    switch.write_bytes(b'\xef\xbb\xbf{"GraphFusion": {"LayerNormFusionPass": "off"}}')
+    result = run_cli("collect", "sensor", "--steps", "1", "-o", tmp_path / "run.h5", "--fusion-switch", switch)
+    assert result.status == 0, result.stderr
+    with h5py.File(tmp_path / "run.h5", "r") as f:
+        assert f.attrs["fusion_switch"] == '{"all_off":false,"off":["LayerNormFusionPass"]}'
+
+
 # -- dumps ------------------------------------------------------------------------------------------------------------
 UNKNOWN_FILTER = 300  # in the range HDF5 keeps for testing: registered by no library
 
