@@ -285,6 +285,10 @@ class StandardOutput:
         except OSError as exc:
             return self._failed(exc, len(text))
 
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
     def flush(self):
         try:
             return self._stream.flush()

@@ -114,8 +114,18 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv``; return the exit status instead of exiting."""
     from precision_tool.outputs import standard_output
 
+    _drop_unusable_terminal_size()
     with standard_output():  # a write to stdout that fails names it; none is lost without saying so
         return _run(argv)
+
+
+def _drop_unusable_terminal_size() -> None:
+    """Forget a COLUMNS or LINES that is not a positive number: rich takes COLUMNS=0 (a pty of unknown size, some
+    CI runners) as a width of 0 and prints nothing at all, exit 0; without it, it asks the terminal or uses 80."""
+    for name in ("COLUMNS", "LINES"):
+        value = os.environ.get(name)
+        if value is not None and not (value.strip().isdigit() and int(value) > 0):
+            del os.environ[name]
 
 
 def _run(argv: list[str] | None) -> int:

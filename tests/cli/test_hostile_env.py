@@ -78,6 +78,17 @@ def test_characters_stdouts_encoding_lacks_are_replaced(pair):
     assert result.stdout.count(b"\n") == utf8.stdout.count(b"\n")
 
 
+@pytest.mark.parametrize("cmd", ["compare", "diagnose"])
+def test_a_terminal_width_of_0_is_ignored(run_cli, pair, monkeypatch, cmd):
+    """rich took COLUMNS=0 (a pty of unknown size) as a width of 0: compare and diagnose printed nothing, exit 0."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    expected = run_cli(cmd, *pair)
+    monkeypatch.setenv("COLUMNS", "0")
+    result = run_cli(cmd, *pair)
+    assert result.status == expected.status == 0, result.stderr
+    assert result.stdout == expected.stdout and len(expected.stdout.splitlines()) > 5
+
+
 def _close(descriptor: int):
     return lambda: os.close(descriptor)
 
