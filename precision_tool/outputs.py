@@ -16,6 +16,7 @@ Dumps have their own scheme (`precision_tool.dump.partial`).
 from __future__ import annotations
 
 import errno
+import io
 import os
 import re
 import stat
@@ -140,6 +141,8 @@ def replacing(path, inputs=()) -> Iterator[Path]:
     if descriptor is not None:  # /dev/stdout: what the shell opened (a pipe, `>> log`) is written to, not replaced
         yield from _through_descriptor(path, descriptor)
         return
+    if str(path).endswith(("/", os.sep)):  # Path() would drop the slash and replace the file "NAME" instead
+        raise InputError(path, "ends with '/', which names a folder; give a file name")
     target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     refuse_inputs(target, inputs)
     try:
@@ -246,3 +249,115 @@ def _remove(path) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+class StandardOutput:
+    """A command's ``sys.stdout`` (or stderr): every character it is given reaches the stream, or the write fails
+    saying so.
+
+    Three ways a plain stream loses output: a write that fails (a full disk, ``ulimit -f``) raises an OSError
+    naming no file, which the error boundary would take for a bug; under ``PYTHONUNBUFFERED`` (common in
+    containers) the text layer writes straight to the file and ignores a short write, so the rest of the output
+    is dropped with exit 0; and a character the stream's encoding lacks (``PYTHONIOENCODING=ascii``, a C locale
+    without UTF-8 mode) raises UnicodeEncodeError. Here a failed write is an OSError naming "standard output",
+    a short write is completed, and an unencodable character is written as "?". Everything else is the stream's.
+    """
+
+    def __init__(self, stream, name: str = "standard output", drop_on_failure: bool = False):
+        self._stream, self._name, self._drop = stream, name, drop_on_failure
+
+    def write(self, text):
+        if not isinstance(text, str):  # bytes: let the stream say it takes text (click probes with b"")
+            return self._stream.write(text)
+        try:
+            raw = getattr(self._stream, "buffer", None)
+            if isinstance(raw, io.RawIOBase):  # unbuffered: the text layer would drop what a short write left
+                self._stream.flush()
+                _write_all(raw, self._encode(text))
+                return len(text)
+            try:
+                return self._stream.write(text)
+            except UnicodeEncodeError:  # nothing was written: the text layer encodes before it writes
+                encoding = self._stream.encoding
+                return self._stream.write(text.encode(encoding, "replace").decode(encoding))
+        except BrokenPipeError:
+            raise  # the reader left (`| head`): the front end ends quietly
+        except OSError as exc:
+            return self._failed(exc, len(text))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        try:
+            return self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            return self._failed(exc, None)
+
+    def _failed(self, exc: OSError, result):
+        abandon(self._stream)
+        if self._drop:  # stderr: a warning that cannot be shown must not stop the work (or change its status)
+            return result
+        raise _named(exc, self._name) from None
+
+    def _encode(self, text: str) -> bytes:
+        encoding = getattr(self._stream, "encoding", None) or "utf-8"
+        try:
+            return text.encode(encoding, getattr(self._stream, "errors", None) or "strict")
+        except UnicodeEncodeError:
+            return text.encode(encoding, "replace")
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def abandon(stream) -> None:
+    """After a failed write to standard ``stream``: its descriptor now writes to /dev/null, so that what the stream
+    still buffers is dropped once, quietly, instead of failing again when Python flushes it at exit (status 120)."""
+    try:
+        descriptor = stream.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError, AttributeError):  # a stream with no descriptor (a StringIO) buffers nothing
+        return
+    try:
+        os.dup2(null, descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(null)
+
+
+def _write_all(raw, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = raw.write(view)
+        if written is None:  # a non-blocking descriptor that is full
+            raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        view = view[written:]
+
+
+def _named(exc: OSError, name: str) -> OSError:
+    if exc.filename is not None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), name)
+
+
+@contextmanager
+def standard_output() -> Iterator[None]:
+    """``sys.stdout`` and ``sys.stderr`` are `StandardOutput` streams for the block (those that are not None);
+    stderr's drops what it cannot write: it is where the failure would be told."""
+    import sys
+
+    streams = {"stdout": sys.stdout, "stderr": sys.stderr}
+    for name, label in (("stdout", "standard output"), ("stderr", "standard error")):
+        if streams[name] is not None and not isinstance(streams[name], StandardOutput):
+            setattr(sys, name, StandardOutput(streams[name], label, drop_on_failure=name == "stderr"))
+    try:
+        yield
+    finally:
+        for name, stream in streams.items():
+            if isinstance(getattr(sys, name), StandardOutput):
+                setattr(sys, name, stream)

@@ -11,6 +11,7 @@ import click
 
 from precision_tool.collect.modes import MODE_FORM, parse_modes
 from precision_tool.collect.selection import STEPS_FORM, parse_op_types, parse_steps
+from precision_tool.commands.options import OutputFolder
 from precision_tool.engine.formats import OVERFLOW_MODES
 from precision_tool.engine.precision import PRECISION_MODES, PRECISION_MODES_V2
 from precision_tool.commands.options import SEED, FiniteFloat
@@ -95,7 +96,7 @@ def _check_fusion_switch(value):
               help="Held-out batches per evaluation; -1 the whole held-out set (8), 0 none.  [default: -1]")
 @click.option("--save-steps", type=click.IntRange(-1, MAX_SCHEDULE), default=None, metavar="N",
               help="Checkpoint into --checkpoint-dir after every N steps; -1 after the last, 0 never.  [default: -1]")
-@click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None,
+@click.option("--checkpoint-dir", type=OutputFolder(), default=None,
               help="Where checkpoints go (ckpt-NNNNNNNN.h5, the state before step N); see `replay`.")
 @click.option("--if-load", is_flag=True, help="Resume from the latest checkpoint in --checkpoint-dir.")
 @click.option("--restore-model-version", type=click.IntRange(0, MAX_SCHEDULE), default=None, metavar="N",

@@ -8,10 +8,11 @@ from pathlib import Path
 import click
 
 from precision_tool.collect.demo import DEMO_MODEL, DEMO_STEPS
+from precision_tool.commands.options import OutputFolder
 
 
 @click.command("demo", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--workdir", type=OutputFolder(path_type=Path),
               help="Directory for the four dumps (created if needed). Default: a new temporary directory, kept.")
 @click.option("--steps", type=click.IntRange(1, 200), default=DEMO_STEPS, show_default=True,
               help="Training steps per run.")

@@ -97,8 +97,8 @@ def _report_internal(exc: BaseException, show_traceback: bool) -> None:
         where = f"; traceback saved to {printable(path)}"
     except (OSError, ValueError):
         pass
-    click.echo(f"precision-tool: internal error: {type(exc).__name__}: {printable(exc)}{where} "
-               "(rerun with --traceback to see it)", err=True)
+    say(f"precision-tool: internal error: {type(exc).__name__}: {printable(exc)}{where} "
+        "(rerun with --traceback to see it)")
 
 
 def click_message(exc: click.ClickException) -> str:
@@ -112,6 +112,23 @@ def click_message(exc: click.ClickException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv``; return the exit status instead of exiting."""
+    from precision_tool.outputs import standard_output
+
+    _drop_unusable_terminal_size()
+    with standard_output():  # a write to stdout that fails names it; none is lost without saying so
+        return _run(argv)
+
+
+def _drop_unusable_terminal_size() -> None:
+    """Forget a COLUMNS or LINES that is not a positive number: rich takes COLUMNS=0 (a pty of unknown size, some
+    CI runners) as a width of 0 and prints nothing at all, exit 0; without it, it asks the terminal or uses 80."""
+    for name in ("COLUMNS", "LINES"):
+        value = os.environ.get(name)
+        if value is not None and not (value.strip().isdigit() and int(value) > 0):
+            del os.environ[name]
+
+
+def _run(argv: list[str] | None) -> int:
     from precision_tool.compare.cancel import clear_interrupt, interrupted
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -123,38 +140,70 @@ def main(argv: list[str] | None = None) -> int:
         result = cli.main(args=argv, prog_name="precision-tool", standalone_mode=False)
         if interrupted() or _TERMINATED:  # a Ctrl-C (or SIGTERM) whose exception a finaliser swallowed
             raise KeyboardInterrupt
+        _flush_stdout()  # here, where a full disk is reported, not at exit where Python would only warn
         return result if isinstance(result, int) and not isinstance(result, bool) else ExitStatus.OK
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:  # click's form of KeyboardInterrupt
-        click.echo(f"precision-tool: {_stopped_by()}", err=True)
+        say(f"precision-tool: {_stopped_by()}")
         return ExitStatus.INTERRUPTED
     except click.ClickException as exc:
-        click.echo(f"precision-tool: error: {click_message(exc)}", err=True)
+        say(f"precision-tool: error: {click_message(exc)}")
         return ExitStatus.USAGE if exc.exit_code == 2 else exc.exit_code
     except PrecisionToolError as exc:
         if show_traceback:
             traceback.print_exc()
-        click.echo(f"precision-tool: error: {printable(exc)}", err=True)  # one line, whatever a name holds
+        say(f"precision-tool: error: {printable(exc)}")  # one line, whatever a name holds
         return exc.exit_status
     except KeyboardInterrupt as exc:
-        click.echo(f"precision-tool: {_stopped_by(exc)}", err=True)
+        say(f"precision-tool: {_stopped_by(exc)}")
         return ExitStatus.INTERRUPTED
     except BrokenPipeError:
-        sys.stderr.close()
+        _close_quietly(sys.stderr)
         return ExitStatus.OK
     except Exception as exc:  # the boundary: anything else is our bug
         if interrupted():  # work called off by Ctrl-C (compare.cancel.Cancelled), not a bug
-            click.echo(f"precision-tool: {_stopped_by()}", err=True)
+            say(f"precision-tool: {_stopped_by()}")
             return ExitStatus.INTERRUPTED
         from precision_tool.outputs import file_system_error
 
         refused = file_system_error(exc)
         if refused is not None:  # a folder that cannot be made, a full disk: the user's file, not our bug
-            click.echo(f"precision-tool: error: {refused}", err=True)
+            say(f"precision-tool: error: {refused}")
             return ExitStatus.USAGE
         _report_internal(exc, show_traceback)
         return ExitStatus.INTERNAL
+
+
+LINE_LIMIT = 2000  # characters of one error line: a value quoted from a hostile file may be megabytes long
+
+
+def say(line: str) -> None:
+    """Write one line to stderr, its middle cut when it is longer than LINE_LIMIT; a closed or full stderr
+    (``2>&-``) loses the line but never changes the exit status."""
+    if len(line) > LINE_LIMIT:
+        head, tail = LINE_LIMIT - 400, 300
+        line = f"{line[:head]} [... {len(line) - head - tail} characters cut ...] {line[-tail:]}"
+    if sys.stderr is None:  # closed when the process started: click would open a stream of its own on fd 2
+        return
+    try:
+        click.echo(line, err=True)
+    except (OSError, ValueError):  # ValueError: a closed file object
+        from precision_tool.outputs import abandon
+
+        abandon(sys.stderr)
+
+
+def _flush_stdout() -> None:
+    if sys.stdout is not None:
+        sys.stdout.flush()
+
+
+def _close_quietly(stream) -> None:
+    try:
+        stream.close()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 _TERMINATED: set = set()  # holds True once SIGTERM arrived (a set: cleared in place, no global statement)
@@ -212,10 +261,39 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 128 << 20))
 
 
+def reopen_closed_standard_streams() -> list[str]:
+    """Give a standard stream that was closed when the process started (``<&-``, ``2>&-``, a daemon) /dev/null.
+
+    Python sets such a stream to None, which code printing a progress line or reading commands would trip
+    over, and the descriptor's number would go to the next file opened: a dump or an output, which a stray
+    write to fd 1 or 2 (HDF5's error printer) would then damage. Returns the names of the streams reopened.
+    """
+    reopened = []
+    for descriptor, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            os.fstat(descriptor)
+            continue  # open after all: not ours to replace
+        except OSError:
+            pass
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != descriptor:
+                os.dup2(null, descriptor)
+                os.close(null)
+            setattr(sys, name, open(descriptor, mode, encoding="utf-8", errors="replace", closefd=False))
+        except OSError:
+            continue
+        reopened.append(name)
+    return reopened
+
+
 def entry_point() -> None:
     """The console script: a process of its own, so its allocator is tuned for training steps."""
     from precision_tool.compare.cancel import install_interrupt_handler
 
+    reopen_closed_standard_streams()
     keep_freed_memory()
     install_interrupt_handler()
     stop_on_sigterm()

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from precision_tool.commands.options import OutputFolder
 from precision_tool.engine.formats import OVERFLOW_MODES
 from precision_tool.engine.precision import PRECISION_MODES, PRECISION_MODES_V2
 
@@ -16,7 +17,7 @@ from precision_tool.engine.precision import PRECISION_MODES, PRECISION_MODES_V2
 @click.argument("checkpoint_dir", type=click.Path(file_okay=False, path_type=str))
 @click.option("--step", type=click.IntRange(min=0), default=None, metavar="N",
               help="The step to replay (its checkpoint ckpt-N holds the state before it).  [default: the latest]")
-@click.option("-o", "--output", "output_dir", required=True, type=click.Path(file_okay=False, path_type=str),
+@click.option("-o", "--output", "output_dir", required=True, type=OutputFolder(path_type=str),
               help="Directory for golden.h5 and target.h5 (created if missing).")
 @click.option("--device", type=click.Choice(["golden", "npu"]), default=None,
               help="The target device.  [default: the run's]")

@@ -60,8 +60,8 @@ def shell(ctx, files, golden, target, overflow, fusion_off, rank, commands):
         printer = Printer(*_consoles(), report_internal=_internal_reporter(show_traceback))
         if commands is not None:
             printer.show_all(runner.run_line(commands))
-        elif not sys.stdin.isatty():
-            _run_stream(runner, printer, sys.stdin)
+        elif sys.stdin is None or not sys.stdin.isatty():  # None: stdin was closed, nothing to read
+            _run_stream(runner, printer, sys.stdin or ())
         else:
             from precision_tool.repl.app import run_interactive
 
@@ -82,7 +82,15 @@ class CommandsFailed(PrecisionToolError):
 
 
 def _run_stream(runner, printer, stream) -> None:
-    """Run each line of a non-TTY stdin; blank lines and lines starting with # are skipped."""
+    """Run each line of a non-TTY stdin; blank lines and lines starting with # are skipped.
+
+    A byte that is not text in stdin's encoding is kept as Python keeps one in a file name (surrogateescape),
+    so that the command naming it fails alone, as `-c` with the same bytes does, not the whole shell.
+    """
+    try:
+        stream.reconfigure(errors="surrogateescape")
+    except (AttributeError, ValueError, OSError):  # not a text file (a list, a StringIO), or already read from
+        pass
     for line in stream:
         if not line.strip() or line.lstrip().startswith("#"):
             continue

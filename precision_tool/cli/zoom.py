@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from precision_tool.commands.options import COSINE_OPTION, option
+from precision_tool.commands.options import COSINE_OPTION, OutputFolder, option
 from precision_tool.errors import ConfigError, InputError
 
 ROLES = ("golden", "target")
@@ -62,7 +62,7 @@ def _collect_command():
 def _params():
     shared = [p for p in _collect_command().params if p.name not in NOT_SHARED]
     own = [click.Argument(["model"], required=False),
-           option("-o", "--output", "directory", required=True, type=click.Path(file_okay=False),
+           option("-o", "--output", "directory", required=True, type=OutputFolder(),
                   help="The folder for the four dumps (created if needed)."),
            option(*COSINE_OPTION[0], **COSINE_OPTION[1]),
            option("--force", is_flag=True, help="Replace the zoom's dumps already in the folder.")]

@@ -102,7 +102,7 @@ def replay(request: ReplayRequest, hooks=()) -> ReplayResult:
     """Run step ``request.step`` from its checkpoint on golden and on the target; write both dumps."""
     from precision_tool.engine.device import golden as golden_device
     from precision_tool.session import Session, SessionConfig
-    from precision_tool.session.checkpoint import find_checkpoint, load_checkpoint
+    from precision_tool.session.checkpoint import check_batch, find_checkpoint, load_checkpoint
 
     modes = M.parse_modes(request.mode)
     path = find_checkpoint(request.checkpoint_dir, request.step)
@@ -132,6 +132,8 @@ def replay(request: ReplayRequest, hooks=()) -> ReplayResult:
         collector = Collector(str(paths[role]), modes, command=request.command, overwrite=request.overwrite)
         session = Session(configs[role], hooks=[collector, *hooks])
         session.restore(checkpoint)
+        if checkpoint.inputs:  # (none stored: the step regenerates its batch)
+            check_batch(str(path), checkpoint.inputs, *_batch_form(session.data, checkpoint.step))
         try:
             session.hooks.on_run_begin({**session.metadata(), "replay_of": str(path)})
             session.step(batch=checkpoint.inputs or None)
@@ -144,6 +146,16 @@ def replay(request: ReplayRequest, hooks=()) -> ReplayResult:
                         reference.describe(), configs["target"].device.describe(),
                         results["golden"].loss, results["target"].loss,
                         results["golden"].overflow, results["target"].overflow)
+
+
+def _batch_form(data, step: int) -> tuple[dict, dict]:
+    """One example of ``data``'s batch of ``step``, and the bound of each integer array (labels, token ids)."""
+    from precision_tool.session.data import SyntheticData
+
+    sample = SyntheticData(data.spec, data.seed, 1).batch(step)
+    bounds = {"labels": data.n_out if data.classification else None,
+              "x": int(data.spec.vocab_size) if data.spec.kind == "tokens" else None}
+    return sample, bounds
 
 
 def _make_output(out: Path, paths: dict, overwrite: bool) -> None:

@@ -14,6 +14,7 @@ from precision_tool.engine.hooks import BACKWARD, OpEvent
 from precision_tool.errors import ConfigError
 
 STEPS_FORM = "step numbers and ranges, e.g. 0,5-7"
+MAX_SELECTED_STEPS = 1_000_000  # a selection is a set of step numbers: "0-100000000000" asked for 800 GB
 
 
 def parse_steps(spec) -> frozenset[int] | None:
@@ -33,11 +34,11 @@ def parse_steps(spec) -> frozenset[int] | None:
         return None
     steps: set[int] = set()
     for part in text.split(","):
-        steps.update(_parse_part(part.strip(), spec))
+        steps.update(_parse_part(part.strip(), spec, MAX_SELECTED_STEPS - len(steps)))
     return frozenset(steps)
 
 
-def _parse_part(part: str, spec: str) -> range:
+def _parse_part(part: str, spec: str, room: int) -> range:
     first, dash, last = part.partition("-")
     try:
         start = int(first)
@@ -47,6 +48,9 @@ def _parse_part(part: str, spec: str) -> range:
                           f"expected {STEPS_FORM}") from None
     if start < 0 or stop < start:
         raise ConfigError(f"bad step selection {spec!r}: {part!r} is not an increasing range of steps >= 0")
+    if stop - start + 1 > room:
+        raise ConfigError(f"bad step selection {spec[:60]!r}: names more than {MAX_SELECTED_STEPS:,} steps; "
+                          "leave the option out to take every step")
     return range(start, stop + 1)
 
 

@@ -104,6 +104,19 @@ class StepType(click.IntRange):
 
 STEP = StepType()
 
+class OutputFolder(click.Path):
+    """A folder a command writes into; an empty name is refused, where pathlib would read it as the current
+    folder: `--workdir ""` wrote the demo's dumps among the user's files instead of failing as `-o ""` does."""
+
+    def __init__(self, **kwargs):
+        super().__init__(file_okay=False, **kwargs)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value:
+            self.fail("the folder name is empty; give the folder to write into", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 # -- what the dump-reading commands share -------------------------------------------------------------------
 DUMP = click.Path(path_type=str)  # a dump the batch command reads: a file, or an msprobe directory or dump.json
 READ_FILE = click.Path(dir_okay=False, path_type=str)  # another file a command reads (check --baseline)

@@ -30,6 +30,13 @@ def count(path: str, metadata: dict, key: str) -> int:
     return value
 
 
+def check_seed(path: str, metadata: dict) -> None:
+    """The ``seed`` root attribute, when present: a whole number (a replay seeds its random ops with it)."""
+    seed = metadata.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise InputError(path, f"/ attribute seed: {seed!r} is not a whole number")
+
+
 def check_modes(path: str, metadata: dict) -> None:
     """The ``modes`` root attribute, when present: a JSON list of mode names."""
     modes = metadata.get("modes")

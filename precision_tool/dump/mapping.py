@@ -1,7 +1,8 @@
 """Reading a contiguous dataset's bytes in place: where they lie in the file, and read-only mappings of them.
 
 Used by `precision_tool.dump.reader` for float tensors and packs; a dataset
-stored any other way (chunked, filtered, external) is read through h5py.
+stored any other way (chunked, filtered, external) is read through h5py
+(`read_dataset`, which names a dataset HDF5 cannot read and why).
 """
 
 from __future__ import annotations
@@ -67,3 +68,30 @@ def chunk_selections(shape: tuple[int, ...], max_elements: int) -> Iterator[tupl
     for outer in np.ndindex(*shape[:axis]):
         for start in range(0, shape[axis], per_chunk):
             yield (*outer, slice(start, min(start + per_chunk, shape[axis])))
+
+
+def read_dataset(path: str, where: str, dataset, selection=()) -> np.ndarray:
+    """``dataset[selection]`` as an array; InputError naming dump ``path`` and dataset ``where`` when HDF5
+    cannot read it (a compression filter this HDF5 lacks, a damaged chunk), never an error from deep in h5py."""
+    try:
+        return np.asarray(dataset[selection])
+    except (OSError, RuntimeError) as exc:
+        missing = _missing_filter(dataset)
+        reason = f"compressed with HDF5 filter {missing}, which this HDF5 does not have" if missing else str(exc)
+        raise InputError(path, f"{where}: unreadable ({reason})") from None
+
+
+def _missing_filter(dataset) -> str | None:
+    """The first filter of ``dataset`` that is not available here ("32001 (blosc)"), else None."""
+    try:
+        import h5py
+
+        plist = dataset.id.get_create_plist()
+        for number in range(plist.get_nfilters()):
+            code, _, _, name = plist.get_filter(number)
+            if not h5py.h5z.filter_avail(code):
+                label = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+                return f"{code} ({label})" if label else str(code)
+    except (AttributeError, OSError, RuntimeError, ValueError):
+        pass
+    return None

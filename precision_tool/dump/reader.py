@@ -41,10 +41,10 @@ from typing import Iterator
 import numpy as np
 
 from precision_tool.dump import layout
-from precision_tool.dump.attributes import check_modes, check_schema, count, decode_attrs, flag
+from precision_tool.dump.attributes import check_modes, check_schema, check_seed, count, decode_attrs, flag
 from precision_tool.dump.integrity import check_read
 from precision_tool.dump.records import DumpSummary, OpRecord, StepRecord
-from precision_tool.dump.mapping import chunk_selections, mapped_chunks, raw_offset
+from precision_tool.dump.mapping import chunk_selections, mapped_chunks, raw_offset, read_dataset
 from precision_tool.dump.steps import DamagedDump, StepIndex, TensorLocation
 from precision_tool.dump.storage import from_storage, stored_dtype
 from precision_tool.errors import InputError, NotFoundError
@@ -85,6 +85,7 @@ class Dump:
             self.complete = flag(self.path, self.metadata, "complete")
             self.steps_complete = count(self.path, self.metadata, "steps_complete")
             check_modes(self.path, self.metadata)
+            check_seed(self.path, self.metadata)
             # index rows describe the stored values: compare checks one against the other (`dump.integrity`)
             self.stats_match_data = flag(self.path, self.metadata, layout.STATS_MATCH_DATA)
             self._read_checked: set[tuple[int, int]] = set()  # (step, index row) `tensor` has checked
@@ -195,7 +196,7 @@ class Dump:
             values = values.copy() if values.base is not None else values  # never a view of the mapped file
         else:
             dataset, dtype, _, _ = self._dataset(step, location, slot)
-            values = from_storage(np.asarray(dataset[()]), dtype)
+            values = from_storage(read_dataset(self.path, dataset.name, dataset), dtype)
         if self.stats_match_data:  # a marked dump: values unlike their index row are a misread, refused
             index = self.step_index(step)
             row = index.slot_row(exec_index, slot)
@@ -229,7 +230,7 @@ class Dump:
             yield from mapped_chunks(self._file, self.path, offset, stored, size, limit)
             return
         for selection in chunk_selections(dataset.shape, limit):
-            yield from_storage(np.asarray(dataset[selection]), dtype).reshape(-1)
+            yield from_storage(read_dataset(self.path, dataset.name, dataset, selection), dtype).reshape(-1)
 
     def packed_table(self, step: int, rows: np.ndarray, kinds: dict[str, int]) -> tuple[list, np.ndarray]:
         """Where tensors of one step (``rows`` of its index, `TensorRecord.index_row`) lie in its packs.
@@ -332,7 +333,7 @@ class Dump:
         if offset is not None:
             pack = next(mapped_chunks(self._file, self.path, offset, dataset.dtype, dataset.size, dataset.size))
         else:
-            pack = np.asarray(dataset[()])
+            pack = read_dataset(self.path, path, dataset)
         self._packs[key] = pack
         if len(self._packs) > OPEN_PACKS:
             self._packs.popitem(last=False)  # its mapping is released once no chunk refers to it

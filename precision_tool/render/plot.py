@@ -102,15 +102,14 @@ def _worst_stat(op, name: str) -> float | None:
 
 def write_plot(report: CompareReport, path, cosine_threshold: float, inputs=()) -> Path:
     """Write the chart to ``path`` (never over one of ``inputs``); the suffix (.svg or .png) picks the format."""
-    path = Path(path)
-    suffix = path.suffix.lower()
+    suffix = Path(path).suffix.lower()  # the name as given goes on: Path() would drop a trailing "/"
     if suffix == ".svg":
         write_text(path, to_svg(report, cosine_threshold), inputs)
     elif suffix == ".png":
         _write_png(PlotData.of(report, cosine_threshold), path, inputs)
     else:
         raise ConfigError(f"--plot {path}: use a .svg or .png file name")
-    return path
+    return Path(path)
 
 
 def integer_ticks(n: int, most: int = 8) -> list[int]:

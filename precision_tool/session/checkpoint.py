@@ -162,9 +162,14 @@ def _read(h5, path: Path) -> Checkpoint:
 
     def document(key):
         try:
-            return json.loads(attrs[key])
-        except (KeyError, json.JSONDecodeError):
+            value = json.loads(attrs[key])
+        except (KeyError, ValueError, RecursionError):  # ValueError: not JSON, or a number of 5000 digits
             raise InputError(path, f"attribute {key!r} is missing or not JSON") from None
+        kinds = _DOCUMENTS[key]
+        if not isinstance(value, kinds):
+            raise InputError(path, f"attribute {key!r} is {type(value).__name__}, not "
+                                   f"{' or '.join(_KIND_NAMES[k] for k in kinds)}")
+        return value
 
     params, slots, order = {}, {}, {}
     for key, dataset in h5["params"].items():
@@ -178,12 +183,50 @@ def _read(h5, path: Path) -> Checkpoint:
                 raise InputError(path, f"optimizer slot {slot}/{key} has no parameter")
             slots.setdefault(order[key], {})[slot] = dataset[()]
     inputs = {key: dataset[()] for key, dataset in h5["inputs"].items()}
-    return Checkpoint(step=int(attrs["step"]), global_step=int(attrs["global_step"]), config=document("config"),
+    config = document("config")
+    if not isinstance(config.get("device", {}), dict):
+        raise InputError(path, "attribute 'config': its device is not a JSON object")
+    return Checkpoint(step=_step(path, attrs, "step"), global_step=_step(path, attrs, "global_step"), config=config,
                       params=params, slots=slots, inputs=inputs, metadata=document("metadata"),
                       optimizer=document("optimizer"), loss_scale=document("loss_scale"),
                       accelerate=document("accelerate"), history=document("history"),
                       evaluations=document("evaluations"), rng=document("rng"),
                       path=str(path))
+
+
+# the JSON attributes of a checkpoint and the types the session restores them as
+_DOCUMENTS = {"config": (dict,), "metadata": (dict,), "optimizer": (dict,), "rng": (dict,),
+              "loss_scale": (dict, type(None)), "accelerate": (dict, type(None)), "history": (list,),
+              "evaluations": (list,)}
+_KIND_NAMES = {dict: "a JSON object", list: "a JSON list", type(None): "null"}
+
+
+def _step(path: Path, attrs, key: str) -> int:
+    value = attrs[key]
+    value = value.item() if isinstance(value, np.generic) else value
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InputError(path, f"attribute {key!r}: {value!r} is not a whole number >= 0")
+    return value
+
+
+def check_batch(where: str, saved: dict, sample: dict, bounds: dict) -> None:
+    """The batch a checkpoint stores for its next step, which a replay trains on as it is: the arrays of
+    ``sample`` (one example of the session's data) with its per-example shapes and kinds of numbers, one length
+    for all, and integers (class labels, token ids) below their ``bounds``; InputError naming the file if not."""
+    lengths = set()
+    for name, example in sample.items():
+        found, want = saved.get(name), np.asarray(example)
+        if found is None or np.ndim(found) != want.ndim or np.shape(found)[1:] != want.shape[1:] \
+                or getattr(found, "dtype", np.dtype(object)).kind != want.dtype.kind:
+            shown = "missing" if found is None else f"{getattr(found, 'dtype', type(found).__name__)} {np.shape(found)}"
+            raise InputError(where, f"its saved batch {name!r} is {shown}; the model takes {want.dtype} "
+                                    f"(N, {', '.join(map(str, want.shape[1:]))})")
+        lengths.add(np.shape(found)[0])
+        bound = bounds.get(name)
+        if bound is not None and want.dtype.kind in "iu" and found.size and (found.min() < 0 or found.max() >= bound):
+            raise InputError(where, f"its saved batch {name!r} holds values outside 0..{bound - 1}")
+    if len(lengths) > 1:
+        raise InputError(where, f"its saved batch arrays differ in length ({sorted(lengths)})")
 
 
 def refuse_foreign_checkpoints(directory, resuming: bool) -> None:

@@ -204,6 +204,8 @@ def load_model(name: str, rng: np.random.Generator) -> LoadedModel:
         model = factory(rng) if _takes_argument(factory) else factory()
     except PrecisionToolError:
         raise
+    except SystemExit as exc:  # sys.exit(5) in the user's code: not an exit status of ours
+        raise InputError(path, f"{factory_name}() called exit({exc.code!r}) instead of returning a model") from None
     except Exception as exc:  # the user's code: report it in one line
         raise InputError(path, f"{factory_name}() failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(model, Module) or not isinstance(getattr(model, "data", None), DataSpec):
@@ -222,6 +224,10 @@ def _load_factory(path: Path, factory_name: str) -> Callable:
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
+    except SystemExit as exc:  # a training script given as a model file: it must not end precision-tool
+        sys.modules.pop(module_name, None)
+        raise InputError(path, f"called exit({exc.code!r}) while being imported; a model file defines "
+                               "a factory and runs nothing") from None
     except Exception as exc:  # the user's code: report it in one line
         sys.modules.pop(module_name, None)
         raise InputError(path, f"failed to import: {type(exc).__name__}: {exc}") from exc

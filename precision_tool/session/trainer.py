@@ -48,7 +48,7 @@ from precision_tool.engine.hooks import HookList, StepResult
 from precision_tool.engine.layers import trace
 from precision_tool.engine.program import Program, compile_graph
 from precision_tool.engine.status import FloatStatus
-from precision_tool.errors import ConfigError
+from precision_tool.errors import ConfigError, InputError
 from precision_tool.session.accelerate import AccelerateTrainMode
 from precision_tool.session.boost import Boost
 from precision_tool.session.checkpoint import (Checkpoint, find_checkpoint, load_checkpoint,
@@ -321,6 +321,12 @@ class Session:
         if checkpoint.step > self.config.steps:
             raise ConfigError(f"{where}: it is the state after {checkpoint.step} steps, "
                               f"beyond this run's {self.config.steps}")
+        try:
+            self._load_state(checkpoint)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # the JSON state is damaged
+            raise InputError(where, f"its saved state cannot be restored ({type(exc).__name__}: {exc})") from None
+
+    def _load_state(self, checkpoint: Checkpoint) -> None:
         self.params = {name: np.array(a, dtype=np.float32) for name, a in checkpoint.params.items()}
         self.optimizer.slots = {name: {slot: np.array(a) for slot, a in slots.items()}
                                 for name, slots in checkpoint.slots.items()}
@@ -337,6 +343,8 @@ class Session:
         names = {f.name for f in fields(StepResult)}
         self.results = [StepResult(**{k: v for k, v in r.items() if k in names}) for r in checkpoint.history]
         self.evaluations = list(checkpoint.evaluations)
+        if not all(isinstance(e, dict) for e in self.evaluations):
+            raise TypeError("an evaluation is not a JSON object")
         self.global_step = checkpoint.global_step
         self.next_step = self.resumed_from = checkpoint.step
 
