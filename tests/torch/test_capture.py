@@ -279,6 +279,24 @@ def test_inputs_an_op_writes_without_declaring_it_are_recorded_as_it_read_them(t
     assert bn.running_mean.tolist() == pytest.approx([0.4, 0.5, 0.6, 0.7])  # and it did update them
 
 
+def test_an_undeclared_write_makes_earlier_statistics_of_that_tensor_stale(tmp_path):
+    """An op that read the running mean before native_batch_norm updated it (a model.to() inside the dump, an
+    EMA) left its statistics in the capture's cache under a version the update does not change: the backward's
+    input_3, the updated running mean, was recorded with the old statistics (norm 0) beside its new data, and
+    every reader of the dump refused it as damaged."""
+    bn = torch.nn.BatchNorm1d(4)
+    x = torch.arange(12.0).reshape(3, 4).requires_grad_()
+    with ptt.dump(tmp_path / "bn.h5"):
+        bn.running_mean.mul(1.0)  # reads the running mean: its statistics (all zero) are cached
+        bn(x).pow(2).sum().backward()
+    with open_dump(tmp_path / "bn.h5") as dump:
+        op = next(op for op in dump.ops(0) if op.type == "aten.native_batch_norm_backward")
+        mean = dump.tensor(0, op.exec_index, "input_3")
+        stats = op.tensor("input_3").stats
+    assert mean.tolist() == pytest.approx([0.4, 0.5, 0.6, 0.7])
+    assert stats.max == float(mean.max()) and stats.norm == pytest.approx(float(np.linalg.norm(mean)), rel=1e-6)
+
+
 def test_an_autocast_run_records_the_dtypes_autocast_chose(tmp_path):
     with torch.autocast("cpu", dtype=torch.bfloat16), ptt.dump(tmp_path / "a.h5", mode="stats"):
         train(make_mlp())
