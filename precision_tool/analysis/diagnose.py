@@ -113,6 +113,20 @@ def handled_by_loss_scaling(name: str, report: OverflowReport, steps: list[StepR
     return name in loss_scale_handled(report, steps)
 
 
+def _steps_golden_alone(golden, target_steps: list[StepRecord]) -> list[str]:
+    """A note when golden ran steps after the target's last one (a target stopped early, a crash): those steps
+    have nothing to be compared with, and the verdict speaks only of the steps both ran."""
+    if not target_steps:
+        return []
+    last = max(s.step for s in target_steps)
+    later = [s.step for s in golden.steps() if s.step > last]
+    if not later:
+        return []
+    which = f"step {later[0]}" if len(later) == 1 else f"{len(later)} steps ({later[0]} to {later[-1]})"
+    return [f"the target stops after step {last}; golden's {which} after it have no target step and are not "
+            "compared: the verdict covers the steps both runs took"]
+
+
 def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
              cosine_threshold: float = COSINE_THRESHOLD) -> Diagnosis:
     """Diagnose ``target`` against ``golden``; see the module docstring for the reasoning."""
@@ -133,6 +147,7 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
                           flagged[0].name if flagged else None, precheck=precheck(golden, target),
                           outcome=outcome(golden, target))
     steps = target.steps()
+    notes.extend(_steps_golden_alone(golden, steps))
     handled = sorted(loss_scale_handled(overflow_rep, steps))
     if handled:
         shown = ", ".join(handled[:5]) + (" ..." if len(handled) > 5 else "")
