@@ -29,7 +29,7 @@ from precision_tool.analysis.notes import precision_notes
 from precision_tool.analysis.overflow import overflow_report
 from precision_tool.analysis.results import Diagnosis, OverflowEntry, OverflowReport, Verdict
 from precision_tool.analysis.scan import Scanner
-from precision_tool.analysis.scaling import first_skipped_update
+from precision_tool.analysis.scaling import first_skipped_update, scaled_past_format
 from precision_tool.dump.records import OpRecord, StepRecord
 from precision_tool.defaults import COSINE_THRESHOLD
 
@@ -153,6 +153,13 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
         shown = ", ".join(handled[:5]) + (" ..." if len(handled) > 5 else "")
         notes.append(f"overflow in {shown} went away as loss scaling skipped steps or lowered the scale: "
                      "expected with dynamic loss scaling")
+    searching = sorted(scaled_past_format(golden, target, overflow_rep.entries) - set(handled))
+    if searching:
+        shown = ", ".join(searching[:5]) + (" ..." if len(searching) > 5 else "")
+        notes.append(f"overflow in {shown}: golden's gradients times the loss scale are beyond the target's format, "
+                     "and every such step's update was skipped: dynamic loss scaling still searching for its scale "
+                     "when the run ends, as expected with a high first scale")
+        handled = sorted(set(handled) | set(searching))
     until, skipped = boost_start(golden, target), first_skipped_update(golden, target)
     if skipped is not None and (until is None or skipped < until):
         until = skipped

@@ -37,7 +37,8 @@ class Variation:
     lr: float = 0.0  # 0: the optimizer's own (0.05 for SGD, 1e-3 for Adam)
     clip: float = 0.0  # clip_grad_norm_ to this (after unscale_ under a GradScaler)
     init_scale: float = 2.0 ** 16  # GradScaler's first scale
-    record: str = "scale"  # GradScaler loops: scale | loss | none (what ptt.step is given)
+    record: str = "scale"  # GradScaler loops: scale | loss | none (what ptt.step is given) | updated (the scale
+    # read after scaler.update())
     seed: int = 0
     dropout: float = 0.0  # gpt2: every dropout probability (the same seed in both runs draws the same masks)
     evaluate: bool = False  # a validation forward (eval mode, no_grad) after each update
@@ -123,6 +124,8 @@ def train(run, v: Variation, target: bool) -> None:
         elif v.record == "loss":
             ptt.step(loss)
         scaler.update()
+        if v.record == "updated":  # docs/torch.md's order: the scale read after the update (the next step's)
+            ptt.step(loss, scaler.get_scale())
         _validate(run, v, autocast)
 
 
@@ -205,4 +208,13 @@ VARIATIONS += [
     Variation("cnn", "cast", "scale", "act", K),
     Variation("gpt2", "bf16", steps=3, dropout=0.1, evaluate=True),
     Variation("cnn", "amp", steps=4, evaluate=True),
+]
+VARIATIONS += [
+    # a first scale so high that the GradScaler skips every update of the run: golden's gradients times the scale
+    # are beyond float16 at every step, the scale is still halving when the run ends; recorded after the update
+    # (half what the gradients carry at a skipped step) or read off the gradients; a forward fault under the same
+    # loop (a backward fault there is out of reach: every gradient of every step is inf or NaN)
+    Variation("gpt2", "amp", steps=3, init_scale=2.0 ** 24, record="loss"),
+    Variation("cnn", "amp", steps=3, init_scale=2.0 ** 24, record="updated"),
+    Variation("cnn", "amp", "scale", "act", K, steps=3, init_scale=2.0 ** 24, record="updated"),
 ]
