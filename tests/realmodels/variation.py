@@ -212,9 +212,11 @@ VARIATIONS += [
 VARIATIONS += [
     # a first scale so high that the GradScaler skips every update of the run: golden's gradients times the scale
     # are beyond float16 at every step, the scale is still halving when the run ends; recorded after the update
-    # (half what the gradients carry at a skipped step) or read off the gradients; a forward fault under the same
+    # (half what the gradients carry at a skipped step), read off the gradients, or no ptt.step at all (the
+    # scaler's update ends each iteration, no optimizer step does); a forward fault under the same
     # loop (a backward fault there is out of reach: every gradient of every step is inf or NaN)
     Variation("gpt2", "amp", steps=3, init_scale=2.0 ** 24, record="loss"),
     Variation("cnn", "amp", steps=3, init_scale=2.0 ** 24, record="updated"),
+    Variation("gpt2", "amp", steps=3, init_scale=2.0 ** 24, record="none"),
     Variation("cnn", "amp", "scale", "act", K, steps=3, init_scale=2.0 ** 24, record="updated"),
 ]

@@ -279,6 +279,29 @@ def test_inputs_an_op_writes_without_declaring_it_are_recorded_as_it_read_them(t
     assert bn.running_mean.tolist() == pytest.approx([0.4, 0.5, 0.6, 0.7])  # and it did update them
 
 
+def test_a_loss_scalers_update_ends_an_iteration_whose_optimizer_step_it_skipped(tmp_path):
+    """A first scale so high that every gradient overflows: GradScaler skips optimizer.step() each iteration, so
+    without ``ptt.step`` no step ever ended and the three iterations were recorded as one step 0. The scaler's
+    update ends the iteration: one step each, the halved scale's update last in it, no optimizer ops."""
+    model, optimizer, x, y = make_mlp()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 40)
+    with ptt.dump(tmp_path / "t.h5", mode="stats"):
+        for _ in range(3):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    assert scaler.get_scale() == 2.0 ** 37  # every update skipped
+    with open_dump(tmp_path / "t.h5") as dump:
+        assert [s.step for s in dump.steps()] == [0, 1, 2]
+        for step in (0, 1, 2):
+            types = [r.type for r in dump.ops(step=step)]
+            assert types.count("aten._amp_update_scale_") == 1 and types[-1] == "aten._amp_update_scale_"
+            assert not dump.ops(step=step, direction="optimizer")
+
+
 def test_an_undeclared_write_makes_earlier_statistics_of_that_tensor_stale(tmp_path):
     """An op that read the running mean before native_batch_norm updated it (a model.to() inside the dump, an
     EMA) left its statistics in the capture's cache under a version the update does not change: the backward's
