@@ -96,15 +96,18 @@ def scaled_past_format(golden, target, entries) -> set[str]:
     Dynamic loss scaling (``torch.amp.GradScaler``) starts high and halves the scale at every step whose
     gradients overflow, skipping its update, until they fit: a run shorter than that search overflows in every
     step, by design, and no op is to blame. An overflow golden's values do not explain at that scale (a kernel
-    that returns inf whatever the scale) is not one of these; nor one in forward, which the scale does not reach.
+    that returns inf whatever the scale) is not one of these; nor one in forward, which the scale does not reach;
+    nor one after which the scale did not fall (a scaler that skips and never backs off trains nothing).
     """
     from precision_tool.analysis.errors import format_limit
 
     skipped, ratios = skipped_updates(golden, target), loss_scale_ratios(golden, target)
+    following = dict(zip(sorted(ratios), sorted(ratios)[1:]))
     explained: dict[str, bool] = {}
     for entry in entries:
         ratio = ratios.get(entry.step, 1.0)
-        ok = entry.direction == "backward" and entry.step in skipped and ratio > 1.0
+        later = ratios.get(following.get(entry.step), 0.0)  # the next step's scale ratio must be lower: searching
+        ok = entry.direction == "backward" and entry.step in skipped and ratio > 1.0 and later < ratio
         if ok and not entry.inherited:
             try:
                 record = golden.op(entry.step, entry.name, entry.direction)
