@@ -31,7 +31,7 @@ from precision_tool.analysis.notes import precision_notes
 from precision_tool.analysis.overflow import overflow_report
 from precision_tool.analysis.results import Diagnosis, OverflowEntry, OverflowReport, Verdict
 from precision_tool.analysis.scan import Scanner
-from precision_tool.analysis.scaling import first_skipped_update
+from precision_tool.analysis.scaling import first_skipped_update, scaled_past_format
 from precision_tool.analysis.structure import module_path
 from precision_tool.dump.records import OpRecord, StepRecord
 from precision_tool.defaults import COSINE_THRESHOLD
@@ -125,6 +125,20 @@ def handled_by_loss_scaling(name: str, report: OverflowReport, steps: list[StepR
     return name in loss_scale_handled(report, steps)
 
 
+def _steps_golden_alone(golden, target_steps: list[StepRecord]) -> list[str]:
+    """A note when golden ran steps after the target's last one (a target stopped early, a crash): those steps
+    have nothing to be compared with, and the verdict speaks only of the steps both ran."""
+    if not target_steps:
+        return []
+    last = max(s.step for s in target_steps)
+    later = [s.step for s in golden.steps() if s.step > last]
+    if not later:
+        return []
+    which = f"step {later[0]}" if len(later) == 1 else f"{len(later)} steps ({later[0]} to {later[-1]})"
+    return [f"the target stops after step {last}; golden's {which} after it have no target step and are not "
+            "compared: the verdict covers the steps both runs took"]
+
+
 def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
              cosine_threshold: float = COSINE_THRESHOLD) -> Diagnosis:
     """Diagnose ``target`` against ``golden``; see the module docstring for the reasoning."""
@@ -152,11 +166,19 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
                           flagged[0].name if flagged else None, precheck=precheck(golden, target),
                           outcome=outcome(golden, target))
     steps = target.steps()
+    notes.extend(_steps_golden_alone(golden, steps))
     handled = sorted(loss_scale_handled(overflow_rep, steps))
     if handled:
         shown = ", ".join(handled[:5]) + (" ..." if len(handled) > 5 else "")
         notes.append(f"overflow in {shown} went away as loss scaling skipped steps or lowered the scale: "
                      "expected with dynamic loss scaling")
+    searching = sorted(scaled_past_format(golden, target, overflow_rep.entries) - set(handled))
+    if searching:
+        shown = ", ".join(searching[:5]) + (" ..." if len(searching) > 5 else "")
+        notes.append(f"overflow in {shown}: golden's gradients times the loss scale are beyond the target's format, "
+                     "and every such step's update was skipped: dynamic loss scaling still searching for its scale "
+                     "when the run ends, as expected with a high first scale")
+        handled = sorted(set(handled) | set(searching))
     until, skipped = boost_start(golden, target), first_skipped_update(golden, target)
     if skipped is not None and (until is None or skipped < until):
         until = skipped

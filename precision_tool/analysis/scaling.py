@@ -6,7 +6,9 @@ whose loop scales the loss without saying so (``torch.amp.GradScaler`` with ``pt
 gradient backward starts from shows the scale: the first backward op golden runs reads the loss's gradient
 (1 in an unscaled run) as its input_0, and the target's op of the same name reads it multiplied by the
 scale. A ratio of the two that is a power of two other than 1 (loss scales are: GradScaler's 65536, halved and
-doubled, static scales of 128 or 1024) is taken as the step's loss scale ratio where the step records none.
+doubled, static scales of 128 or 1024) is taken as the step's loss scale ratio where the step records none,
+and over a recorded one that differs: a loop that reads ``scaler.get_scale()`` after ``scaler.update()`` (the
+order docs/torch.md gives) records the next step's scale, half the one a skipped step's gradients carry.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ def loss_scale_ratios(golden, target) -> dict[int, float]:
     if callable(steps) and callable(getattr(golden, "ops", None)):
         golden_steps = {s.step for s in golden.steps()}
         for step in (s.step for s in steps()):
-            if step not in ratios and step in golden_steps:
+            if step in golden_steps:
                 inferred = seed_gradient_ratio(golden, target, step)
-                if inferred is not None:
+                if inferred is not None:  # what the gradients carry, also over a recorded scale that differs
                     ratios[step] = inferred
     try:
         setattr(target, _CACHE_ATTR, (golden, ratios))
@@ -76,3 +78,43 @@ def first_skipped_update(golden, target) -> int | None:
                               and golden.ops(step=record.step, direction="optimizer")):
             return record.step
     return None
+
+
+def skipped_updates(golden, target) -> set[int]:
+    """The steps whose optimizer update the target skipped and golden ran (see `first_skipped_update`)."""
+    golden_steps = {s.step for s in golden.steps()}
+    return {record.step for record in target.steps() if record.step in golden_steps and (
+        record.skipped or (not target.ops(step=record.step, direction="optimizer")
+                           and golden.ops(step=record.step, direction="optimizer")))}
+
+
+def scaled_past_format(golden, target, entries) -> set[str]:
+    """Names of backward ops whose every overflow the loss scale explains and loss scaling discarded: each in a
+    step whose update the target skipped, where golden's largest value there times the step's loss scale ratio
+    is beyond the target's format, or inherited from such an op.
+
+    Dynamic loss scaling (``torch.amp.GradScaler``) starts high and halves the scale at every step whose
+    gradients overflow, skipping its update, until they fit: a run shorter than that search overflows in every
+    step, by design, and no op is to blame. An overflow golden's values do not explain at that scale (a kernel
+    that returns inf whatever the scale) is not one of these; nor one in forward, which the scale does not reach;
+    nor one after which the scale did not fall (a scaler that skips and never backs off trains nothing).
+    """
+    from precision_tool.analysis.errors import format_limit
+
+    skipped, ratios = skipped_updates(golden, target), loss_scale_ratios(golden, target)
+    following = dict(zip(sorted(ratios), sorted(ratios)[1:]))
+    explained: dict[str, bool] = {}
+    for entry in entries:
+        ratio = ratios.get(entry.step, 1.0)
+        later = ratios.get(following.get(entry.step), 0.0)  # the next step's scale ratio must be lower: searching
+        ok = entry.direction == "backward" and entry.step in skipped and ratio > 1.0 and later < ratio
+        if ok and not entry.inherited:
+            try:
+                record = golden.op(entry.step, entry.name, entry.direction)
+            except KeyError:
+                record = None
+            largest = max((max(abs(t.stats.min), abs(t.stats.max)) for t in record.outputs if t.stats.count),
+                          default=0.0) if record is not None else 0.0
+            ok = largest * ratio > format_limit(entry.compute_dtype)
+        explained[entry.name] = explained.get(entry.name, True) and ok
+    return {name for name, ok in explained.items() if ok}

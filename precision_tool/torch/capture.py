@@ -219,6 +219,9 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
 
     def after(self, call: OpCall) -> None:
         inputs, self._inputs = self._inputs, []
+        for position in call.info.hidden_writes:  # updated without a new version: older statistics are stale
+            if position < len(call.args) and isinstance(call.args[position], torch.Tensor):
+                self._stats.overwritten(call.args[position])
         if not _any_float(call.output_dtypes) and not _any_float(call.input_dtypes):
             return  # integer bookkeeping (num_batches_tracked += 1): nothing to compare
         if self.mode == "overflow":

@@ -300,6 +300,8 @@ class Session:
             describe = _torch_dtype
         if call.overflow:
             self.step_overflow = True
+        if info.step_tail and node is None and not self.manual_steps:
+            self.pending_boundary = True  # a loss scaler's update ends its iteration, also one whose update it skipped
         if watching:
             call.output_dtypes = [describe(t) for t in call.outputs]
             if not call.compute_dtype:

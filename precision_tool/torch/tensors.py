@@ -369,6 +369,14 @@ class TensorStatsCache:
         values = memory_order(tensor)
         return self._compute(tensor, values, _memory_key(values, dtype), _version(tensor) + 1, dtype)
 
+    def overwritten(self, tensor: torch.Tensor) -> None:
+        """``tensor`` was written where its version does not show it (an argument a kernel updates without its
+        schema saying so: a BatchNorm's running statistics): statistics computed before, for any tensor over
+        its storage, no longer count."""
+        if tensor.layout == torch.strided and tensor.numel():
+            self._stamp += 1
+            self._written[tensor.untyped_storage().data_ptr()] = self._stamp
+
     def put(self, tensor: torch.Tensor, dtype: str, stats: tuple) -> None:
         """Remember statistics known without computing them (a copy's are its source's)."""
         if tensor.layout == torch.strided and tensor.numel():

@@ -68,3 +68,17 @@ def test_forward_overflow_that_loss_scaling_handled_is_not_the_culprit():
     assert not handled_by_loss_scaling("loss/aten.mul_0", report, steps)
     # an activation that overflows every step whatever the scale
     assert not handled_by_loss_scaling("never", report, steps)
+
+
+def test_a_target_that_stopped_early_is_diagnosed_on_the_steps_both_took_with_a_note(tmp_path):
+    from precision_tool.dump.reader import open_dump
+    from precision_tool.engine.device import golden, npu
+    from tests.analysis.conftest import record
+
+    g = record(tmp_path / "g.h5", "mlp", golden(), steps=3)
+    t = record(tmp_path / "t.h5", "mlp", npu(precision_mode="allow_mix_precision"), steps=1)
+    with open_dump(g) as golden_dump, open_dump(t) as target_dump:
+        diagnosis = diagnose(golden_dump, target_dump)
+    assert diagnosis.verdict.cls == "none"
+    assert "the target stops after step 0; golden's 2 steps (1 to 2) after it have no target step and are not " \
+           "compared: the verdict covers the steps both runs took" in diagnosis.notes

@@ -24,7 +24,8 @@ import precision_tool.torch as ptt
 @dataclass(frozen=True)
 class Variation:
     model: str  # gpt2 | mlp | cnn
-    target: str  # fp32 | bf16 | amp (fp16 autocast and a GradScaler) | mix
+    target: str  # fp32 | bf16 | amp (fp16 autocast and a GradScaler) | mix | cast (model.to(torch.bfloat16) inside
+    # the dump: weights, optimizer state and data in bfloat16)
     fault: str = ""  # a fault of cases.FAULTS
     role: str = ""
     expect_class: str = "none"
@@ -36,8 +37,11 @@ class Variation:
     lr: float = 0.0  # 0: the optimizer's own (0.05 for SGD, 1e-3 for Adam)
     clip: float = 0.0  # clip_grad_norm_ to this (after unscale_ under a GradScaler)
     init_scale: float = 2.0 ** 16  # GradScaler's first scale
-    record: str = "scale"  # GradScaler loops: scale | loss | none (what ptt.step is given)
+    record: str = "scale"  # GradScaler loops: scale | loss | none (what ptt.step is given) | updated (the scale
+    # read after scaler.update())
     seed: int = 0
+    dropout: float = 0.0  # gpt2: every dropout probability (the same seed in both runs draws the same masks)
+    evaluate: bool = False  # a validation forward (eval mode, no_grad) after each update
 
     @property
     def id(self) -> str:
@@ -47,7 +51,8 @@ class Variation:
                                   (f"rec-{self.record}", self.target == "amp" and self.record != "scale"),
                                   (f"scale2^{int(self.init_scale).bit_length() - 1}",
                                    self.target == "amp" and self.init_scale != 2.0 ** 16),
-                                  (f"lr{self.lr:g}", self.lr), (f"seed{self.seed}", self.seed)) if on]
+                                  (f"lr{self.lr:g}", self.lr), (f"seed{self.seed}", self.seed),
+                                  (f"drop{self.dropout:g}", self.dropout), ("eval", self.evaluate)) if on]
         return "-".join(["var", self.model, self.fault or "clean", self.target, *extra])
 
     @property
@@ -63,7 +68,8 @@ def build(v: Variation):
     if v.model == "gpt2":
         tf = _quiet_transformers()
         config = tf.GPT2Config(n_layer=v.layers, n_embd=v.width, n_head=4, vocab_size=64, n_positions=16,
-                               resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+                               resid_pdrop=v.dropout, embd_pdrop=v.dropout, attn_pdrop=v.dropout, bos_token_id=0,
+                               eos_token_id=0)
         model = tf.GPT2LMHeadModel(config)
         ids = torch.randint(0, 64, (4, 16))
         run = Run(model, None, {"input_ids": ids, "labels": ids}, _hf_loss)
@@ -93,6 +99,9 @@ def build(v: Variation):
 
 def train(run, v: Variation, target: bool) -> None:
     autocast = {"bf16": torch.bfloat16, "amp": torch.float16}.get(v.target) if target else None
+    if target and v.target == "cast":  # inside the dump: the cast's copies are recorded, as in a user's script
+        run.model.to(torch.bfloat16)
+        run.batch = {k: x.to(torch.bfloat16) if x.is_floating_point() else x for k, x in run.batch.items()}
     scaler = torch.amp.GradScaler("cpu", init_scale=v.init_scale) if target and v.target == "amp" else None
     for _ in range(v.steps):
         with torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext():
@@ -107,6 +116,7 @@ def train(run, v: Variation, target: bool) -> None:
         if scaler is None:
             run.optimizer.step()
             ptt.step(loss)
+            _validate(run, v, autocast)
             continue
         scaler.step(run.optimizer)
         if v.record == "scale":
@@ -114,6 +124,19 @@ def train(run, v: Variation, target: bool) -> None:
         elif v.record == "loss":
             ptt.step(loss)
         scaler.update()
+        if v.record == "updated":  # docs/torch.md's order: the scale read after the update (the next step's)
+            ptt.step(loss, scaler.get_scale())
+        _validate(run, v, autocast)
+
+
+def _validate(run, v: Variation, autocast) -> None:
+    """A validation forward after the update, when ``v`` asks for one: no gradient, dropout off."""
+    if not v.evaluate:
+        return
+    run.model.eval()
+    with torch.no_grad(), torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext():
+        run.loss(run.model, run.batch)
+    run.model.train()
 
 
 def collect(v: Variation, workdir: Path) -> tuple[Path, Path]:
@@ -175,4 +198,25 @@ VARIATIONS = [
     Variation("gpt2", "bf16", width=64, layers=3, steps=4),
     Variation("gpt2", "mix", "scale", "act", K, width=128, layers=1, optimizer="momentum"),
     Variation("mlp", "fp32", "backward_only", "act", K, "backward", steps=5, optimizer="sgd", seed=3),
+]
+VARIATIONS += [
+    # the whole model cast to bfloat16 inside the dump (weights, optimizer state and data in bfloat16): the cast
+    # reads every BatchNorm running mean before native_batch_norm updates it undeclared; dropout drawn alike in
+    # both runs, and a validation forward after every update
+    Variation("cnn", "cast"),
+    Variation("gpt2", "cast", steps=3),
+    Variation("cnn", "cast", "scale", "act", K),
+    Variation("gpt2", "bf16", steps=3, dropout=0.1, evaluate=True),
+    Variation("cnn", "amp", steps=4, evaluate=True),
+]
+VARIATIONS += [
+    # a first scale so high that the GradScaler skips every update of the run: golden's gradients times the scale
+    # are beyond float16 at every step, the scale is still halving when the run ends; recorded after the update
+    # (half what the gradients carry at a skipped step), read off the gradients, or no ptt.step at all (the
+    # scaler's update ends each iteration, no optimizer step does); a forward fault under the same
+    # loop (a backward fault there is out of reach: every gradient of every step is inf or NaN)
+    Variation("gpt2", "amp", steps=3, init_scale=2.0 ** 24, record="loss"),
+    Variation("cnn", "amp", steps=3, init_scale=2.0 ** 24, record="updated"),
+    Variation("gpt2", "amp", steps=3, init_scale=2.0 ** 24, record="none"),
+    Variation("cnn", "amp", "scale", "act", K, steps=3, init_scale=2.0 ** 24, record="updated"),
 ]

@@ -279,6 +279,47 @@ def test_inputs_an_op_writes_without_declaring_it_are_recorded_as_it_read_them(t
     assert bn.running_mean.tolist() == pytest.approx([0.4, 0.5, 0.6, 0.7])  # and it did update them
 
 
+def test_a_loss_scalers_update_ends_an_iteration_whose_optimizer_step_it_skipped(tmp_path):
+    """A first scale so high that every gradient overflows: GradScaler skips optimizer.step() each iteration, so
+    without ``ptt.step`` no step ever ended and the three iterations were recorded as one step 0. The scaler's
+    update ends the iteration: one step each, the halved scale's update last in it, no optimizer ops."""
+    model, optimizer, x, y = make_mlp()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 40)
+    with ptt.dump(tmp_path / "t.h5", mode="stats"):
+        for _ in range(3):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    assert scaler.get_scale() == 2.0 ** 37  # every update skipped
+    with open_dump(tmp_path / "t.h5") as dump:
+        assert [s.step for s in dump.steps()] == [0, 1, 2]
+        for step in (0, 1, 2):
+            types = [r.type for r in dump.ops(step=step)]
+            assert types.count("aten._amp_update_scale_") == 1 and types[-1] == "aten._amp_update_scale_"
+            assert not dump.ops(step=step, direction="optimizer")
+
+
+def test_an_undeclared_write_makes_earlier_statistics_of_that_tensor_stale(tmp_path):
+    """An op that read the running mean before native_batch_norm updated it (a model.to() inside the dump, an
+    EMA) left its statistics in the capture's cache under a version the update does not change: the backward's
+    input_3, the updated running mean, was recorded with the old statistics (norm 0) beside its new data, and
+    every reader of the dump refused it as damaged."""
+    bn = torch.nn.BatchNorm1d(4)
+    x = torch.arange(12.0).reshape(3, 4).requires_grad_()
+    with ptt.dump(tmp_path / "bn.h5"):
+        bn.running_mean.mul(1.0)  # reads the running mean: its statistics (all zero) are cached
+        bn(x).pow(2).sum().backward()
+    with open_dump(tmp_path / "bn.h5") as dump:
+        op = next(op for op in dump.ops(0) if op.type == "aten.native_batch_norm_backward")
+        mean = dump.tensor(0, op.exec_index, "input_3")
+        stats = op.tensor("input_3").stats
+    assert mean.tolist() == pytest.approx([0.4, 0.5, 0.6, 0.7])
+    assert stats.max == float(mean.max()) and stats.norm == pytest.approx(float(np.linalg.norm(mean)), rel=1e-6)
+
+
 def test_an_autocast_run_records_the_dtypes_autocast_chose(tmp_path):
     with torch.autocast("cpu", dtype=torch.bfloat16), ptt.dump(tmp_path / "a.h5", mode="stats"):
         train(make_mlp())
