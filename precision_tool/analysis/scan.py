@@ -107,6 +107,7 @@ class Scanner(RewriteJudge):
                 self.result.verdict = Verdict(None, "none", steps[0], evidence=(mismatch,), action=(
                     "collect both runs from the same model, weights, data and seed; then diagnose again"))
                 return self.result
+        self.first_step = steps[0] if steps else None
         for step in steps:
             verdict = self._scan_step(step)
             if verdict is not None:

@@ -26,7 +26,10 @@ tell from a fault.
 
 A module-level dump (module calls only, `level="module"`) is judged the
 same way module by module (`judge_module`), from tensors where it has
-them: the innermost call that departs comes first.
+them: the innermost call that departs comes first, and a call inherits its
+children's error as well as its inputs'. Only its first step is judged: a
+module call does not record the parameters it reads, which differ by
+rounding after the first update.
 
 The verdict says it was reached from statistics, and its action names the
 full-tensor collection of that op's step and module that confirms it.
@@ -160,10 +163,11 @@ def judge_module(scan, record: OpRecord) -> Verdict | None:
     """The verdict on a module call of a module-level dump (no op records), or None: as `judge_statistics`
     for an op, with the module's measured error (from its tensors, or from statistics, a lower bound); the
     innermost module that departs is met first, since a call is recorded when it returns."""
-    if record.direction != "forward":
-        return None
+    if record.direction != "forward" or record.step != scan.first_step:
+        return None  # after the first update, parameters (not a module call's inputs) differ by rounding too
     a = scan._attribute(record, replay=False)
     scan.result.judged.add((record.step, record.name, record.direction))
+    a = replace(a, inherited=max([a.inherited] + _children_errors(scan, record)))
     if (a.overflowed or a.new_nan) and not a.inputs_off and a.inherited < SIGNIFICANT_ERROR:
         return scan._judge_overflow(record, a, _diverging)
     if a.observed < noise_floor(output_dtype(record)) or a.observed <= INTRODUCED_EXCESS * a.inherited:
@@ -180,6 +184,19 @@ def judge_module(scan, record: OpRecord) -> Verdict | None:
         return None
     scan.result.attributions.append(a)
     return statistics_verdict(record, a, measured=not stats_only(record))
+
+
+def _children_errors(scan, record: OpRecord) -> list[float]:
+    """The measured errors of the module calls made inside ``record`` (recorded before it, as calls are
+    recorded when they return): what a module inherits from its own children, error they already carried."""
+    prefix = record.name + "/"
+    found = []
+    for other in scan.step_records:
+        if other is record:
+            break
+        if other.is_module and other.direction == record.direction and other.name.startswith(prefix):
+            found.append(scan._attribute(other, replay=False).observed)
+    return found
 
 
 def _unreduced_error(scan, record: OpRecord) -> float:

@@ -6,7 +6,8 @@ and the forward faults whose statistics show them (a scale, a wrong
 activation, an overflow or NaN, a changed argument or integer input, a
 cancellation in float16) their op and class. Backward and optimizer faults
 do not show in statistics beyond noise: they get "none", never a healthy op.
-A module-level stats dump (module calls only) is judged module by module.
+A module-level dump (module calls only), with statistics or tensors, is
+judged module by module, in its first step.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ def _cases(ids):
     return [found[i] for i in ids]
 
 
-def _diagnose(case: Case, tmp_path, goldens, level: str = "op"):
+def _diagnose(case: Case, tmp_path, goldens, level: str = "op", mode: str = "stats"):
     from precision_tool.analysis import diagnose
     from precision_tool.dump.reader import open_dump
     from tests.realmodels.cases import collect, unsupported
 
     if unsupported(case):
         pytest.skip(unsupported(case))
-    golden, target = collect(case, tmp_path, mode="stats", goldens=goldens, level=level)
+    golden, target = collect(case, tmp_path, mode=mode, goldens=goldens, level=level)
     with open_dump(golden) as g, open_dump(target) as t:
         return diagnose(g, t)
 
@@ -65,15 +66,17 @@ _MODULE_CLEAN = ("gpt2-sdpa-clean-bf16", "bert-sdpa-clean-fp16", "vit-clean-mix"
                  "lstm-nodnn-clean-fp16")
 
 
+@pytest.mark.parametrize("mode", ["stats", "dump"])
 @pytest.mark.parametrize("case", [c for c in clean_cases() if c.id in _MODULE_CLEAN], ids=lambda c: c.id)
-def test_a_clean_module_level_run_gets_no_culprit(case, tmp_path, goldens):
-    diagnosis = _diagnose(case, tmp_path, goldens, level="module")
+def test_a_clean_module_level_run_gets_no_culprit(case, mode, tmp_path, goldens):
+    diagnosis = _diagnose(case, tmp_path, goldens, level="module", mode=mode)
     assert diagnosis.verdict.cls == "none", diagnosis.verdict.evidence
 
 
+@pytest.mark.parametrize("mode", ["stats", "dump"])
 @pytest.mark.parametrize("case", _cases(("gpt2-sdpa-scale-fp32", "resnet-scale-fp32")), ids=lambda c: c.id)
-def test_a_module_level_run_names_the_module_where_the_error_starts(case, tmp_path, goldens):
-    diagnosis = _diagnose(case, tmp_path, goldens, level="module")
+def test_a_module_level_run_names_the_module_where_the_error_starts(case, mode, tmp_path, goldens):
+    diagnosis = _diagnose(case, tmp_path, goldens, level="module", mode=mode)
     right, said = judge(case, diagnosis)
     assert right, f"{said}: {diagnosis.verdict.evidence}"
     assert diagnosis.verdict.op == diagnosis.verdict.module  # the module call itself: no op inside was recorded
