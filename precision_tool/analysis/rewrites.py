@@ -25,12 +25,13 @@ from precision_tool.analysis.actions import keep_fp32 as _keep_fp32
 from precision_tool.analysis.actions import listing_short as _listing_short
 from precision_tool.analysis.attribution import input_sensitivity
 from precision_tool.analysis.errors import noise_floor, split_error, starts_nonfinite
+from precision_tool.analysis.omissions import fewer_updates
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.scaling import loss_scale_ratios
-from precision_tool.analysis.structure import (Consumers, MissingBackward, Rewritten, group_results, module_path,
-                                               under)
+from precision_tool.analysis.structure import (Consumers, MissingBackward, Rewritten, fingerprint, group_results,
+                                               module_path, under)
 from precision_tool.compare.judged import gradient_scale
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
@@ -61,6 +62,11 @@ class RewriteJudge:
                 return None
             if lacking:
                 return self._lacking_verdict(rewrite, lacking)
+        if rewrite.direction == "optimizer":
+            verdict = fewer_updates(rewrite.name, self._golden_group(rewrite), [
+                r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module])
+            if verdict is not None:
+                return verdict
         observed, inherited, dtype = self._rewrite_errors(rewrite)
         floor = noise_floor(dtype)
         if observed < floor or observed <= INTRODUCED_EXCESS * inherited:
@@ -109,8 +115,27 @@ class RewriteJudge:
             observed = self._slot_error(record, golden_last, "output_0")
         if rewrite.direction == "optimizer":
             return observed, self._handed_in_error(rewrite), output_dtype(record)
-        inherited = self._slot_error(rewrite.target_first, golden_first, rewrite.target_slot, rewrite.golden_slot)
-        return observed, inherited, output_dtype(record)
+        return observed, self._incoming_error(rewrite), output_dtype(record)
+
+    def _incoming_error(self, rewrite: Rewritten) -> float:
+        """The error of the gradient a rewritten backward group reads, against golden's. Where the two are laid out
+        differently (the target's group reads it before a view golden's reads it after: a transpose between a
+        batch-first module and its time-major kernel), element-wise errors mean nothing: it is measured where
+        golden's op that wrote it and that op's target partner wrote it."""
+        first, golden_first = rewrite.target_first, rewrite.golden_first
+        measured = self._slot_error(first, golden_first, rewrite.target_slot, rewrite.golden_slot)
+        try:
+            tensor, golden = first.tensor(rewrite.target_slot), golden_first.tensor(rewrite.golden_slot)
+        except KeyError:
+            return measured
+        if tuple(tensor.shape) == tuple(golden.shape):
+            return measured
+        writer = self.consumers["backward"].producer(golden_first, rewrite.golden_slot)
+        partner = self._target_of(writer) if writer is not None else None
+        key = fingerprint(golden)
+        slot = next((t.slot for t in writer.outputs if t.stats.count and fingerprint(t) == key), None) \
+            if partner is not None else None
+        return measured if slot is None else self._slot_error(partner, writer, slot)
 
     def _results_error(self, rewrite: Rewritten) -> float | None:
         """The largest error among the gradients a rewritten backward group produces: each result no later op of

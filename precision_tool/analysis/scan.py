@@ -50,6 +50,7 @@ from precision_tool.analysis.departures import (DepartureFinder, integer_verdict
                                                 target_only_verdict)
 from precision_tool.analysis.errors import noise_floor
 from precision_tool.analysis.fusion import switch_off_action
+from precision_tool.analysis.omissions import changed_leaf, fewer_gradients
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.replay import is_float
@@ -104,6 +105,7 @@ class Scanner(RewriteJudge):
                 self.result.verdict = Verdict(None, "none", steps[0], evidence=(mismatch,), action=(
                     "collect both runs from the same model, weights, data and seed; then diagnose again"))
                 return self.result
+        self._first_step = steps[0] if steps else None
         for step in steps:
             verdict = self._scan_step(step)
             if verdict is not None:
@@ -212,6 +214,9 @@ class Scanner(RewriteJudge):
                        introduced_at=significant_slots(errors))
 
     def _judge_op(self, record: OpRecord) -> Verdict | None:
+        verdict = fewer_gradients(record, self._golden_of(record), self.step_records, self.golden_records)
+        if verdict is not None:
+            return verdict
         if not any(t.has_data and is_float(t.dtype) for t in record.outputs):
             return None
         a = self._attribute(record, replay=False)
@@ -223,6 +228,10 @@ class Scanner(RewriteJudge):
         verdict = self._departed(record, a, floor)
         if verdict is not None:
             return verdict
+        if record.step == self._first_step and a.inherited >= SIGNIFICANT_ERROR:
+            verdict = self._changed_leaf(record)
+            if verdict is not None:
+                return verdict
         # forward ops, and the optimizer's (its lr, eps, betas and weight decay are call arguments); backward
         # ops are called with what autograd saved, which loss scaling and autocast change by design. An update
         # adds a small step to a large parameter: its output departs by less than the gradient it reads when
@@ -265,6 +274,12 @@ class Scanner(RewriteJudge):
                 return skipped_verdict(record, found)
             return target_only_verdict(record, found, self.departures.target_only_between(found, record))
         return None
+
+    def _changed_leaf(self, record: OpRecord) -> Verdict | None:
+        """`omissions.changed_leaf`: a forward op of the first step given another parameter than golden's."""
+        view = self.views.get(id(record)) or GoldenView(self.golden, [])
+        errors = [(slot, e.error) for slot, e in pair_errors(self.golden, self.target, record, view, "input")]
+        return changed_leaf(record, self._golden_of(record), self.consumers["forward"], errors)
 
     def _called_differently(self, record: OpRecord, a: Attribution) -> Verdict | None:
         verdict = called_differently(record, self._golden_of(record), a)
