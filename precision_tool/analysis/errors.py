@@ -116,6 +116,16 @@ def _operand(values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.float64 if values.dtype.itemsize > 8 else np.float32)
 
 
+def rounding_error(golden, dtype: str) -> float:
+    """The relative error of ``golden``'s values rounded to ``dtype`` (0 for float32 and wider, or no data)."""
+    fmt = FORMATS.get(dtype)
+    if golden is None or fmt is None or dtype in ("float32", "float64"):
+        return 0.0
+    values = np.asarray(golden, dtype=np.float64).astype(np.float32)
+    rounded, _ = fmt.round(values)
+    return split_error(rounded, values, dtype).error
+
+
 def noise_floor(dtype: str) -> float:
     """Relative error below which a tensor in ``dtype`` is never judged: 16 units of its last place."""
     fmt = FORMATS.get(dtype)

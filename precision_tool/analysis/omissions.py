@@ -105,3 +105,39 @@ def changed_leaf(record: OpRecord, partner: OpRecord | None, golden_forward: Con
     return Verdict(record.name, "kernel_bug", record.step, "forward", record.type, tuple(evidence),
                    f"check what the target passes {record.type} as {slot}: another tensor than golden's, or a "
                    "parameter initialised or loaded differently", module=module_path(record.name))
+
+
+# precision modes in which every op of a float32 model computes in float32
+_FLOAT32_MODES = frozenset({"golden_float32", "force_fp32"})
+_LOW = ("float16", "bfloat16")
+
+
+def declares_float32(dump) -> bool:
+    """Whether ``dump``'s run says it computes in float32 throughout (no autocast, no mixed precision)."""
+    from precision_tool.analysis.notes import meta
+
+    mode = meta(dump, "effective_precision_mode") or meta(dump, "precision_mode")
+    if mode == "must_keep_origin_dtype":
+        return meta(dump, "origin_dtype") == "float32"
+    return mode in _FLOAT32_MODES and not meta(dump, "autocast")
+
+
+def narrower_than_declared(record: OpRecord, partner: OpRecord | None, observed: float) -> Verdict | None:
+    """precision_loss where, in a run that declares float32 throughout, the forward op ``record`` computes in a
+    16-bit format while golden's ``partner`` computes in float32, and its output departs from golden's beyond
+    float32's noise (``observed``): a module or tensor cast down by hand (``module.half()``). Casts only round
+    (a stray round trip is judged where its value is read, `departures`); this is an op computing in it."""
+    from precision_tool.analysis.errors import noise_floor
+    from precision_tool.analysis.structure import is_copy
+
+    if partner is None or record.direction != "forward" or is_copy(record.type) or record.compute_dtype not in _LOW \
+            or partner.compute_dtype in _LOW or observed < noise_floor("float32"):
+        return None
+    evidence = (f"the target declares float32 throughout, yet {record.name} ({record.type}) computes in "
+                f"{record.compute_dtype}; golden computes it in {partner.compute_dtype}",
+                f"its output is {observed:.3g} from golden's: the first op of the target that computes in a format "
+                "the run does not declare")
+    return Verdict(record.name, "precision_loss", record.step, "forward", record.type, evidence,
+                   f"keep {module_path(record.name) or record.name} in float32 (a .half() or .to(float16) on the "
+                   "module or on its input), or run the whole target under autocast",
+                   module=module_path(record.name))

@@ -48,9 +48,10 @@ from precision_tool.analysis.attribution import (GoldenView, attribute_record, g
                                                  replay_errors, self_consistency, significant_slots)
 from precision_tool.analysis.departures import (DepartureFinder, integer_verdict, skipped_verdict,
                                                 target_only_verdict)
-from precision_tool.analysis.errors import noise_floor
+from precision_tool.analysis.errors import noise_floor, rounding_error
 from precision_tool.analysis.fusion import switch_off_action
-from precision_tool.analysis.omissions import changed_leaf, fewer_gradients
+from precision_tool.analysis.omissions import (changed_leaf, declares_float32, fewer_gradients,
+                                               narrower_than_declared)
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.replay import is_float
@@ -91,6 +92,7 @@ class Scanner(RewriteJudge):
         self.replays = 0
         self._absorbed: set[str] = set()
         self._dtype_notes: set[str] = set()
+        self._float32 = declares_float32(target)
 
     # -- the scan --------------------------------------------------------------------------------
 
@@ -222,6 +224,11 @@ class Scanner(RewriteJudge):
         a = self._attribute(record, replay=False)
         if (a.overflowed or a.new_nan) and not self._inherits_overflow(record, a) and a.inherited < SIGNIFICANT_ERROR:
             return self._judge_overflow(record, a)
+        if self._float32:
+            verdict = narrower_than_declared(record, self._golden_of(record), a.observed)
+            if verdict is not None:
+                self.result.attributions.append(a)
+                return verdict
         floor = noise_floor(output_dtype(record))
         if a.observed < floor or self.replays >= MAX_REPLAYS:
             return None
@@ -276,9 +283,12 @@ class Scanner(RewriteJudge):
         return None
 
     def _changed_leaf(self, record: OpRecord) -> Verdict | None:
-        """`omissions.changed_leaf`: a forward op of the first step given another parameter than golden's."""
+        """`omissions.changed_leaf`: a forward op of the first step given another parameter than golden's, by more
+        than INTRODUCED_EXCESS times what rounding golden's value to the target's dtype explains (a layer scale of
+        1e-6 is subnormal in float16, 1 % off)."""
         view = self.views.get(id(record)) or GoldenView(self.golden, [])
-        errors = [(slot, e.error) for slot, e in pair_errors(self.golden, self.target, record, view, "input")]
+        errors = [(slot, e.error) for slot, e in pair_errors(self.golden, self.target, record, view, "input")
+                  if e.error > INTRODUCED_EXCESS * rounding_error(view.get(slot), record.tensor(slot).dtype)]
         return changed_leaf(record, self._golden_of(record), self.consumers["forward"], errors)
 
     def _called_differently(self, record: OpRecord, a: Attribution) -> Verdict | None:
