@@ -286,6 +286,8 @@ class Scanner(RewriteJudge):
         """`omissions.changed_leaf`: a forward op of the first step given another parameter than golden's, by more
         than INTRODUCED_EXCESS times what rounding golden's value to the target's dtype explains (a layer scale of
         1e-6 is subnormal in float16, 1 % off)."""
+        if any(d[0].exec_index < record.exec_index for d in self.departures.decisions()):
+            return None  # a decision flipped before it (a router's topk): it may read other data, chosen otherwise
         view = self.views.get(id(record)) or GoldenView(self.golden, [])
         errors = [(slot, e.error) for slot, e in pair_errors(self.golden, self.target, record, view, "input")
                   if e.error > INTRODUCED_EXCESS * rounding_error(view.get(slot), record.tensor(slot).dtype)]
