@@ -262,6 +262,22 @@ def bn_momentum(run, path: str) -> None:
     module(run.model, path).momentum = 0.5
 
 
+def causal_off_by_one(run, path: str) -> None:
+    """The attention's causal mask lets each position see one token ahead (``tril(1)`` for ``tril(0)``), written as
+    an additive mask at float32's lowest value."""
+    from tests.realmodels.cases import module
+
+    def around(original, *args, **kwargs):
+        mask = kwargs.get("attention_mask")
+        if torch.is_tensor(mask) and mask.dim() == 4:
+            allowed = torch.ones(mask.shape[-2], mask.shape[-1], dtype=torch.bool).tril(1)
+            lowest = torch.finfo(mask.dtype).min
+            kwargs["attention_mask"] = torch.where(allowed, 0.0, lowest).to(mask.dtype).expand_as(mask)
+        return original(*args, **kwargs)
+
+    _wrap(module(run.model, path), around)
+
+
 def mask_ignored(run, path: str) -> None:
     """The attention module is called without the padding mask."""
     from tests.realmodels.cases import module
@@ -335,7 +351,7 @@ FAULTS = {"ln_noaffine": layernorm_without_affine, "ln_swapped": layernorm_affin
           "grad_scaled": gradient_scaled, "clipped": clipped_output, "half_module": half_module,
           "mask_ignored": mask_ignored, "positions": positions_shifted, "softmax_dim": softmax_wrong_dim,
           "reflect_pad": reflect_padding, "bn_momentum": bn_momentum, "avg_pool": average_pool,
-          "scale3": scaled_3pct,
+          "scale3": scaled_3pct, "causal_off_by_one": causal_off_by_one,
           "unoptimized_lnf": _at(left_out_of_optimizer, "transformer.ln_f"),
           "unoptimized_pooler": _at(left_out_of_optimizer, "bert.pooler"),
           "group_lr_block": _at(group_lr, f"{_G}.2")}
@@ -361,6 +377,9 @@ def fault_cases() -> list:
         Case("gpt2-deep", "bf16", "scale3", "act", K, "forward"),
         # missed before: a constant that acts only on what the op writes in place (BatchNorm's running statistics)
         Case("resnet-deep", "fp32", "bn_momentum", "bn", K, "forward"),
+        # the right module, the wrong class before: a mask constant at float32's lowest, written by an op that
+        # reads no float (scalar_tensor), was taken for an overflow
+        Case("gpt2-deep", "fp32", "causal_off_by_one", "attn", K, "forward"),
         # named from the start: kinds of fault the suite did not hold
         Case("bert-deep", "fp32", "mask_ignored", "self", K, "forward"),
         Case("bert-deep", "fp32", "positions", "embeddings", K, "forward"),
