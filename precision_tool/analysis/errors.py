@@ -135,9 +135,10 @@ def noise_floor(dtype: str) -> float:
 def starts_nonfinite(record: OpRecord) -> bool | None:
     """From its statistics alone: False when ``record`` reaches +-max or inf on a side none of its inputs
     reaches (it overflowed), True when it makes NaN from inputs without NaN or inf, else None. An op that reads
-    no float tensor (``scalar_tensor``, ``full``) writes a constant: finfo.min as a mask value is no overflow."""
+    no float tensor (``scalar_tensor``, ``full``) writes a constant: finfo.min as a mask value, held exactly, is
+    no overflow; only a constant its format turned into inf is."""
     if not any(t.stats.count and t.dtype in FORMATS for t in record.inputs):
-        return None
+        return False if any(t.stats.count and t.dtype in FORMATS and t.stats.inf for t in record.outputs) else None
 
     def extremes(tensors):
         hi = lo = nan = False
