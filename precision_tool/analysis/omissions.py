@@ -31,13 +31,21 @@ def _float_slots(tensors) -> dict[str, object]:
 
 
 def fewer_gradients(record: OpRecord, partner: OpRecord | None, target_records: list[OpRecord],
-                    golden_records: list[OpRecord]) -> Verdict | None:
+                    golden_records: list[OpRecord], golden_backward: Consumers) -> Verdict | None:
     """kernel_bug where the backward ``record`` computes none of a gradient (not all zero) that its golden
-    ``partner`` computes; at the forward op it belongs to when that one is called with fewer tensors."""
+    ``partner`` computes and that golden's backward reads no further (a parameter's gradient: an input's gradient
+    the target does not compute because nothing before needs one is judged where its backward goes missing); at
+    the forward op it belongs to when that one is called with fewer tensors. Outputs are matched by size: a
+    capture numbers the gradients an op does compute, so slots shift where one is left out."""
     if partner is None or partner.type != record.type or record.direction != "backward":
         return None
-    produced = _float_slots(record.outputs)
-    lacking = [t for slot, t in _float_slots(partner.outputs).items() if slot not in produced and t.stats.norm > 0]
+    deficit = Counter(t.stats.count for t in _float_slots(partner.outputs).values())
+    deficit.subtract(t.stats.count for t in _float_slots(record.outputs).values())
+    lacking = []
+    for t in _float_slots(partner.outputs).values():
+        if deficit[t.stats.count] > 0 and t.stats.norm > 0 and not golden_backward.of(partner, {t.slot}):
+            deficit[t.stats.count] -= 1
+            lacking.append(t)
     if not lacking:
         return None
     shown = ", ".join(f"{t.slot} {t.shape}" for t in lacking[:4])

@@ -216,7 +216,8 @@ class Scanner(RewriteJudge):
                        introduced_at=significant_slots(errors))
 
     def _judge_op(self, record: OpRecord) -> Verdict | None:
-        verdict = fewer_gradients(record, self._golden_of(record), self.step_records, self.golden_records)
+        verdict = fewer_gradients(record, self._golden_of(record), self.step_records, self.golden_records,
+                                  self.consumers["backward"])
         if verdict is not None:
             return verdict
         if not any(t.has_data and is_float(t.dtype) for t in record.outputs):
@@ -295,8 +296,10 @@ class Scanner(RewriteJudge):
         """`omissions.changed_leaf`: a forward op of the first step given another parameter than golden's, by more
         than INTRODUCED_EXCESS times what rounding golden's value to the target's dtype explains (a layer scale of
         1e-6 is subnormal in float16, 1 % off)."""
-        if any(d[0].exec_index < record.exec_index for d in self.departures.decisions()):
-            return None  # a decision flipped before it (a router's topk): it may read other data, chosen otherwise
+        if any(d[0].exec_index < record.exec_index and d[0].tensor(d[1]).dtype != "uint8"
+               for d in self.departures.decisions()):
+            return None  # a decision flipped before it (a router's topk; a kernel's uint8 workspace is none): it
+            # may read other data, chosen otherwise
         view = self.views.get(id(record)) or GoldenView(self.golden, [])
         errors = [(slot, e.error) for slot, e in pair_errors(self.golden, self.target, record, view, "input")
                   if e.error > INTRODUCED_EXCESS * rounding_error(view.get(slot), record.tensor(slot).dtype)]
