@@ -115,12 +115,14 @@ def tensor_positions(attrs: dict | None) -> frozenset[str]:
     return frozenset(found)
 
 
-def called_differently(record, partner, attribution):
+def called_differently(record, partner, attribution, agrees: bool = False):
     """kernel_bug when ``record`` (the target's op) is called with other numbers or strings than its golden
     ``partner``; the scan asks only once the op's output departs from golden beyond what its inputs carry, so
     the call, not rounding, made the error. None when the calls agree, or when tensors sit in other argument
     positions: then the two are different calls that share a name (an op only one run makes, a loss scaler's
-    ``loss * scale``, shifts the call counts of its scope), not one call given other constants."""
+    ``loss * scale``, shifts the call counts of its scope), not one call given other constants. ``agrees``: asked
+    although the output agrees with golden's (a BatchNorm's momentum changes only the running statistics it
+    updates in place)."""
     from precision_tool.analysis.results import Verdict
     from precision_tool.analysis.structure import module_path
 
@@ -134,6 +136,8 @@ def called_differently(record, partner, attribution):
     a = attribution
     evidence = (f"{record.name} ({record.type}) is called with other arguments than in golden: "
                 + "; ".join(changes[:3]) + (" ..." if len(changes) > 3 else ""),
+                f"its output agrees with golden's here ({a.observed:.3g}): the argument changes what the op writes "
+                "besides its output (running statistics, say) or what it does with other inputs" if agrees else
                 f"observed error {a.observed:.3g}, inherited from its inputs {a.inherited:.3g}: "
                 "the difference starts at this call")
     return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, evidence,

@@ -117,6 +117,16 @@ def _operand(values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.float64 if values.dtype.itemsize > 8 else np.float32)
 
 
+def rounding_error(golden, dtype: str) -> float:
+    """The relative error of ``golden``'s values rounded to ``dtype`` (0 for float32 and wider, or no data)."""
+    fmt = FORMATS.get(dtype)
+    if golden is None or fmt is None or dtype in ("float32", "float64"):
+        return 0.0
+    values = np.asarray(golden, dtype=np.float64).astype(np.float32)
+    rounded, _ = fmt.round(values)
+    return split_error(rounded, values, dtype).error
+
+
 def noise_floor(dtype: str) -> float:
     """Relative error below which a tensor in ``dtype`` is never judged: 16 units of its last place."""
     fmt = FORMATS.get(dtype)
@@ -125,7 +135,12 @@ def noise_floor(dtype: str) -> float:
 
 def starts_nonfinite(record: OpRecord) -> bool | None:
     """From its statistics alone: False when ``record`` reaches +-max or inf on a side none of its inputs
-    reaches (it overflowed), True when it makes NaN from inputs without NaN or inf, else None."""
+    reaches (it overflowed), True when it makes NaN from inputs without NaN or inf, else None. An op that reads
+    no float tensor (``scalar_tensor``, ``full``) writes a constant: finfo.min as a mask value, held exactly, is
+    no overflow; only a constant its format turned into inf is."""
+    if not any(t.stats.count and t.dtype in FORMATS for t in record.inputs):
+        return False if any(t.stats.count and t.dtype in FORMATS and t.stats.inf for t in record.outputs) else None
+
     def extremes(tensors):
         hi = lo = nan = False
         for t in tensors:

@@ -48,8 +48,10 @@ from precision_tool.analysis.attribution import (GoldenView, attribute_record, g
                                                  replay_errors, self_consistency, significant_slots)
 from precision_tool.analysis.departures import (DepartureFinder, integer_verdict, skipped_verdict,
                                                 target_only_verdict)
-from precision_tool.analysis.errors import noise_floor
+from precision_tool.analysis.errors import noise_floor, rounding_error
 from precision_tool.analysis.fusion import switch_off_action
+from precision_tool.analysis.omissions import (changed_leaf, declares_float32, fewer_gradients,
+                                               narrower_than_declared)
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.replay import is_float
@@ -93,6 +95,7 @@ class Scanner(RewriteJudge):
         self.replays = 0
         self._absorbed: set[str] = set()
         self._dtype_notes: set[str] = set()
+        self._float32 = declares_float32(target)
 
     # -- the scan --------------------------------------------------------------------------------
 
@@ -107,7 +110,7 @@ class Scanner(RewriteJudge):
                 self.result.verdict = Verdict(None, "none", steps[0], evidence=(mismatch,), action=(
                     "collect both runs from the same model, weights, data and seed; then diagnose again"))
                 return self.result
-        self.first_step = steps[0] if steps else None
+        self._first_step = steps[0] if steps else None
         for step in steps:
             verdict = self._scan_step(step)
             if verdict is not None:
@@ -219,17 +222,39 @@ class Scanner(RewriteJudge):
                        introduced_at=significant_slots(errors))
 
     def _judge_op(self, record: OpRecord) -> Verdict | None:
+        verdict = fewer_gradients(record, self._golden_of(record), self.step_records, self.golden_records,
+                                  self.consumers["backward"])
+        if verdict is not None:
+            return verdict
         if not any(t.has_data and is_float(t.dtype) for t in record.outputs):
             return judge_statistics(self, record) if stats_only(record) else None
         a = self._attribute(record, replay=False)
         if (a.overflowed or a.new_nan) and not self._inherits_overflow(record, a) and a.inherited < SIGNIFICANT_ERROR:
             return self._judge_overflow(record, a)
+        if self._float32:
+            verdict = narrower_than_declared(record, self._golden_of(record), a.observed)
+            if verdict is not None:
+                self.result.attributions.append(a)
+                return verdict
         floor = noise_floor(output_dtype(record))
+        if a.observed < floor and record.direction == "forward" and record.step == self._first_step \
+                and module_path(record.name):
+            # a module's op called with other constants than golden's, its output alike: the constant acts
+            # elsewhere (a BatchNorm's momentum on its running statistics); read on the first step only, where
+            # both runs start alike
+            verdict = called_differently(record, self._golden_of(record), a, agrees=True)
+            if verdict is not None:
+                self.result.attributions.append(a)
+                return verdict
         if a.observed < floor or self.replays >= MAX_REPLAYS:
             return None
         verdict = self._departed(record, a, floor)
         if verdict is not None:
             return verdict
+        if record.step == self._first_step and a.inherited >= SIGNIFICANT_ERROR:
+            verdict = self._changed_leaf(record)
+            if verdict is not None:
+                return verdict
         # forward ops, and the optimizer's (its lr, eps, betas and weight decay are call arguments); backward
         # ops are called with what autograd saved, which loss scaling and autocast change by design. An update
         # adds a small step to a large parameter: its output departs by less than the gradient it reads when
@@ -272,6 +297,19 @@ class Scanner(RewriteJudge):
                 return skipped_verdict(record, found)
             return target_only_verdict(record, found, self.departures.target_only_between(found, record))
         return None
+
+    def _changed_leaf(self, record: OpRecord) -> Verdict | None:
+        """`omissions.changed_leaf`: a forward op of the first step given another parameter than golden's, by more
+        than INTRODUCED_EXCESS times what rounding golden's value to the target's dtype explains (a layer scale of
+        1e-6 is subnormal in float16, 1 % off)."""
+        if any(d[0].exec_index < record.exec_index and d[0].tensor(d[1]).dtype != "uint8"
+               for d in self.departures.decisions()):
+            return None  # a decision flipped before it (a router's topk; a kernel's uint8 workspace is none): it
+            # may read other data, chosen otherwise
+        view = self.views.get(id(record)) or GoldenView(self.golden, [])
+        errors = [(slot, e.error) for slot, e in pair_errors(self.golden, self.target, record, view, "input")
+                  if e.error > INTRODUCED_EXCESS * rounding_error(view.get(slot), record.tensor(slot).dtype)]
+        return changed_leaf(record, self._golden_of(record), self.consumers["forward"], errors)
 
     def _called_differently(self, record: OpRecord, a: Attribution) -> Verdict | None:
         verdict = called_differently(record, self._golden_of(record), a)

@@ -163,7 +163,7 @@ def judge_module(scan, record: OpRecord) -> Verdict | None:
     """The verdict on a module call of a module-level dump (no op records), or None: as `judge_statistics`
     for an op, with the module's measured error (from its tensors, or from statistics, a lower bound); the
     innermost module that departs is met first, since a call is recorded when it returns."""
-    if record.direction != "forward" or record.step != scan.first_step:
+    if record.direction != "forward" or record.step != scan._first_step:
         return None  # after the first update, parameters (not a module call's inputs) differ by rounding too
     a = scan._attribute(record, replay=False)
     scan.result.judged.add((record.step, record.name, record.direction))

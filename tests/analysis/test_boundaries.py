@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from precision_tool.analysis.departures import Departure, narrowing_cast, target_only_verdict
 from precision_tool.analysis.rewrites import RewriteJudge
@@ -136,14 +137,20 @@ def test_a_skipped_module_is_judged_where_the_target_passes_its_place_in_golden_
 
 # ---- a constant at its format's limit is what golden computes too -------------------------------------
 
-def test_a_constant_at_the_formats_limit_inside_a_rewritten_module_is_no_overflow_when_golden_makes_it_too():
+def test_a_constant_at_the_formats_limit_inside_a_rewritten_module_is_no_overflow_unless_it_became_inf():
     lowest = -3.4028234663852886e38
     mask = tensor("output_0", 1, abs(lowest), low=lowest, high=lowest)
     ours = op(3, "M/aten.scalar_tensor_0", "aten.scalar_tensor", "forward", [mask])
     theirs = op(3, "M/aten.scalar_tensor_0", "aten.scalar_tensor", "forward", [mask])
     rewrite = Rewritten("M", "forward", (), (), None, None, members=frozenset({("forward", ours.name)}))
     assert _Judge([theirs], [ours], partners={id(ours): theirs})._first_inside(rewrite) is None
-    assert _Judge([], [ours])._first_inside(rewrite) == (ours, "overflow", None)
+    # only the target writes it: a constant its format holds exactly is no overflow either (a hand-written mask);
+    # one its format turned into inf (float32's lowest written to float16) is
+    assert _Judge([], [ours])._first_inside(rewrite) is None
+    stats = replace(mask.stats, min=math.nan, max=math.nan, norm=math.nan, inf=1)
+    inf = op(3, "M/aten.scalar_tensor_0", "aten.scalar_tensor", "forward",
+             [replace(mask, dtype="float16", stats=stats)])
+    assert _Judge([], [inf])._first_inside(rewrite) == (inf, "overflow", None)
 
 
 # ---- a cast only the target runs ----------------------------------------------------------------------

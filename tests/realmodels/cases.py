@@ -565,14 +565,16 @@ FAULTS: dict[str, Callable] = {
 
 
 # families and faults added later live in more.py
-from tests.realmodels import more  # noqa: E402
+from tests.realmodels import more, unseen  # noqa: E402
 
 more.register(MODELS, FAULTS, NOT_CLEAN)
+unseen.register(MODELS, FAULTS, NOT_CLEAN)
 
 
 def clean_cases() -> list[Case]:
-    return [Case(model, target) for model in MODELS if model != "vit-eager" for target in CLEAN_TARGETS
-            if (model, target) not in NOT_CLEAN] + more.clean_cases()
+    return [Case(model, target) for model in MODELS if model != "vit-eager" and model not in unseen.MODELS
+            for target in CLEAN_TARGETS
+            if (model, target) not in NOT_CLEAN] + more.clean_cases() + unseen.clean_cases()
 
 
 def fault_cases() -> list[Case]:
@@ -630,7 +632,7 @@ def fault_cases() -> list[Case]:
     cases.append(Case("bert-eager", "fp32", "shifted_ids", "embed", "kernel_bug"))
     cases.append(Case("cnn", "fp32", "act_grad_noise", "act", "kernel_bug", "backward"))
     cases.append(Case("gpt2-eager", "fp32", "clamped_ids", "embed", "kernel_bug"))
-    return cases + more.fault_cases()
+    return cases + more.fault_cases() + unseen.fault_cases()
 
 
 # ---- running a case ----------------------------------------------------------------------------

@@ -1,0 +1,151 @@
+"""What the target leaves out or passes differently where golden's op sequence is the same: a paired op that
+computes fewer gradients, an optimizer that updates fewer tensors, an op given another parameter than golden's.
+
+Each is invisible to a judgement of values alone: the ops the target does run agree with golden's.
+
+* **Fewer gradients.** A backward op computes a gradient golden's (same type) computes and the target's does not
+  (a LayerNorm called without its weight and bias computes no gradient for them). When the forward op it belongs
+  to is called with fewer tensors than golden's, the forward call is the culprit (the parameters are left out of
+  it); else the backward (parameters that golden trains are not trained).
+* **Fewer updates.** The optimizer updates fewer tensors of some size than golden's (a parameter left out of
+  the optimizer's groups): the optimizer is the culprit, however close the updates it does make are.
+* **Another parameter.** At the first step both runs start from the same weights and data: a forward op that
+  reads a value no op of the step wrote (a parameter, buffer or the data) SIGNIFICANT_ERROR from golden's, while
+  the step's first ops agree (`scan.Scanner.leaf_mismatch`), is called with another tensor than golden's (its
+  weight and bias swapped) or with a parameter initialised differently: the call is the culprit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from precision_tool.analysis.replay import is_float
+from precision_tool.analysis.results import Verdict
+from precision_tool.analysis.structure import Consumers, fingerprint, group_results, module_path
+from precision_tool.defaults import SIGNIFICANT_ERROR
+from precision_tool.dump.records import OpRecord
+
+
+def _float_slots(tensors) -> dict[str, object]:
+    return {t.slot: t for t in tensors if is_float(t.dtype) and t.stats.count}
+
+
+def fewer_gradients(record: OpRecord, partner: OpRecord | None, target_records: list[OpRecord],
+                    golden_records: list[OpRecord], golden_backward: Consumers) -> Verdict | None:
+    """kernel_bug where the backward ``record`` computes none of a gradient (not all zero) that its golden
+    ``partner`` computes and that golden's backward reads no further (a parameter's gradient: an input's gradient
+    the target does not compute because nothing before needs one is judged where its backward goes missing); at
+    the forward op it belongs to when that one is called with fewer tensors. Outputs are matched by size: a
+    capture numbers the gradients an op does compute, so slots shift where one is left out."""
+    if partner is None or partner.type != record.type or record.direction != "backward":
+        return None
+    deficit = Counter(t.stats.count for t in _float_slots(partner.outputs).values())
+    deficit.subtract(t.stats.count for t in _float_slots(record.outputs).values())
+    lacking = []
+    for t in _float_slots(partner.outputs).values():
+        if deficit[t.stats.count] > 0 and t.stats.norm > 0 and not golden_backward.of(partner, {t.slot}):
+            deficit[t.stats.count] -= 1
+            lacking.append(t)
+    if not lacking:
+        return None
+    shown = ", ".join(f"{t.slot} {t.shape}" for t in lacking[:4])
+    evidence = [f"{record.name} ({record.type}) computes {len(lacking)} gradient(s) fewer than golden's: {shown}"]
+    forward_name = record.name.rsplit("/", 1)[0]
+    forward = next((r for r in target_records if r.direction == "forward" and r.name == forward_name), None)
+    golden_forward = next((r for r in golden_records if r.direction == "forward" and r.name == forward_name), None)
+    if forward is not None and golden_forward is not None and forward.type == golden_forward.type:
+        left_out = sorted(set(_float_slots(golden_forward.inputs)) - set(_float_slots(forward.inputs)))
+        if left_out:
+            evidence.append(f"its forward op {forward.name} is called without {', '.join(left_out)}, which golden "
+                            "passes: the parameters there are left out of the call and get no gradient")
+            return Verdict(forward.name, "kernel_bug", forward.step, "forward", forward.type, tuple(evidence),
+                           f"pass {forward.type} the tensors golden passes ({', '.join(left_out)}): an affine "
+                           "weight or bias dropped from the call, say", module=module_path(forward.name))
+    evidence.append("parameters that golden trains get no gradient there in the target")
+    return Verdict(record.name, "kernel_bug", record.step, "backward", record.type, tuple(evidence),
+                   "check that the parameters read there require grad in the target as in golden",
+                   module=module_path(record.name))
+
+
+def fewer_updates(name: str, golden_group: list[OpRecord], target_group: list[OpRecord]) -> Verdict | None:
+    """kernel_bug where the optimizer ``name`` of one step updates fewer tensors of some size than golden's."""
+    def sizes(records):
+        return Counter(t.stats.count for _, t in group_results(records))
+
+    golden, target = sizes(golden_group), sizes(target_group)
+    lacking = {size: n - target.get(size, 0) for size, n in golden.items() if n > target.get(size, 0)}
+    if not lacking or not target_group:
+        return None
+    last = target_group[-1]
+    shown = ", ".join(f"{n} of {size} element(s)" for size, n in sorted(lacking.items())[:4])
+    evidence = (f"{name} writes fewer tensors than golden's: {shown} fewer "
+                f"({sum(golden.values())} in golden, {sum(target.values())} in the target)",
+                "parameters that golden updates are not updated in the target")
+    return Verdict(name, "kernel_bug", last.step, "optimizer", last.type, evidence,
+                   f"check that every parameter golden's {name} updates is in the target optimizer's param groups",
+                   module=name)
+
+
+def changed_leaf(record: OpRecord, partner: OpRecord | None, golden_forward: Consumers, slot_errors,
+                 ) -> Verdict | None:
+    """kernel_bug where the forward ``record`` reads, in a slot golden's ``partner`` reads a value no op of the
+    step wrote, a value SIGNIFICANT_ERROR from golden's. ``slot_errors``: (slot, error) of the record's inputs.
+    Only meaningful at the first step, where both runs start from the same parameters and data."""
+    if partner is None or partner.type != record.type or record.direction != "forward":
+        return None
+    golden_inputs = _float_slots(partner.inputs)
+    changed = [(slot, error) for slot, error in slot_errors if slot in golden_inputs and error >= SIGNIFICANT_ERROR
+               and golden_forward.producer(partner, slot) is None]
+    if not changed:
+        return None
+    slot, error = changed[0]
+    evidence = [f"{record.name} ({record.type}) reads {slot}, a value no op of step {record.step} wrote (a "
+                f"parameter, buffer or the data), {error:.3g} from golden's, while the step's first ops read the "
+                "same weights and data as golden's"]
+    try:
+        mine = fingerprint(record.tensor(slot))
+    except KeyError:
+        mine = None
+    same_as = [s for s, t in golden_inputs.items() if s != slot and fingerprint(t) == mine]
+    if same_as:
+        evidence.append(f"the target's {slot} is golden's {same_as[0]}: the op is given its arguments in another "
+                        "order")
+    return Verdict(record.name, "kernel_bug", record.step, "forward", record.type, tuple(evidence),
+                   f"check what the target passes {record.type} as {slot}: another tensor than golden's, or a "
+                   "parameter initialised or loaded differently", module=module_path(record.name))
+
+
+# precision modes in which every op of a float32 model computes in float32
+_FLOAT32_MODES = frozenset({"golden_float32", "force_fp32"})
+_LOW = ("float16", "bfloat16")
+
+
+def declares_float32(dump) -> bool:
+    """Whether ``dump``'s run says it computes in float32 throughout (no autocast, no mixed precision)."""
+    from precision_tool.analysis.notes import meta
+
+    mode = meta(dump, "effective_precision_mode") or meta(dump, "precision_mode")
+    if mode == "must_keep_origin_dtype":
+        return meta(dump, "origin_dtype") == "float32"
+    return mode in _FLOAT32_MODES and not meta(dump, "autocast")
+
+
+def narrower_than_declared(record: OpRecord, partner: OpRecord | None, observed: float) -> Verdict | None:
+    """precision_loss where, in a run that declares float32 throughout, the forward op ``record`` computes in a
+    16-bit format while golden's ``partner`` computes in float32, and its output departs from golden's beyond
+    float32's noise (``observed``): a module or tensor cast down by hand (``module.half()``). Casts only round
+    (a stray round trip is judged where its value is read, `departures`); this is an op computing in it."""
+    from precision_tool.analysis.errors import noise_floor
+    from precision_tool.analysis.structure import is_copy
+
+    if partner is None or record.direction != "forward" or is_copy(record.type) or record.compute_dtype not in _LOW \
+            or partner.compute_dtype in _LOW or observed < noise_floor("float32"):
+        return None
+    evidence = (f"the target declares float32 throughout, yet {record.name} ({record.type}) computes in "
+                f"{record.compute_dtype}; golden computes it in {partner.compute_dtype}",
+                f"its output is {observed:.3g} from golden's: the first op of the target that computes in a format "
+                "the run does not declare")
+    return Verdict(record.name, "precision_loss", record.step, "forward", record.type, evidence,
+                   f"keep {module_path(record.name) or record.name} in float32 (a .half() or .to(float16) on the "
+                   "module or on its input), or run the whole target under autocast",
+                   module=module_path(record.name))

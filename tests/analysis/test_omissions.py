@@ -1,0 +1,36 @@
+"""What the target leaves out or declares: a leaf's rounding to the target's dtype, a run that declares float32."""
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from precision_tool.analysis.errors import rounding_error
+from precision_tool.analysis.omissions import declares_float32
+
+
+def test_rounding_error_of_a_subnormal_float16_value():
+    # 1e-6 is subnormal in float16 (spacing 2**-24): it rounds to 17 * 2**-24, 1.3 % off, which a layer scale
+    # initialised at 1e-6 carries in any float16 run
+    value = np.float32(1e-6)
+    expected = abs(17 * 2.0 ** -24 - float(value)) / float(value)
+    assert abs(rounding_error(np.array([value]), "float16") - expected) <= 1e-12
+    assert rounding_error(np.array([value]), "float32") == 0.0
+    assert rounding_error(None, "float16") == 0.0
+
+
+def test_rounding_error_of_values_float16_holds_is_zero():
+    assert rounding_error(np.array([0.5, -2.0, 1024.0], dtype=np.float32), "float16") == 0.0
+
+
+def _dump(**metadata):
+    return SimpleNamespace(metadata=metadata)
+
+
+def test_a_run_declares_float32_by_its_precision_mode():
+    assert declares_float32(_dump(precision_mode="golden_float32", autocast=""))
+    assert declares_float32(_dump(precision_mode="force_fp32"))
+    assert declares_float32(_dump(precision_mode="must_keep_origin_dtype", origin_dtype="float32"))
+    assert not declares_float32(_dump(precision_mode="must_keep_origin_dtype", origin_dtype="float16"))
+    assert not declares_float32(_dump(precision_mode="autocast_bfloat16", autocast="bfloat16"))
+    assert not declares_float32(_dump(precision_mode="allow_mix_precision"))
+    assert not declares_float32(_dump())
