@@ -130,6 +130,22 @@ def declares_float32(dump) -> bool:
     return mode in _FLOAT32_MODES and not meta(dump, "autocast")
 
 
+def runs_float32(dump) -> bool:
+    """`declares_float32`, and most forward ops of its first step compute in float32: a model cast whole to a
+    16-bit format (``model.to(torch.bfloat16)``) declares nothing, yet runs in that format by the user's
+    choice; one module cast by hand is the exception among float32 ops."""
+    from precision_tool.analysis.structure import is_copy
+
+    if not declares_float32(dump):
+        return False
+    steps = dump.steps()
+    if not steps:
+        return True
+    dtypes = [r.compute_dtype for r in dump.ops(step=steps[0].step, direction="forward")
+              if not r.is_module and not is_copy(r.type) and r.compute_dtype in _LOW + ("float32",)]
+    return sum(d in _LOW for d in dtypes) * 2 < len(dtypes)
+
+
 def narrower_than_declared(record: OpRecord, partner: OpRecord | None, observed: float) -> Verdict | None:
     """precision_loss where, in a run that declares float32 throughout, the forward op ``record`` computes in a
     16-bit format while golden's ``partner`` computes in float32, and its output departs from golden's beyond

@@ -50,8 +50,8 @@ from precision_tool.analysis.departures import (DepartureFinder, integer_verdict
                                                 target_only_verdict)
 from precision_tool.analysis.errors import noise_floor, rounding_error
 from precision_tool.analysis.fusion import switch_off_action
-from precision_tool.analysis.omissions import (changed_leaf, declares_float32, fewer_gradients,
-                                               narrower_than_declared)
+from precision_tool.analysis.omissions import (changed_leaf, fewer_gradients, narrower_than_declared,
+                                               runs_float32)
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.replay import is_float
@@ -95,7 +95,7 @@ class Scanner(RewriteJudge):
         self.replays = 0
         self._absorbed: set[str] = set()
         self._dtype_notes: set[str] = set()
-        self._float32 = declares_float32(target)
+        self._float32 = runs_float32(target)
 
     # -- the scan --------------------------------------------------------------------------------
 
