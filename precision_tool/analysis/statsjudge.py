@@ -39,8 +39,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from precision_tool.analysis.arguments import called_differently
 from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.errors import noise_floor, stats_only
+from precision_tool.analysis.omissions import narrower_than_declared
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
 from precision_tool.analysis.rewrites import _fmt, output_dtype
@@ -58,8 +60,19 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
         scan.result.judged.add((record.step, record.name, record.direction))
     if (a.overflowed or a.new_nan) and not scan._inherits_overflow(record, a) and a.inherited < SIGNIFICANT_ERROR:
         return scan._judge_overflow(record, a, _diverging)
+    if scan._float32:  # a 16-bit op in a float32 run, as for full dumps
+        verdict = narrower_than_declared(record, scan._golden_of(record), a.observed)
+        if verdict is not None:
+            scan.result.attributions.append(a)
+            return verdict
     if record.direction != "forward":
         return None
+    if a.observed < noise_floor(output_dtype(record)) and record.step == scan._first_step \
+            and module_path(record.name):  # constants that act elsewhere (a BatchNorm's momentum), as for full dumps
+        verdict = called_differently(record, scan._golden_of(record), a, agrees=True)
+        if verdict is not None:
+            scan.result.attributions.append(a)
+            return verdict
     if a.observed < noise_floor(output_dtype(record)) or a.observed <= INTRODUCED_EXCESS * a.inherited:
         return None
     changed = _changed_integers(scan, record)

@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch]
 _FAMILIES = ("gpt2-sdpa", "bert-sdpa", "vit", "resnet", "lstm-nodnn", "mixtral")
 _NAMED = ("gpt2-sdpa-scale-fp32", "vit-scale-fp32", "resnet-scale-fp32", "bert-sdpa-handwritten-fp32",
           "resnet-sqrt_act-fp32", "vit-onepass_ln-fp16", "bert-sdpa-attn_scale-fp32", "bert-eager-shifted_ids-fp32",
-          "mixtral-one_expert-fp32", "gpt2-sdpa-loss_scale-mix")
+          "mixtral-one_expert-fp32", "gpt2-sdpa-loss_scale-mix", "resnet-deep-half_module-fp32",
+          "resnet-deep-bn_momentum-fp32")
 _UNSEEN = ("gpt2-sdpa-backward_only-fp32", "resnet-lr_up-fp32")  # statistics cannot tell these from noise
 
 
