@@ -102,23 +102,19 @@ def _same(a, b) -> bool:
                                                                       b.inf) or (a.count == b.count == 0)
 
 
-def _changed_integers(scan, record: OpRecord) -> list[str]:
-    """Slots of ``record``'s integer inputs whose statistics differ from golden's partner (no tolerance:
-    the same integers give the same sums)."""
-    golden = scan._golden_of(record)
+def _differing(tensors, golden: OpRecord | None) -> list[str]:
+    """Slots of ``tensors`` whose statistics differ from golden's tensor of the same slot (no tolerance: the
+    same integers give the same sums); those without a golden partner are left out."""
     if golden is None:
         return []
-    changed = []
-    for tensor in record.inputs:
-        if is_float(tensor.dtype) or tensor.dtype == "bool" or not tensor.stats.count:
-            continue
-        try:
-            partner = golden.tensor(tensor.slot)
-        except KeyError:
-            continue
-        if not _same(tensor.stats, partner.stats):
-            changed.append(tensor.slot)
-    return changed
+    slots = {t.slot: t for t in golden.tensors}
+    return [t.slot for t in tensors if t.slot in slots and not _same(t.stats, slots[t.slot].stats)]
+
+
+def _changed_integers(scan, record: OpRecord) -> list[str]:
+    """Slots of ``record``'s integer inputs whose statistics differ from golden's partner's."""
+    integers = [t for t in record.inputs if not is_float(t.dtype) and t.dtype != "bool" and t.stats.count]
+    return _differing(integers, scan._golden_of(record)) if integers else []
 
 
 def _flipped_decision(scan, record: OpRecord) -> OpRecord | None:
@@ -130,19 +126,9 @@ def _flipped_decision(scan, record: OpRecord) -> OpRecord | None:
             break
         if other.is_module or not any(is_float(t.dtype) for t in other.inputs):
             continue
-        partner = scan._golden_of(other)
-        if partner is None:
-            continue
-        for tensor in other.outputs:
-            if is_float(tensor.dtype) or not tensor.stats.count:
-                continue
-            try:
-                theirs = partner.tensor(tensor.slot)
-            except KeyError:
-                continue
-            if not _same(tensor.stats, theirs.stats):
-                found = other
-                break
+        chosen = [t for t in other.outputs if not is_float(t.dtype) and t.stats.count]
+        if chosen and _differing(chosen, scan._golden_of(other)):
+            found = other
     return found
 
 
