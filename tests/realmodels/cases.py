@@ -365,23 +365,24 @@ def sqrt_activation(run: Run, path: str) -> None:
     _patch_forward(module(run.model, path), torch.sqrt)
 
 
-class _ScaledGradient(torch.autograd.Function):
-    """Identity forward; backward multiplies the gradient by 1.05."""
+class ScaledGradient(torch.autograd.Function):
+    """Identity forward; backward multiplies the gradient by ``factor`` (1.05 unless given)."""
 
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx, x, factor=1.05):
+        ctx.factor = factor
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad * 1.05
+        return grad * ctx.factor, None
 
 
 def backward_only(run: Run, path: str) -> None:
     """The activation's forward is right; the gradient through it is 5 % too large."""
     mod = module(run.model, path)
     original = mod.forward
-    _patch_forward(mod, lambda *args, **kwargs: _ScaledGradient.apply(original(*args, **kwargs)))
+    _patch_forward(mod, lambda *args, **kwargs: ScaledGradient.apply(original(*args, **kwargs)))
 
 
 def layernorm_eps(run: Run, path: str) -> None:

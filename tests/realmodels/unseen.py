@@ -213,24 +213,12 @@ def forget_bias(run, path: str) -> None:
         rnn.bias_hh_l1[rnn.hidden_size:2 * rnn.hidden_size] += 1.0
 
 
-class _GradientScaled(torch.autograd.Function):
-    """Identity forward; backward multiplies the gradient by 1.1."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 1.1
-
-
 def gradient_scaled(run, path: str) -> None:
     """The gradient flowing back into the module's output is 10 % too large (a custom Function left in)."""
-    from tests.realmodels.cases import module
+    from tests.realmodels.cases import ScaledGradient, module
 
     _wrap(module(run.model, path), lambda original, *args, **kwargs: _first(original(*args, **kwargs),
-                                                                            _GradientScaled.apply))
+                                                                            lambda x: ScaledGradient.apply(x, 1.1)))
 
 
 def clipped_output(run, path: str) -> None:
