@@ -260,8 +260,12 @@ def array_stats(array: np.ndarray, dtype: str) -> tuple:
 def memory_order(tensor: torch.Tensor) -> torch.Tensor:
     """The same values as a contiguous tensor without copying, when the layout allows (transposes,
     permutes); statistics do not depend on the order of the values."""
-    if tensor.dim() < 2 or tensor.is_contiguous():
+    dims = tensor.dim()
+    if dims < 2 or tensor.is_contiguous():
         return tensor
+    if dims == 2:  # a transpose, the common case: no sort
+        transposed = tensor.t()
+        return transposed if transposed.is_contiguous() else tensor
     order = sorted(range(tensor.dim()), key=lambda d: (-tensor.stride(d), -tensor.shape[d]))
     permuted = tensor.permute(order)
     return permuted if permuted.is_contiguous() else tensor
@@ -308,11 +312,11 @@ class TensorStatsCache:
             version = tensor._version
         except RuntimeError:  # inference tensors have no version counter
             version = -1
-        last = self._last_write(tensor) if self._written else 0
+        writes = self._written  # storage's data pointer -> stamp of its last write; entries older are stale
         entry = self._objects.get(id(tensor))
         if entry is not None and entry[0]() is tensor and entry[1] == version and entry[2] == dtype \
                 and entry[3] == tensor.data_ptr() and entry[4] == tensor.shape and entry[5] == tensor.stride() \
-                and entry[7] >= last:
+                and (not writes or entry[7] >= writes.get(entry[8], 0)):
             return entry[6]
         if tensor.layout is not _STRIDED:
             return stats_of(tensor, dtype)
@@ -324,11 +328,13 @@ class TensorStatsCache:
             key = (pointer, count, torch_dtype, device, dtype)
             if self._copies:
                 entry = self._copies.get((pointer, tensor.shape, tensor.stride(), torch_dtype, device, dtype))
-                if entry is not None and entry[1] == version and entry[3] >= last and entry[0]() is not None:
+                if entry is not None and entry[1] == version and (not writes or entry[3] >= writes.get(entry[4], 0)) \
+                        and entry[0]() is not None:
                     return entry[2]
             entry = self._entries.get(key)
-            if entry is not None and entry[1] == version and entry[3] >= last and entry[0]() is not None:
-                self._remember(tensor, version, dtype, entry[2])
+            if entry is not None and entry[1] == version and (not writes or entry[3] >= writes.get(entry[4], 0)) \
+                    and entry[0]() is not None:
+                self._remember(tensor, version, dtype, entry[2], entry[4])
                 return entry[2]
             kind = _STATS_AT_KINDS.get(torch_dtype)
             stats = None
@@ -340,12 +346,14 @@ class TensorStatsCache:
             values = memory_order(tensor)  # a transpose hits the entry of the tensor it transposes
             if self._copies:
                 entry = self._copies.get(_view_key(values, dtype))
-                if entry is not None and entry[1] == version and entry[3] >= last and entry[0]() is not None:
+                if entry is not None and entry[1] == version and (not writes or entry[3] >= writes.get(entry[4], 0)) \
+                        and entry[0]() is not None:
                     return entry[2]
             key = _memory_key(values, dtype)
         entry = self._entries.get(key)
-        if entry is not None and entry[1] == version and entry[3] >= last and entry[0]() is not None:
-            self._remember(tensor, version, dtype, entry[2])
+        if entry is not None and entry[1] == version and (not writes or entry[3] >= writes.get(entry[4], 0)) \
+                and entry[0]() is not None:
+            self._remember(tensor, version, dtype, entry[2], entry[4])
             return entry[2]
         return self._compute(tensor, values, key, version, dtype)
 
@@ -381,20 +389,13 @@ class TensorStatsCache:
         """Remember statistics known without computing them (a copy's are its source's)."""
         if tensor.layout == torch.strided and tensor.numel():
             self._copies[_view_key(memory_order(tensor), dtype)] = (weakref.ref(tensor), _version(tensor), stats,
-                                                                   self._stamp)
+                                                                   self._stamp, _storage_pointer(tensor))
 
     def clear(self) -> None:
         self._entries.clear()
         self._copies.clear()
         self._objects.clear()
         self._written.clear()
-
-    def _last_write(self, tensor: torch.Tensor) -> int:
-        """The stamp of the last write into ``tensor``'s storage this step (0: none)."""
-        try:
-            return self._written.get(tensor.untyped_storage().data_ptr(), 0)
-        except (RuntimeError, NotImplementedError):  # no storage (a sparse or meta tensor)
-            return 0
 
     def _compute(self, tensor: torch.Tensor, values: torch.Tensor, key: tuple, version: int, dtype: str) -> tuple:
         stats = _stats_where_they_lie(values, dtype) or \
@@ -404,19 +405,31 @@ class TensorStatsCache:
     def _store(self, tensor: torch.Tensor, key: tuple, version: int, dtype: str, stats: tuple) -> tuple:
         """File ``tensor``'s new statistics under its memory ``key`` and under the object itself."""
         stamp = self._stamp
-        self._entries[key] = (weakref.ref(tensor.untyped_storage()), version, stats, stamp)  # see `_storage_ref`
+        storage = tensor.untyped_storage()
+        pointer = storage.data_ptr()
+        self._entries[key] = (weakref.ref(storage), version, stats, stamp, pointer)  # see `_storage_ref`
         self._objects[id(tensor)] = (weakref.ref(tensor), version, dtype, tensor.data_ptr(), tensor.shape,
-                                     tensor.stride(), stats, stamp)  # `_remember`
+                                     tensor.stride(), stats, stamp, pointer)  # `_remember`
         return stats
 
-    def _remember(self, tensor: torch.Tensor, version: int, dtype: str, stats: tuple) -> None:
+    def _remember(self, tensor: torch.Tensor, version: int, dtype: str, stats: tuple, storage: int) -> None:
+        """File statistics found under the memory key under the object too (``storage``: its storage's pointer,
+        where a write through another alias is stamped)."""
         self._objects[id(tensor)] = (weakref.ref(tensor), version, dtype, tensor.data_ptr(), tensor.shape,
-                                     tensor.stride(), stats, self._stamp)
+                                     tensor.stride(), stats, self._stamp, storage)
 
 
 def _storage_ref(tensor: torch.Tensor) -> weakref.ref:
     """A weak reference to the memory ``tensor`` views: its storage's Python object lives as long as the storage."""
     return weakref.ref(tensor.untyped_storage())
+
+
+def _storage_pointer(tensor: torch.Tensor) -> int:
+    """The data pointer of the storage ``tensor`` views (0 for a tensor without one: a sparse or meta tensor)."""
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
 
 
 def _memory_key(values: torch.Tensor, dtype: str) -> tuple:

@@ -329,3 +329,29 @@ def test_an_autocast_run_records_the_dtypes_autocast_chose(tmp_path):
         softmax = dump.op(0, "aten._log_softmax_0")
     assert fc1.compute_dtype == "bfloat16" and fc1.outputs[0].dtype == "bfloat16"
     assert softmax.outputs[0].dtype == "float32"  # on autocast's fp32 list
+
+
+def test_capture_hides_the_objects_alive_before_it_from_the_collector_and_restores_them(tmp_path):
+    import gc
+
+    run = make_mlp()
+    assert gc.get_freeze_count() == 0
+    with ptt.dump(tmp_path / "a.h5", mode="stats"):
+        frozen = gc.get_freeze_count()
+        assert frozen > 1000  # torch, the model, the test's own objects
+        train(run, steps=2)
+    assert gc.get_freeze_count() == 0
+
+
+def test_capture_leaves_a_process_that_froze_objects_itself_as_it_was(tmp_path):
+    import gc
+
+    run = make_mlp()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with ptt.dump(tmp_path / "a.h5", mode="stats"):
+            train(run, steps=1)
+        assert gc.get_freeze_count() > frozen // 2  # not unfrozen (objects freed meanwhile leave the count)
+    finally:
+        gc.unfreeze()
