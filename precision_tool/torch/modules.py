@@ -14,6 +14,7 @@ that never arrive (an output the loss does not use) are absent slots.
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -73,6 +74,30 @@ class GradientSummary:
         self.stats = stats_of(grad, self.dtype)
 
 
+class _Summaries:
+    """The `GradientSummary` of each gradient tensor that arrived this step, by the tensor object: nested
+    module calls share their boundary tensors (a block's output is its last layer's output), so one gradient
+    reaches the hooks of two or three calls, and is summarised once. An entry counts while its tensor lives
+    unchanged (same object, same version)."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple] = {}  # id(grad) -> (weak reference, version, summary)
+
+    def of(self, grad: torch.Tensor) -> GradientSummary:
+        version = grad._version
+        known = self._known.get(id(grad))
+        if known is not None and known[0]() is grad and known[1] == version:
+            return known[2]
+        summary = GradientSummary(grad)
+        self._known[id(grad)] = (weakref.ref(grad), version, summary)
+        return summary
+
+    def clear(self) -> None:
+        self._known.clear()
+
+
 class PendingGradients:
     """One module call waiting for the gradients at its boundary."""
 
@@ -93,6 +118,7 @@ class ModuleGradients:
     def __init__(self, write):
         self._write = write
         self._pending: list[PendingGradients] = []
+        self._summaries = _Summaries()
 
     def watch(self, name: str, module_type: str, step: int, inputs: list, outputs: list,
               summarise: bool = False) -> None:
@@ -120,7 +146,7 @@ class ModuleGradients:
                 if not grad.is_floating_point():
                     slots[index] = grad
                 elif pending.summarise:
-                    slots[index] = GradientSummary(grad)
+                    slots[index] = self._summaries.of(grad)
                 else:
                     slots[index] = grad.detach().clone()
             pending.waiting -= 1
@@ -135,6 +161,7 @@ class ModuleGradients:
     def flush(self) -> None:
         """The step ends: write what arrived for the calls still waiting, forget the rest."""
         pending, self._pending = self._pending, []
+        self._summaries.clear()
         for item in pending:
             item.open = False
             if item.inputs or item.outputs:

@@ -119,6 +119,7 @@ class Session:
         self._warned_autocast = False
         self._gradients = ModuleGradients(self._module_gradients)
         self._froze = False
+        self._told_autocast = False  # the recorders of the open step know autocast is active
 
     @property
     def simulator(self):
@@ -137,6 +138,7 @@ class Session:
             self.recorders.append(recorder)
             if self.step_open and recorder.begin_step(self.step):
                 self._watching.append(recorder)
+                self._told_autocast = False
         if simulator is not None:
             self.simulators.append(simulator)
         if self._mode is None and self._needs_ops():
@@ -226,6 +228,7 @@ class Session:
 
     def _open_step(self) -> None:
         self.step_open = True
+        self._told_autocast = False
         self._watching = [r for r in self.recorders if r.begin_step(self.step)]
 
     # -- module boundaries -----------------------------------------------------
@@ -239,9 +242,10 @@ class Session:
                 self._open_step()
         if not self.step_open or self.pending_boundary:
             return
-        if self._watching and _autocast_active():  # visible here, in Python, not inside dispatch
-            for recorder in self._watching:
+        if self._watching and not self._told_autocast and _autocast_active():  # visible here, in Python, not
+            for recorder in self._watching:  # inside dispatch; once a step is enough
                 recorder.saw_autocast()
+            self._told_autocast = True
         watching = [r for r in self._watching if r.modules]
         if not watching:
             return

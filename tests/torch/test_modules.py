@@ -133,7 +133,9 @@ def test_stats_mode_summarises_boundary_gradients_as_they_arrive_with_the_statis
                 train(make_mlp(), steps=2)
     finally:
         modules.GradientSummary = summary
-    assert len(seen) == 2 * 6  # stats mode only; a step: the outputs of MLP, fc2, act and fc1, the inputs of fc2, act
+    # stats mode only, once per gradient: a step's boundaries are the outputs of MLP, fc2, act and fc1 and the
+    # inputs of fc2 and act, three gradients (MLP's output is fc2's, fc2's input act's output, act's input fc1's)
+    assert [tuple(grad.shape) for grad in seen] == [(5, 4), (5, 16), (5, 16)] * 2
     with open_dump(tmp_path / "stats.h5") as stats, open_dump(tmp_path / "dump.h5") as dump:
         rows = [row for row in _module_rows(stats) if row[3] == "backward"]
         assert len(rows) == 2 * 2
