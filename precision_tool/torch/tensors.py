@@ -20,6 +20,7 @@ from precision_tool.dump.stats import CANCELLATION as _STATS_CANCELLATION
 from precision_tool.dump.stats import SMALL_COUNT as _SMALL_STATS
 from precision_tool.dump.stats import stats_tuple
 from precision_tool.engine.formats import FORMATS, Format
+from precision_tool.torch.device_stats import device_stats
 from precision_tool.torch.ops import dtype_name
 
 FORMAT_ATTR = "_precision_tool_format"  # the logical Format of a float32 tensor under simulation
@@ -183,6 +184,8 @@ def all_finite(tensor: torch.Tensor) -> bool:
     if _native_kind(tensor, FORMATS["float32"]) is not None:  # float32 range check: finite
         address = tensor.data_ptr()
         return _ROUND16(address, address, tensor.numel(), 2)
+    if not tensor.is_cpu:  # checked on the device: one boolean crosses, not the values
+        return bool(torch.isfinite(tensor).all())
     array = to_numpy(memory_order(tensor)).reshape(-1)
     # stats_rows gives a row, or None: not finite (or a variance lost to cancellation, which says nothing here)
     if native.extension is not None and array.size <= _SCREEN_MAX and array.dtype.char in "fd" \
@@ -201,7 +204,17 @@ def stats_of(tensor: torch.Tensor, dtype: str) -> tuple:
     if tensor.is_complex() or tensor.layout != torch.strided:
         return EMPTY_STATS
     values = memory_order(tensor)
-    return _stats_where_they_lie(values, dtype) or array_stats(to_numpy(values), dtype)
+    return _stats_where_they_lie(values, dtype) or _stats_elsewhere(values, dtype)
+
+
+def _stats_elsewhere(values: torch.Tensor, dtype: str) -> tuple:
+    """Statistics the C pass does not take: numpy's of a CPU tensor's values; a device tensor's reduced on the
+    device (`device_stats`), where copying every value to the host would cost more than the op."""
+    if values.is_complex():
+        return EMPTY_STATS
+    if values.is_cpu:
+        return array_stats(to_numpy(values), dtype)
+    return device_stats(values, dtype)
 
 
 _STATS_AT = getattr(native.extension, "stats_at", None)  # None: numpy's path for every tensor
@@ -340,8 +353,7 @@ class TensorStatsCache:
             stats = None
             if kind is not None and _STATS_AT is not None and device.type == "cpu" and not tensor.is_neg():
                 stats = _STATS_AT(pointer, count, kind, _STATS_CANCELLATION, _LIMITS.get(dtype, 0.0), _SMALL_STATS)
-            return self._store(tensor, key, version, dtype,
-                               stats or (EMPTY_STATS if tensor.is_complex() else array_stats(to_numpy(tensor), dtype)))
+            return self._store(tensor, key, version, dtype, stats or _stats_elsewhere(tensor, dtype))
         else:
             values = memory_order(tensor)  # a transpose hits the entry of the tensor it transposes
             if self._copies:
@@ -398,8 +410,7 @@ class TensorStatsCache:
         self._written.clear()
 
     def _compute(self, tensor: torch.Tensor, values: torch.Tensor, key: tuple, version: int, dtype: str) -> tuple:
-        stats = _stats_where_they_lie(values, dtype) or \
-            (EMPTY_STATS if values.is_complex() else array_stats(to_numpy(values), dtype))
+        stats = _stats_where_they_lie(values, dtype) or _stats_elsewhere(values, dtype)
         return self._store(tensor, key, version, dtype, stats)
 
     def _store(self, tensor: torch.Tensor, key: tuple, version: int, dtype: str, stats: tuple) -> tuple:
