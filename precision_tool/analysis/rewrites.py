@@ -31,6 +31,7 @@ from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.scaling import loss_scale_ratios
+from precision_tool.analysis.updates import introduced_by_group
 from precision_tool.analysis.structure import (Consumers, MissingBackward, Rewritten, fingerprint, group_results,
                                                module_path, under)
 from precision_tool.compare.judged import gradient_scale
@@ -64,17 +65,28 @@ class RewriteJudge:
             if lacking:
                 return self._lacking_verdict(rewrite, lacking)
         if rewrite.direction == "optimizer":
-            verdict = fewer_updates(rewrite.name, self._golden_group(rewrite), [
-                r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module])
+            members = [r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module]
+            verdict = fewer_updates(rewrite.name, self._golden_group(rewrite), members)
             if verdict is not None:
                 return verdict
+            if rewrite.name in self._reproduced_updates():  # the same implementation computed golden's update
+                return None  # on golden's inputs at an earlier step
         observed, inherited, dtype = self._rewrite_errors(rewrite)
         # A module that runs other ops than golden's is judged against what it inherits: INTRODUCED_EXCESS times
         # its inputs' error is the margin for rounding. bfloat16's floor (16 units of its last place, 6 %) would
         # pass a module that scales its output by 3 % while its inputs carry 0.3 %: above SIGNIFICANT_ERROR, the
         # excess over its inputs decides (float16's and float32's floors are below it already).
         floor = noise_floor(dtype) if rewrite.direction == "optimizer" else min(noise_floor(dtype), SIGNIFICANT_ERROR)
-        if observed < floor or observed <= INTRODUCED_EXCESS * inherited:
+        introduced = None
+        if rewrite.direction == "optimizer" and observed >= floor:  # another implementation (foreach, fused):
+            replayed = introduced_by_group(members, self._golden_group(rewrite), self.step_records,  # `updates`
+                                           self._golden_of, self.target, self.golden)
+            if replayed is not None and replayed[0] < SIGNIFICANT_ERROR:  # it computes golden's update
+                self._reproduced_updates().add(rewrite.name)
+                return None
+            if replayed is not None and replayed[1]:  # on golden's inputs throughout: it computes another one
+                introduced = replayed[0]
+        if observed < floor or (introduced is None and observed <= INTRODUCED_EXCESS * inherited):
             return None
         where = {"forward": "module", "backward": "backward of"}.get(rewrite.direction, "the update of")
         evidence = [f"in {where} {rewrite.name or 'the ops outside every module'}, {rewrite.describe()}",
@@ -82,6 +94,9 @@ class RewriteJudge:
                     if rewrite.direction != "optimizer" else
                     f"the parameters and state it writes are {_fmt(observed)} from golden while the gradients it "
                     f"reads are within {_fmt(inherited)}"]
+        if introduced is not None:
+            evidence.append(f"run again on golden's gradients, it still writes results {_fmt(introduced)} from "
+                            "golden's: it computes another update")
         found = self._first_inside(rewrite)
         if found is not None and found[1] != "ill-conditioned":
             op, kind, _ = found
@@ -108,6 +123,13 @@ class RewriteJudge:
         # ops outside any module (a loss computed in the training loop) have no module path: name the op
         return Verdict(rewrite.name or record.name, "kernel_bug", record.step, rewrite.direction,
                        record.type, tuple(evidence), action, module=rewrite.name or None)
+
+    def _reproduced_updates(self) -> set:
+        """Names of the optimizer rewrites whose replay on golden's inputs gave golden's update."""
+        found = getattr(self, "_updates_reproduced", None)
+        if found is None:
+            found = self._updates_reproduced = set()
+        return found
 
     def _rewrite_errors(self, rewrite: Rewritten) -> tuple[float, float, str]:
         record = rewrite.target_record

@@ -42,6 +42,8 @@ class Variation:
     seed: int = 0
     dropout: float = 0.0  # gpt2: every dropout probability (the same seed in both runs draws the same masks)
     evaluate: bool = False  # a validation forward (eval mode, no_grad) after each update
+    implementation: str = ""  # foreach | fused: the target's optimizer runs that implementation, golden's the
+    # per-parameter loop (as a CPU golden run and a CUDA target run of the same script do by default)
 
     @property
     def id(self) -> str:
@@ -52,7 +54,8 @@ class Variation:
                                   (f"scale2^{int(self.init_scale).bit_length() - 1}",
                                    self.target == "amp" and self.init_scale != 2.0 ** 16),
                                   (f"lr{self.lr:g}", self.lr), (f"seed{self.seed}", self.seed),
-                                  (f"drop{self.dropout:g}", self.dropout), ("eval", self.evaluate)) if on]
+                                  (f"drop{self.dropout:g}", self.dropout), ("eval", self.evaluate),
+                                  (self.implementation, self.implementation)) if on]
         return "-".join(["var", self.model, self.fault or "clean", self.target, *extra])
 
     @property
@@ -60,8 +63,8 @@ class Variation:
         return not self.fault
 
 
-def build(v: Variation):
-    """(Run, roles) of ``v``'s model, seeded."""
+def build(v: Variation, target: bool = False):
+    """(Run, roles) of ``v``'s model, seeded; the target's optimizer in ``v.implementation``."""
     from tests.realmodels.cases import MLPRegressor, Run, SmallCNN, _hf_loss, _quiet_transformers
 
     torch.manual_seed(v.seed)
@@ -90,10 +93,11 @@ def build(v: Variation):
         raise ValueError(v.model)
     params = list(run.model.parameters())
     sgd_lr, adam_lr = v.lr or 0.05, v.lr or 1e-3
-    run.optimizer = {"sgd": lambda: torch.optim.SGD(params, lr=sgd_lr),
-                     "momentum": lambda: torch.optim.SGD(params, lr=sgd_lr, momentum=0.9),
-                     "adam": lambda: torch.optim.Adam(params, lr=adam_lr),
-                     "adamw": lambda: torch.optim.AdamW(params, lr=adam_lr)}[v.optimizer or default]()
+    how = {v.implementation: True} if target and v.implementation else {"foreach": False}
+    run.optimizer = {"sgd": lambda: torch.optim.SGD(params, lr=sgd_lr, **how),
+                     "momentum": lambda: torch.optim.SGD(params, lr=sgd_lr, momentum=0.9, **how),
+                     "adam": lambda: torch.optim.Adam(params, lr=adam_lr, **how),
+                     "adamw": lambda: torch.optim.AdamW(params, lr=adam_lr, **how)}[v.optimizer or default]()
     return run, roles
 
 
@@ -147,7 +151,7 @@ def collect(v: Variation, workdir: Path) -> tuple[Path, Path]:
     run, _ = build(v)
     with ptt.dump(golden, mode="dump", seed=0):
         train(run, v, False)
-    run, roles = build(v)
+    run, roles = build(v, target=True)
     if v.fault and FAULTS[v.fault] is not None:
         FAULTS[v.fault](run, roles.get(v.role, ""))
     context = ptt.simulate_npu("allow_mix_precision") if v.target == "mix" else contextlib.nullcontext()
@@ -219,4 +223,16 @@ VARIATIONS += [
     Variation("cnn", "amp", steps=3, init_scale=2.0 ** 24, record="updated"),
     Variation("gpt2", "amp", steps=3, init_scale=2.0 ** 24, record="none"),
     Variation("cnn", "amp", "scale", "act", K, steps=3, init_scale=2.0 ** 24, record="updated"),
+]
+VARIATIONS += [
+    # the target's optimizer in foreach or fused kernels, golden's a per-parameter loop (a CPU golden and a CUDA
+    # target of one script): Adam's normalised update turns the gradients' low-precision noise into a large
+    # error on the parameters, which a replay of the target's kernels on golden's gradients shows inherited
+    # (analysis/updates.py); a changed lr is still named there. Fused with a GradScaler: the kernel unscales.
+    Variation("gpt2", "bf16", implementation="fused"),
+    Variation("gpt2", "fp32", steps=3, implementation="fused"),
+    Variation("cnn", "bf16", steps=3, implementation="foreach"),
+    Variation("mlp", "amp", implementation="fused"),
+    Variation("mlp", "bf16", "lr_up", "", K, "optimizer", implementation="foreach"),
+    Variation("cnn", "bf16", "lr_up", "", K, "optimizer", lr=1e-3, implementation="fused"),
 ]

@@ -1,0 +1,174 @@
+"""An optimizer that runs other ops than golden's: does it compute golden's update?
+
+PyTorch picks an optimizer's implementation by where it runs: a loop of
+per-parameter ops on the CPU, ``_foreach_*`` ops over lists of tensors on
+CUDA, one ``_fused_adamw_`` kernel where asked. A CPU golden run and a GPU
+target run of the same script therefore update through different op
+sequences (`structure.rewritten_modules` sees an optimizer "rewrite"), and
+Adam's normalised update turns the target's small gradient noise into a
+large error on the parameters it writes (where a gradient is near zero,
+noise decides the sign of a step of full size): the written parameters
+depart from golden's far more than the gradients read, with every op
+computing right.
+
+So the target's sequence is run again (`replay_group`), in float32 as it ran,
+on golden's inputs: the gradients golden's backward wrote (through the ops
+outside the group that wrote the target's, which are paired with golden's),
+and, for what no op of the step wrote (parameters and state at the first
+step), the target's own values, the same as golden's there. Where that
+reproduces golden's results (each result golden's optimizer hands on, against
+the closest replayed result of its size), the target's implementation
+computes golden's update and the departure is inherited from the
+gradients. A group that cannot be replayed (statistics only, an op this
+PyTorch lacks) is judged as before.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from precision_tool.analysis.errors import split_error
+from precision_tool.analysis.replay import is_float
+from precision_tool.analysis.structure import Consumers, fingerprint, group_results, is_copy
+from precision_tool.defaults import SIGNIFICANT_ERROR
+from precision_tool.dump.records import OpRecord
+
+
+def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_of, target_dump,
+                 golden_dump) -> tuple[dict[tuple, np.ndarray], bool] | None:
+    """(the values the ops ``members`` (the target's group, in order) write when run again on golden's inputs, by
+    the fingerprint of the tensor each wrote in the target; whether every input from outside was golden's), or
+    None where one cannot be replayed. Inputs no op of the step wrote (parameters, optimizer state) are golden's
+    where a paired op outside the group reads them too (a parameter the forward read), else the target's: the
+    same as golden's at the run's first step, where both start from the same state."""
+    if target_dump.metadata.get("framework") != "torch" or not all(
+            t.has_data for record in members for t in record.tensors if t.stats.count):
+        return None
+    try:
+        from precision_tool.torch import NotReplayable, replay
+    except ImportError:
+        return None
+    inside = {id(r) for r in members}
+    outside = [r for r in step_records if not r.is_module and id(r) not in inside]
+    writers = Consumers(outside)
+    readers: dict[tuple, list] = {}
+    for record in outside:
+        for tensor in record.inputs:
+            if tensor.stats.count:
+                readers.setdefault(fingerprint(tensor), []).append((record, tensor.slot))
+    written: dict[tuple, np.ndarray] = {}
+    exact = True
+    for record in members:
+        inputs = []
+        for tensor in record.inputs:
+            key = fingerprint(tensor) if tensor.stats.count else None
+            if key is not None and key in written and np.size(written[key]) == tensor.stats.count:
+                inputs.append(np.reshape(written[key], tensor.shape))  # (equal statistics: zeros of another shape)
+                continue
+            value = _golden_value(record, tensor, writers, readers.get(key, ()), golden_of, target_dump,
+                                  golden_dump)
+            if value is None:  # no golden counterpart: the target's own value
+                exact = exact and (record.step == 0 or not is_float(tensor.dtype))
+                value = target_dump.tensor(record.step, record.exec_index, tensor.slot) if tensor.has_data else None
+            inputs.append(value)
+        try:
+            outputs = replay(record, inputs, device="golden")
+        except (NotReplayable, RuntimeError, ValueError, TypeError):
+            return None
+        for tensor, array in zip(record.outputs, outputs):
+            if tensor.stats.count:
+                written[fingerprint(tensor)] = array
+    return written, exact
+
+
+def _golden_value(record: OpRecord, tensor, writers: Consumers, readers, golden_of, target_dump, golden_dump):
+    """Golden's value of an input the group reads from outside: what the golden partner of the op that wrote it
+    (through casts golden does not run) wrote in the same slot, or where no op of the step wrote it, what the
+    golden partner of an op that reads it too read; None where there is no such partner."""
+    if not is_float(tensor.dtype) or not tensor.stats.count:
+        return None
+    writer, key = writers.producer(record, tensor.slot), fingerprint(tensor)
+    if writer is None:  # a parameter, or state kept from the last step
+        for reader, slot in readers:
+            partner = golden_of(reader)
+            value = _partner_value(partner, slot, tensor, golden_dump) if partner is not None else None
+            if value is not None:
+                value = as_read(value, target_dump.tensor(reader.step, reader.exec_index, slot),
+                                target_dump.tensor(record.step, record.exec_index, tensor.slot))
+            if value is not None:
+                return value
+        return None
+    for _ in range(4):  # through the casts golden does not run (autocast's float32 copy of a weight gradient)
+        if writer is None or golden_of(writer) is not None or not is_copy(writer.type):
+            break
+        source = next((t for t in writer.inputs if t.stats.count and is_float(t.dtype)), None)
+        if source is None:
+            break
+        writer, key = writers.producer(writer, source.slot), fingerprint(source)
+    partner = golden_of(writer) if writer is not None else None
+    if partner is None:
+        return None
+    slot = next((t.slot for t in writer.outputs if t.stats.count and fingerprint(t) == key), None)
+    if slot is None:
+        return None
+    value = _partner_value(partner, slot, tensor, golden_dump)
+    if value is None:
+        return None
+    # read through a view (a weight gradient mm wrote transposed): the view that turns the target's written
+    # tensor into the one the group read turns golden's into its counterpart
+    return as_read(value, target_dump.tensor(writer.step, writer.exec_index, slot),
+                   target_dump.tensor(record.step, record.exec_index, tensor.slot))
+
+
+def as_read(value: np.ndarray, written: np.ndarray, read: np.ndarray) -> np.ndarray | None:
+    """``value`` (shaped as ``written``) through the view that makes ``written`` into ``read``: none, a transpose
+    (a square matrix's too, told by the values) or a reshape; None where none does."""
+    written, read = np.asarray(written), np.asarray(read)
+    if written.shape == read.shape and np.array_equal(written, read, equal_nan=True):
+        return value
+    if written.ndim == 2 and written.T.shape == read.shape and np.array_equal(written.T, read, equal_nan=True):
+        return np.ascontiguousarray(np.asarray(value).T)  # (kernels such as _fused_sgd_ read memory in order)
+    if written.size == read.size and np.array_equal(written.reshape(read.shape), read, equal_nan=True):
+        return np.reshape(value, read.shape)
+    return None
+
+
+def _partner_value(partner: OpRecord, slot: str, tensor, golden_dump):
+    """Golden's tensor in ``slot`` of ``partner`` (as recorded); None where it has another size or no data."""
+    try:
+        golden = partner.tensor(slot)
+    except KeyError:
+        return None
+    if not golden.has_data or golden.stats.count != tensor.stats.count:
+        return None
+    return golden_dump.tensor(partner.step, partner.exec_index, slot)
+
+
+def introduced_by_group(members: list[OpRecord], golden_members: list[OpRecord], step_records: list[OpRecord],
+                        golden_of, target_dump, golden_dump) -> tuple[float, bool] | None:
+    """(the largest relative error, among the results golden's group hands on, between golden's value and the
+    closest value of that size the target's group writes when replayed on golden's inputs (`replay_group`);
+    whether every input was golden's), or None where the target's group cannot be replayed or golden's hands
+    nothing on."""
+    replayed_group = replay_group(members, step_records, golden_of, target_dump, golden_dump)
+    if replayed_group is None:
+        return None
+    written, exact = replayed_group
+    replayed: dict[int, list[np.ndarray]] = {}
+    for record, tensor in group_results(members):
+        array = written.get(fingerprint(tensor))
+        if array is not None:
+            replayed.setdefault(tensor.stats.count, []).append(np.asarray(array))
+    worst = None
+    for record, tensor in group_results(golden_members):
+        if not tensor.has_data or tensor.stats.norm == 0 or tensor.stats.count == 1:  # (single values: the step
+            continue  # counters, which a fused kernel keeps inside)
+        golden = golden_dump.tensor(record.step, record.exec_index, tensor.slot)
+        candidates = [a for a in replayed.get(tensor.stats.count, ()) if a.size == np.size(golden)]
+        if not candidates:
+            return math.inf, exact  # golden's optimizer writes something of a size the target's does not
+        error = min(split_error(a.reshape(np.shape(golden)), golden, tensor.dtype).error for a in candidates)
+        worst = error if worst is None else max(worst, error)
+    return None if worst is None else (worst, exact)
