@@ -135,7 +135,8 @@ def check(model: str, device: str, workdir: Path) -> dict:
         result = diagnose(g, t)
     seconds = time.perf_counter() - start
     verdict = result.verdict
-    return {"verdict": verdict.cls, "op": verdict.op, "direction": verdict.direction, "diagnose_s": seconds, "golden_mb": golden.stat().st_size / 1e6, "target_mb": target.stat().st_size / 1e6}
+    return {"verdict": verdict.cls, "op": verdict.op, "direction": verdict.direction, "evidence": list(verdict.evidence),
+            "diagnose_s": seconds, "golden_mb": golden.stat().st_size / 1e6, "target_mb": target.stat().st_size / 1e6}
 
 
 def main() -> int:

@@ -208,9 +208,10 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                 inputs.append((EMPTY_STATS, None))
             elif self.mode == "stats":
                 inputs.append((self._stats.get(tensor, dtype), None))
-            elif id(tensor) in written:  # the kernel is about to overwrite it: keep a copy
-                array = to_numpy(tensor, copy=True)
-                inputs.append((array_stats(array, dtype) if self.mode == "dump" else None, array))
+            elif id(tensor) in written:  # the kernel is about to overwrite it: keep a copy, and its statistics
+                array = to_numpy(tensor, copy=True)  # as every other reader of it records them (bit for bit: the
+                inputs.append((self._stats.get(tensor, dtype) if self.mode == "dump" else None, array))  # dataflow
+                # is followed by statistics; on a GPU the device's sums and numpy's differ in the last bit)
             elif self.mode == "dump":
                 inputs.append((self._stats.get(tensor, dtype), storage_array(tensor)))
             else:  # overflow: the values are read only if the op overflows
