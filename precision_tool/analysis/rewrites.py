@@ -39,6 +39,9 @@ from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 
 
+REWRITE_FLOOR = 1e-3  # relative error below which another implementation of a module is never judged
+
+
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}"
 
@@ -75,12 +78,15 @@ class RewriteJudge:
         # A module that runs other ops than golden's is judged against what it inherits: INTRODUCED_EXCESS times
         # its inputs' error is the margin for rounding. bfloat16's floor (16 units of its last place, 6 %) would
         # pass a module that scales its output by 3 % while its inputs carry 0.3 %: above SIGNIFICANT_ERROR, the
-        # excess over its inputs decides (float16's and float32's floors are below it already).
-        floor = noise_floor(dtype) if rewrite.direction == "optimizer" else min(noise_floor(dtype), SIGNIFICANT_ERROR)
+        # excess over its inputs decides (float16's and float32's floors are below it already). float32's floor (16
+        # units, 1e-6) is below what two right algorithms differ by (the math attention against a flash kernel's
+        # reductions: 1.5e-5 from inputs within 1e-7): another implementation is judged from REWRITE_FLOOR.
+        floor = noise_floor(dtype) if rewrite.direction == "optimizer" else \
+            min(max(noise_floor(dtype), REWRITE_FLOOR), SIGNIFICANT_ERROR)
         introduced = None
         if rewrite.direction == "optimizer" and observed >= floor:  # another implementation (foreach, fused):
             replayed = introduced_by_group(members, self._golden_group(rewrite), self.step_records,  # `updates`
-                                           self._golden_of, self.target, self.golden)
+                                           self._golden_of, self.target, self.golden, self.golden_records)
             if replayed is not None and replayed[0] < SIGNIFICANT_ERROR:  # it computes golden's update
                 self._reproduced_updates().add(rewrite.name)
                 return None
@@ -170,11 +176,15 @@ class RewriteJudge:
         """The largest error among the gradients a rewritten backward group produces: each result no later op of
         the group reads, against golden's result of the same size (the closest, where several are). A group
         computes a gradient per input (activation, weight, bias), not only its last op's; None when no result
-        has a golden partner of its size."""
+        has a golden partner of its size. Where every result golden's group hands on is read by a paired op
+        outside it, the errors are measured there instead (`_consumed_error`)."""
         target = [r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module]
         golden = [r for r in self.golden_records if r.direction == rewrite.direction and not r.is_module
                   and module_path(r.name) == rewrite.name]
         candidates = group_results(golden)
+        consumed = self._consumed_error(rewrite, candidates)
+        if consumed is not None:
+            return consumed
         errors = []
         for record, tensor in group_results(target):
             partners = [(g, t) for g, t in candidates if t.stats.count == tensor.stats.count]
@@ -182,6 +192,32 @@ class RewriteJudge:
             if found:
                 errors.append(min(found))
         return max(errors, default=None)
+
+    def _consumed_error(self, rewrite: Rewritten, golden_results: list) -> float | None:
+        """The largest error of what a rewritten backward group hands on, measured where golden's results are read:
+        at the target partner of the op outside the group that reads each, in the slot it reads it. Two
+        implementations of one kernel's backward can hand the same gradient on in other layouts (the math
+        attention's key gradient transposed, the flash kernel's not), which element-wise comparisons of the
+        results cannot match; the op that reads it reads it alike in both runs. None unless every result is read
+        by such a pair."""
+        if rewrite.direction != "backward" or not golden_results:
+            return None
+        errors = []
+        for record, tensor in golden_results:
+            key = fingerprint(tensor)
+            measured = None
+            for reader in self.consumers["backward"].of(record, {tensor.slot}):
+                partner = self._target_of(reader)
+                if module_path(reader.name) == rewrite.name or partner is None or partner.type != reader.type:
+                    continue
+                slot = next((t.slot for t in reader.inputs if t.stats.count and fingerprint(t) == key), None)
+                if slot is not None:
+                    measured = self._slot_error(partner, reader, slot)
+                    break
+            if measured is None:
+                return None
+            errors.append(measured)
+        return max(errors)
 
     def _handed_in_error(self, rewrite: Rewritten) -> float:
         """The largest measured error of the ops outside ``rewrite`` (paired with golden's) that wrote what its ops

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from precision_tool.analysis.replay import is_float
 from precision_tool.dump.records import OpRecord
 
-# Ops autocast inserts and copies that compute nothing: not part of an op sequence.
+# Ops autocast inserts, copies and reshapes that compute nothing: not part of an op sequence (``_unsafe_view`` is
+# a reshape the capture records, as it is no alias op: one implementation of a kernel's backward reshapes a
+# gradient where another's needs none, the math SDPA's against the CPU flash one's).
 _NOT_COMPUTE = frozenset({"aten._to_copy", "aten.to", "aten.clone", "aten.contiguous", "aten.copy_",
-                          "aten.lift_fresh_copy", "aten.detach", "Cast"})
+                          "aten.lift_fresh_copy", "aten.detach", "aten._unsafe_view", "Cast"})
 
 
 @dataclass(frozen=True)

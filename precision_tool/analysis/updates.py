@@ -31,13 +31,13 @@ import numpy as np
 
 from precision_tool.analysis.errors import split_error
 from precision_tool.analysis.replay import is_float
-from precision_tool.analysis.structure import Consumers, fingerprint, group_results, is_copy
+from precision_tool.analysis.structure import Consumers, fingerprint, group_results, is_copy, module_path
 from precision_tool.defaults import SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 
 
 def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_of, target_dump,
-                 golden_dump) -> tuple[dict[tuple, np.ndarray], bool] | None:
+                 golden_dump, golden_records: list[OpRecord] = ()) -> tuple[dict[tuple, np.ndarray], bool] | None:
     """(the values the ops ``members`` (the target's group, in order) write when run again on golden's inputs, by
     the fingerprint of the tensor each wrote in the target; whether every input from outside was golden's), or
     None where one cannot be replayed. Inputs no op of the step wrote (parameters, optimizer state) are golden's
@@ -60,6 +60,7 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
                 readers.setdefault(fingerprint(tensor), []).append((record, tensor.slot))
     written: dict[tuple, np.ndarray] = {}
     exact = True
+    pair = _Pairing(golden_of, golden_records)
     for record in members:
         inputs = []
         for tensor in record.inputs:
@@ -67,10 +68,10 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
             if key is not None and key in written and np.size(written[key]) == tensor.stats.count:
                 inputs.append(np.reshape(written[key], tensor.shape))  # (equal statistics: zeros of another shape)
                 continue
-            value = _golden_value(record, tensor, writers, readers.get(key, ()), golden_of, target_dump,
-                                  golden_dump)
-            if value is None:  # no golden counterpart: the target's own value
-                exact = exact and (record.step == 0 or not is_float(tensor.dtype))
+            value = _golden_value(record, tensor, writers, readers.get(key, ()), pair, target_dump, golden_dump)
+            if value is None:  # no golden counterpart: the target's own value, golden's too where no op of the
+                leaf = key is None or writers.producer(record, tensor.slot) is None  # first step wrote it
+                exact = exact and (not is_float(tensor.dtype) or (leaf and record.step == 0))
                 value = target_dump.tensor(record.step, record.exec_index, tensor.slot) if tensor.has_data else None
             inputs.append(value)
         try:
@@ -81,6 +82,28 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
             if tensor.stats.count:
                 written[fingerprint(tensor)] = array
     return written, exact
+
+
+class _Pairing:
+    """Golden's partner of a target op: the scan's pairing, or for an op it leaves unpaired (another kernel for
+    the same work: cudnn_batch_norm_backward where golden ran native_batch_norm_backward) the one golden op of
+    the same module and direction with an output of the same size in the same slot."""
+
+    def __init__(self, golden_of, golden_records):
+        self.golden_of = golden_of
+        self._by_module: dict[tuple, list[OpRecord]] = {}
+        for record in golden_records:
+            if not record.is_module:
+                self._by_module.setdefault((record.direction, module_path(record.name)), []).append(record)
+
+    def __call__(self, record: OpRecord, slot: str | None = None) -> OpRecord | None:
+        partner = self.golden_of(record)
+        if partner is not None or slot is None:
+            return partner
+        size = record.tensor(slot).stats.count
+        found = [g for g in self._by_module.get((record.direction, module_path(record.name)), ())
+                 if any(t.slot == slot and t.stats.count == size for t in g.outputs)]
+        return found[0] if len(found) == 1 else None
 
 
 def _golden_value(record: OpRecord, tensor, writers: Consumers, readers, golden_of, target_dump, golden_dump):
@@ -107,11 +130,11 @@ def _golden_value(record: OpRecord, tensor, writers: Consumers, readers, golden_
         if source is None:
             break
         writer, key = writers.producer(writer, source.slot), fingerprint(source)
-    partner = golden_of(writer) if writer is not None else None
-    if partner is None:
+    if writer is None:
         return None
     slot = next((t.slot for t in writer.outputs if t.stats.count and fingerprint(t) == key), None)
-    if slot is None:
+    partner = golden_of(writer, slot) if slot is not None else None
+    if partner is None:
         return None
     value = _partner_value(partner, slot, tensor, golden_dump)
     if value is None:
@@ -147,12 +170,13 @@ def _partner_value(partner: OpRecord, slot: str, tensor, golden_dump):
 
 
 def introduced_by_group(members: list[OpRecord], golden_members: list[OpRecord], step_records: list[OpRecord],
-                        golden_of, target_dump, golden_dump) -> tuple[float, bool] | None:
+                        golden_of, target_dump, golden_dump, golden_records: list[OpRecord] = ()) \
+        -> tuple[float, bool] | None:
     """(the largest relative error, among the results golden's group hands on, between golden's value and the
     closest value of that size the target's group writes when replayed on golden's inputs (`replay_group`);
     whether every input was golden's), or None where the target's group cannot be replayed or golden's hands
     nothing on."""
-    replayed_group = replay_group(members, step_records, golden_of, target_dump, golden_dump)
+    replayed_group = replay_group(members, step_records, golden_of, target_dump, golden_dump, golden_records)
     if replayed_group is None:
         return None
     written, exact = replayed_group

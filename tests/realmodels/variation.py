@@ -23,7 +23,7 @@ import precision_tool.torch as ptt
 
 @dataclass(frozen=True)
 class Variation:
-    model: str  # gpt2 | mlp | cnn
+    model: str  # gpt2 | mlp | cnn | bert | vit (the last two: the suite's tiny configs)
     target: str  # fp32 | bf16 | amp (fp16 autocast and a GradScaler) | mix | cast (model.to(torch.bfloat16) inside
     # the dump: weights, optimizer state and data in bfloat16)
     fault: str = ""  # a fault of cases.FAULTS
@@ -44,6 +44,8 @@ class Variation:
     evaluate: bool = False  # a validation forward (eval mode, no_grad) after each update
     implementation: str = ""  # foreach | fused: the target's optimizer runs that implementation, golden's the
     # per-parameter loop (as a CPU golden run and a CUDA target run of the same script do by default)
+    attention: str = ""  # math: the target's scaled_dot_product_attention runs the math backend, golden's the
+    # fused CPU kernel (a GPU target picks its own kernels)
 
     @property
     def id(self) -> str:
@@ -55,7 +57,8 @@ class Variation:
                                    self.target == "amp" and self.init_scale != 2.0 ** 16),
                                   (f"lr{self.lr:g}", self.lr), (f"seed{self.seed}", self.seed),
                                   (f"drop{self.dropout:g}", self.dropout), ("eval", self.evaluate),
-                                  (self.implementation, self.implementation)) if on]
+                                  (self.implementation, self.implementation),
+                                  (f"attn-{self.attention}", self.attention)) if on]
         return "-".join(["var", self.model, self.fault or "clean", self.target, *extra])
 
     @property
@@ -77,6 +80,12 @@ def build(v: Variation, target: bool = False):
         ids = torch.randint(0, 64, (4, 16))
         run = Run(model, None, {"input_ids": ids, "labels": ids}, _hf_loss)
         roles = {"act": f"transformer.h.{v.layers - 1}.mlp.act", "fc": "transformer.h.0.mlp.c_fc"}
+        default = "adamw"
+    elif v.model in ("bert", "vit"):  # the suite's tiny configs (cases.bert, cases.vit), SDPA attention
+        from tests.realmodels import cases
+
+        run = getattr(cases, v.model)("sdpa")
+        roles = {"attn": f"{v.model}.encoder.layer.0.attention" if v.model == "bert" else "vit.layers.0.attention"}
         default = "adamw"
     elif v.model == "mlp":
         model = MLPRegressor(v.width)
@@ -155,9 +164,18 @@ def collect(v: Variation, workdir: Path) -> tuple[Path, Path]:
     if v.fault and FAULTS[v.fault] is not None:
         FAULTS[v.fault](run, roles.get(v.role, ""))
     context = ptt.simulate_npu("allow_mix_precision") if v.target == "mix" else contextlib.nullcontext()
-    with context, ptt.dump(target, mode="dump", seed=0):
+    with context, _attention(v), ptt.dump(target, mode="dump", seed=0):
         train(run, v, True)
     return golden, target
+
+
+def _attention(v: Variation):
+    """The SDPA backend the target runs, where ``v`` names one."""
+    if not v.attention:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel({"math": SDPBackend.MATH}[v.attention])
 
 
 def judge(v: Variation, diagnosis, roles: dict) -> tuple[bool, str]:
@@ -235,4 +253,10 @@ VARIATIONS += [
     Variation("mlp", "amp", implementation="fused"),
     Variation("mlp", "bf16", "lr_up", "", K, "optimizer", implementation="foreach"),
     Variation("cnn", "bf16", "lr_up", "", K, "optimizer", lr=1e-3, implementation="fused"),
+    # the target's attention in SDPA's math backend, golden's in the fused CPU kernel: the math backward hands
+    # the key gradient on transposed (compared where the key projection's backward reads it), and the two
+    # algorithms' float32 results differ by 1e-5, below REWRITE_FLOOR; with a fused optimizer under bf16 too
+    Variation("bert", "fp32", attention="math"),
+    Variation("vit", "fp32", attention="math"),
+    Variation("bert", "bf16", attention="math", implementation="fused"),
 ]
