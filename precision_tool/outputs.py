@@ -10,7 +10,9 @@ and inode, so links and other spellings count) is refused. Special files
 ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` name an open descriptor:
 the output is written to it once complete (a pipe; ``>> log`` appends),
 never renamed over the file it may be.
-Dumps have their own scheme (`precision_tool.dump.partial`).
+An output that is a symbolic link is written through it (`output_target`): the file the link names, followed
+to its end, is replaced atomically (its temporary beside that file, on its file system) and the link is kept;
+a dangling link gets its file created. Dumps (`precision_tool.dump.partial`) do the same.
 """
 
 from __future__ import annotations
@@ -118,6 +120,13 @@ def make_folder(path, what: str = "the folder") -> Path:
     return Path(path)
 
 
+def output_target(path) -> str:
+    """The file an output written to ``path`` replaces: the file a symbolic link names (through a chain of
+    links), else ``path`` itself. A link a user made (``golden.h5 -> /data/runs/golden.h5``) is kept."""
+    text = os.fspath(path)
+    return os.path.realpath(text) if os.path.islink(text) else text
+
+
 def _mode_for(target: Path) -> int:
     """The permission bits a new output gets: the old file's, else 0666 less the umask."""
     try:
@@ -143,7 +152,7 @@ def replacing(path, inputs=()) -> Iterator[Path]:
         return
     if str(path).endswith(("/", os.sep)):  # Path() would drop the slash and replace the file "NAME" instead
         raise InputError(path, "ends with '/', which names a folder; give a file name")
-    target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    target = Path(output_target(path))
     refuse_inputs(target, inputs)
     try:
         kind = os.stat(target).st_mode

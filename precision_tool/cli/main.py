@@ -91,11 +91,14 @@ def _report_internal(exc: BaseException, show_traceback: bool) -> None:
         return
     where = ""
     try:
+        from precision_tool.outputs import write_text
+
         path = _error_log_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8", errors="backslashreplace")  # a name that was not UTF-8
+        # whole or not at all (a full disk, a crash, two failing runs at once): the outputs' atomic replace
+        write_text(path, text.encode("utf-8", "backslashreplace").decode("utf-8"))  # a name that was not UTF-8
         where = f"; traceback saved to {printable(path)}"
-    except (OSError, ValueError):
+    except (OSError, ValueError, PrecisionToolError):
         pass
     say(f"precision-tool: internal error: {type(exc).__name__}: {printable(exc)}{where} "
         "(rerun with --traceback to see it)")

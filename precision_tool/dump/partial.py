@@ -8,6 +8,9 @@ onto NAME, complete or not (an interrupted run is marked incomplete inside),
 so NAME holds the previous dump, untouched, until the new one is finished.
 A killed writer leaves ``NAME.partial``, readable up to its last committed
 step; the next writer refuses to overwrite it without ``overwrite=True``.
+A NAME that is a symbolic link is written through, as every output is
+(`precision_tool.outputs.output_target`): ``.partial`` sits beside the file
+it names, which the rename replaces; the link stays.
 
 HDF5 writes through `GuardedFile` (h5py's file-object driver): the first
 failed write (a full disk, an I/O error) is recorded and every later write
@@ -23,7 +26,7 @@ import stat
 from pathlib import Path
 
 from precision_tool.errors import InputError
-from precision_tool.outputs import problem
+from precision_tool.outputs import output_target, problem
 
 try:
     import fcntl
@@ -34,8 +37,8 @@ PARTIAL_SUFFIX = ".partial"
 
 
 def partial_path(path) -> str:
-    """Where the dump of ``path`` is written until it is closed."""
-    return f"{path}{PARTIAL_SUFFIX}"
+    """Where the dump of ``path`` is written until it is closed (beside the file a link at ``path`` names)."""
+    return f"{output_target(path)}{PARTIAL_SUFFIX}"
 
 
 class GuardedFile:
@@ -123,7 +126,7 @@ class PartialFile:
     """``NAME.partial``, created and locked for one writer; `finish` renames it onto NAME."""
 
     def __init__(self, path, overwrite: bool):
-        self.path = str(path)
+        self.path = output_target(path)  # a link is kept: the file it names is replaced
         self.partial = partial_path(self.path)
         _check_target(self.path, overwrite)
         self._fd = _claim(self.path, self.partial)
@@ -166,7 +169,7 @@ class PartialFile:
 
 def check_target(path, overwrite: bool) -> None:
     """InputError unless a dump can be written to ``path`` now (before any work is done)."""
-    path = str(path)
+    path = output_target(path)
     _check_target(path, overwrite)
     partial = partial_path(path)
     try:

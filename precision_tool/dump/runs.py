@@ -125,17 +125,16 @@ def read_manifest(run_dir) -> dict:
 
 
 def write_manifest(run_dir, world_size: int, **extra) -> str:
-    """Write ``run.json`` (atomically: a reader sees the old one or the new one) and return its path."""
+    """Write ``run.json`` through `precision_tool.outputs.write_text` (atomically, through a link) and return
+    its path."""
+    from precision_tool.outputs import write_text
+
     run_dir = os.fspath(run_dir)
     os.makedirs(run_dir, exist_ok=True)
     manifest = {"format": RUN_FORMAT, "version": RUN_VERSION, "world_size": int(world_size),
                 "ranks": [rank_file(r) for r in range(int(world_size))], **extra}
     path = os.path.join(run_dir, MANIFEST)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(manifest, handle, indent=1)
-        handle.write("\n")
-    os.replace(temporary, path)
+    write_text(path, json.dumps(manifest, indent=1) + "\n")
     return path
 
 
