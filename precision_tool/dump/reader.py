@@ -44,7 +44,8 @@ from precision_tool.dump import layout
 from precision_tool.dump.attributes import check_modes, check_schema, check_seed, count, decode_attrs, flag
 from precision_tool.dump.integrity import check_read
 from precision_tool.dump.records import DumpSummary, OpRecord, StepRecord
-from precision_tool.dump.mapping import chunk_selections, mapped_chunks, raw_offset, read_dataset
+from precision_tool.dump.mapping import (changed_since, chunk_selections, file_state, mapped_chunks, raw_offset,
+                                         read_dataset, watch_file)
 from precision_tool.dump.steps import DamagedDump, StepIndex, TensorLocation
 from precision_tool.dump.storage import from_storage, stored_dtype
 from precision_tool.errors import InputError, NotFoundError
@@ -76,6 +77,8 @@ class Dump:
     def __init__(self, path):
         self.path = str(path)
         self._file, self.being_written = _open_h5(self.path)
+        self._opened = file_state(self._file)
+        watch_file(self)  # a file cut short while it is read is an error after any command (`check_cut_short`)
         self.being_replaced = _locked_partial(self.path)
         try:
             self.metadata = decode_attrs(self._file.attrs)
@@ -384,11 +387,16 @@ class Dump:
 
         return summarize(self, first_overflows)
 
+    def changed_while_read(self) -> bool:
+        """Whether the file is shorter than when it was opened, or (unless being written) was modified since."""
+        return changed_since(self._file, self._opened, self.being_written)
+
     @property
     def size_bytes(self) -> int:
         return os.path.getsize(self.path)
 
     def close(self) -> None:
+        watch_file(self, False)
         self._packs.clear()
         self._file.close()
 
