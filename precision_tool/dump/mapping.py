@@ -116,6 +116,15 @@ def _watch(mapping, path: str) -> int | None:
     return address
 
 
+def guarded(array: np.ndarray, path: str) -> np.ndarray:
+    """A ``np.memmap`` of file ``path`` (``np.load(..., mmap_mode="r")``) registered with the guard, so that a
+    file cut short while it is read is `check_cut_short`'s error; a copy in memory where there is no guard."""
+    mapping = getattr(array, "_mmap", None)
+    if mapping is None or _guard() is None or _watch(mapping, str(path)) is None:
+        return np.array(array)
+    return array
+
+
 def _release(address: int) -> None:
     path = _WATCHED.pop(address, None)
     if _guard().guard_remove(address) and path is not None:

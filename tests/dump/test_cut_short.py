@@ -116,3 +116,42 @@ def test_a_dump_shorter_or_modified_since_it_was_opened_is_named_by_the_check(bi
     with open_dump(kept) as dump:
         os.utime(kept, ns=(1, 1))
         assert dump.changed_while_read()
+
+
+_NPY = """
+import os, sys
+from precision_tool.dump.mapping import check_cut_short
+from precision_tool.errors import InputError
+from precision_tool.repl.tensor_commands import _load_npy
+
+path = sys.argv[1]
+values = _load_npy(path)
+os.truncate(path, 200)
+print("sum", float(values.sum()))  # past byte 200: a SIGBUS without the guard
+try:
+    check_cut_short()
+except InputError as exc:
+    print("error", exc)
+"""
+
+
+def test_a_npy_file_the_shell_maps_cut_short_is_an_error_not_a_sigbus(tmp_path):
+    path = tmp_path / "x.npy"
+    np.save(path, BIG)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", _NPY, path], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr}"
+    kept = BIG.reshape(-1)[:(200 - 128) // 4]  # a 128-byte header, then the values
+    assert result.stdout.splitlines() == [f"sum {float(kept.sum(dtype=np.float32))}",
+                                          f"error {path}: {mapping.CUT_WHILE_READ}"]
+
+
+def test_a_npy_file_is_read_in_place_or_copied_with_the_same_values(tmp_path, monkeypatch):
+    from precision_tool.repl.tensor_commands import _load_npy
+
+    path = tmp_path / "x.npy"
+    np.save(path, BIG)
+    assert np.array_equal(_load_npy(str(path)), BIG)
+    monkeypatch.setitem(mapping._STATE, "guard", None)
+    copied = _load_npy(str(path))
+    assert np.array_equal(copied, BIG) and not isinstance(copied, np.memmap)
