@@ -64,7 +64,11 @@ def mapped_chunks(file, path: str, offset: int, dtype: np.dtype, size: int, limi
             yield _read_copy(fd, path, begin, count, dtype)
             continue
         aligned = begin - begin % mmap.ALLOCATIONGRANULARITY
-        mapping = mmap.mmap(fd, begin - aligned + count * itemsize, access=mmap.ACCESS_READ, offset=aligned)
+        try:
+            mapping = mmap.mmap(fd, begin - aligned + count * itemsize, access=mmap.ACCESS_READ, offset=aligned)
+        except OSError:  # a file system that cannot map files (ENODEV: some FUSE and network mounts)
+            yield _read_copy(fd, path, begin, count, dtype)
+            continue
         address = _watch(mapping, path)
         if address is None:  # the guard's table is full: a copy, which cannot fault
             mapping.close()

@@ -155,3 +155,16 @@ def test_a_npy_file_is_read_in_place_or_copied_with_the_same_values(tmp_path, mo
     monkeypatch.setitem(mapping._STATE, "guard", None)
     copied = _load_npy(str(path))
     assert np.array_equal(copied, BIG) and not isinstance(copied, np.memmap)
+
+
+def test_a_file_system_that_cannot_map_files_is_read_with_copies(big, monkeypatch):
+    import errno
+    import mmap
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    with open_dump(big) as dump:
+        chunks = list(dump.tensor_chunks(0, 0, "output_0", CHUNK, mapped=True))
+    assert np.array_equal(np.concatenate(chunks), BIG.reshape(-1)) and all(c.base is None for c in chunks)
