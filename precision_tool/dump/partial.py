@@ -224,8 +224,13 @@ def _claim(path: str, partial: str) -> int:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
+            held = exc.errno in (errno.EWOULDBLOCK, errno.EACCES, errno.EAGAIN)
+            reading = held and _only_read(fd)
             os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EACCES, errno.EAGAIN):
+            if reading:  # HDF5 readers hold shared locks: a shell or an inspect of a left-behind .partial
+                raise InputError(partial, "is open in another process that reads it (the shell, inspect?); "
+                                          "close it there, or write elsewhere") from None
+            if held:
                 raise InputError(path, f"is being written by another process ({partial} is locked); "
                                        "wait for it to finish, or write elsewhere") from None
             raise InputError(path, f"cannot lock {partial}: {problem(exc)}") from None
@@ -236,6 +241,16 @@ def _claim(path: str, partial: str) -> int:
             pass
         os.close(fd)
     raise InputError(path, f"cannot lock {partial}: other writers keep replacing it")
+
+
+def _only_read(fd: int) -> bool:
+    """Whether the processes holding ``fd``'s file locked hold shared (reading) locks only: a writer's is
+    exclusive, and a shared lock can then not be had."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
 
 
 def _remove(path: str) -> None:
