@@ -43,17 +43,32 @@ def problem(exc: BaseException) -> str:
 
 
 # An OSError of these, naming a file, that reaches a front end is the file system refusing a path the user gave
-# (a run directory under a file, a name too long, a full or read-only disk): one line and exit 2, not a bug report.
+# (a run directory under a file, a name too long, a full or read-only disk) or the environment's limits (too many
+# open files: ulimit -n): one line and exit 2, not a bug report.
 FILE_SYSTEM_ERRNOS = frozenset(getattr(errno, name) for name in (
     "EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EFBIG", "EIO", "ENAMETOOLONG", "ENOTDIR", "EISDIR", "EEXIST",
-    "ELOOP", "EXDEV", "EMLINK", "ENXIO") if hasattr(errno, name))
+    "ELOOP", "EXDEV", "EMLINK", "ENXIO", "EMFILE", "ENFILE") if hasattr(errno, name))
+_TOO_MANY_FILES = frozenset(getattr(errno, name) for name in ("EMFILE", "ENFILE") if hasattr(errno, name))
 
 
 def file_system_error(exc: BaseException) -> str | None:
     """``"PATH: reason"`` when ``exc`` is the file system refusing a named file (see FILE_SYSTEM_ERRNOS), else None."""
     if isinstance(exc, OSError) and exc.errno in FILE_SYSTEM_ERRNOS and exc.filename not in (None, ""):
-        return f"{printable(os.fsdecode(exc.filename))}: {problem(exc)}"
+        return f"{printable(os.fsdecode(exc.filename))}: {problem(exc)}{_open_files_limit(exc)}"
     return None
+
+
+def _open_files_limit(exc: OSError) -> str:
+    """For "too many open files": the limit that was reached (``ulimit -n``), which is the user's to raise."""
+    if exc.errno not in _TOO_MANY_FILES:
+        return ""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return ""
+    return f" (this process may open {soft}; raise it with ulimit -n)" if exc.errno == errno.EMFILE else ""
 
 
 def same_file(a, b) -> bool:
