@@ -1161,7 +1161,8 @@ static PyObject *round16(PyObject *module, PyObject *args)
  * registered mapping, the handler maps zeros over the rest of that mapping, from the faulting page on, marks
  * the mapping as faulted and returns: the read completes (reading zeros), and the reader, asking
  * guard_faulted, raises its one-line error instead of using what it read. A SIGBUS anywhere else goes to
- * the handler that was there before (or the default action: the process ends as it would have).
+ * the action that was there before (the default one: the process ends as it would have), which is restored.
+ * The handler is set once, never over a later one (faulthandler.enable(), say): that one may chain back.
  */
 #if !defined(_WIN32) && defined(SA_SIGINFO) && defined(BUS_ADRERR) && defined(MAP_ANONYMOUS) && defined(MAP_FIXED)
 #define GUARD 1
@@ -1169,7 +1170,7 @@ static PyObject *round16(PyObject *module, PyObject *args)
 static uintptr_t guard_start[GUARD_SLOTS], guard_end[GUARD_SLOTS];  /* start 0: a free slot */
 static int guard_hit[GUARD_SLOTS];
 static struct sigaction guard_previous;
-static int guard_installed;
+static volatile sig_atomic_t guard_installed;
 static uintptr_t guard_page = 4096;
 
 static void guard_handler(int sig, siginfo_t *info, void *context)
@@ -1189,22 +1190,19 @@ static void guard_handler(int sig, siginfo_t *info, void *context)
             return;  /* the read is retried, on zeros */
         }
     }
-    if ((guard_previous.sa_flags & SA_SIGINFO) && guard_previous.sa_sigaction) {
-        guard_previous.sa_sigaction(sig, info, context);  /* faulthandler, say: it ends the process itself */
-        return;
-    }
-    if (guard_previous.sa_handler != SIG_DFL && guard_previous.sa_handler != SIG_IGN) {
-        guard_previous.sa_handler(sig);
-        return;
-    }
-    sigaction(SIGBUS, &guard_previous, NULL);  /* the default action, when the read is retried */
+    /* not ours: the previous action takes it. A fault happens again when the read is retried; a SIGBUS sent
+     * with kill() or raise() is sent again. The guard is off from now on (guard_add refuses: reads copy). */
+    guard_installed = 0;
+    sigaction(SIGBUS, &guard_previous, NULL);
+    if (info->si_code <= 0)
+        raise(sig);
 }
 #endif
 
 static PyObject *guard_install(PyObject *module, PyObject *unused)
 {
 #ifdef GUARD
-    if (!guard_installed) {
+    if (!guard_installed) {  /* once: a handler set over another one that chains back to it would loop */
         struct sigaction action;
         long page = sysconf(_SC_PAGESIZE);
         if (page > 0)

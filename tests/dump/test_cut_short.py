@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -168,3 +169,32 @@ def test_a_file_system_that_cannot_map_files_is_read_with_copies(big, monkeypatc
     with open_dump(big) as dump:
         chunks = list(dump.tensor_chunks(0, 0, "output_0", CHUNK, mapped=True))
     assert np.array_equal(np.concatenate(chunks), BIG.reshape(-1)) and all(c.base is None for c in chunks)
+
+
+_FOREIGN = """
+import mmap, os, signal, sys
+from precision_tool.dump import mapping
+
+assert mapping._guard() is not None  # the handler is set
+if sys.argv[2] == "kill":
+    os.kill(os.getpid(), signal.SIGBUS)
+else:
+    with open(sys.argv[1], "wb") as handle:
+        handle.write(b"x" * 8192)
+    with open(sys.argv[1], "rb") as handle:
+        other = mmap.mmap(handle.fileno(), 8192, access=mmap.ACCESS_READ)  # not the reader's: not registered
+    os.truncate(sys.argv[1], 0)
+    print(other[5000])
+print("survived")
+"""
+
+
+@pytest.mark.parametrize("how", ["fault", "kill"])
+@pytest.mark.parametrize("faulthandler", [False, True], ids=["plain", "faulthandler"])
+def test_a_sigbus_that_is_not_the_guards_ends_the_process_as_before(tmp_path, how, faulthandler):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    options = ["-X", "faulthandler"] if faulthandler else []
+    result = subprocess.run([sys.executable, *options, "-c", _FOREIGN, tmp_path / "other.bin", how],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == -signal.SIGBUS and "survived" not in result.stdout, result
+    assert result.stderr.count("Fatal Python error: Bus error") == (1 if faulthandler else 0), result.stderr
