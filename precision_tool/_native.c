@@ -7,7 +7,8 @@
  *   (the collector's statistics, every op of every step);
  * - slots: the collector's per-tensor bookkeeping of one op, statistics included;
  * - stats_at: stats_rows of one torch tensor where it lies, float16 and bfloat16 included;
- * - round16: simulate_npu's rounding into float16 / bfloat16 (see below).
+ * - round16: simulate_npu's rounding into float16 / bfloat16 (see below);
+ * - guard_*: a SIGBUS handler that keeps a dump cut short while mapped from ending the process (see below).
  *
  * The module is optional (setup.py): without a C compiler both callers take
  * their numpy paths, which compute the same float64 sums more slowly.
@@ -40,6 +41,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifndef _WIN32
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 #define BLOCK 4096                      /* elements per block: the second KL pass reads it from L1/L2 */
 #define KL_SERIES_MAX_S2 (0.025 * 0.025) /* metrics.SERIES_MAX squared */
@@ -1146,6 +1152,135 @@ static PyObject *round16(PyObject *module, PyObject *args)
     return PyBool_FromLong(in_range);
 }
 
+/* ---- the mapping guard ----
+ *
+ * A dump's bytes are read where they lie, through read-only mappings of the file (precision_tool.dump.mapping).
+ * A file cut short after it was mapped (truncated, or rewritten in place by `cp`) makes the next read of a page
+ * past its new end a SIGBUS: the process dies with no Python exception. guard_install sets a SIGBUS handler;
+ * guard_add registers a mapping. On a SIGBUS past the end of a file (BUS_ADRERR) at an address inside a
+ * registered mapping, the handler maps zeros over the rest of that mapping, from the faulting page on, marks
+ * the mapping as faulted and returns: the read completes (reading zeros), and the reader, asking
+ * guard_faulted, raises its one-line error instead of using what it read. A SIGBUS anywhere else goes to
+ * the action that was there before (the default one: the process ends as it would have), which is restored.
+ * The handler is set once, never over a later one (faulthandler.enable(), say): that one may chain back.
+ */
+#if !defined(_WIN32) && defined(SA_SIGINFO) && defined(BUS_ADRERR) && defined(MAP_ANONYMOUS) && defined(MAP_FIXED)
+#define GUARD 1
+#define GUARD_SLOTS 4096
+static uintptr_t guard_start[GUARD_SLOTS], guard_end[GUARD_SLOTS];  /* start 0: a free slot */
+static int guard_hit[GUARD_SLOTS];
+static struct sigaction guard_previous;
+static volatile sig_atomic_t guard_installed;
+static uintptr_t guard_page = 4096;
+
+static void guard_handler(int sig, siginfo_t *info, void *context)
+{
+    uintptr_t address = (uintptr_t)info->si_addr;
+    if (info->si_code == BUS_ADRERR) {
+        for (int i = 0; i < GUARD_SLOTS; i++) {
+            uintptr_t start = __atomic_load_n(&guard_start[i], __ATOMIC_ACQUIRE);
+            uintptr_t end = __atomic_load_n(&guard_end[i], __ATOMIC_ACQUIRE);
+            if (!start || address < start || address >= end)
+                continue;
+            uintptr_t page = address & ~(guard_page - 1);
+            if (mmap((void *)page, end - page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0)
+                    == MAP_FAILED)
+                break;
+            __atomic_store_n(&guard_hit[i], 1, __ATOMIC_RELEASE);
+            return;  /* the read is retried, on zeros */
+        }
+    }
+    /* not ours: the previous action takes it. A fault happens again when the read is retried; a SIGBUS sent
+     * with kill() or raise() is sent again. The guard is off from now on (guard_add refuses: reads copy). */
+    guard_installed = 0;
+    sigaction(SIGBUS, &guard_previous, NULL);
+    if (info->si_code <= 0)
+        raise(sig);
+}
+#endif
+
+static PyObject *guard_install(PyObject *module, PyObject *unused)
+{
+#ifdef GUARD
+    if (!guard_installed) {  /* once: a handler set over another one that chains back to it would loop */
+        struct sigaction action;
+        long page = sysconf(_SC_PAGESIZE);
+        if (page > 0)
+            guard_page = (uintptr_t)page;
+        memset(&action, 0, sizeof action);
+        action.sa_sigaction = guard_handler;
+        action.sa_flags = SA_SIGINFO;
+        sigemptyset(&action.sa_mask);
+        if (sigaction(SIGBUS, &action, &guard_previous) != 0)
+            Py_RETURN_FALSE;
+        guard_installed = 1;
+    }
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+static PyObject *guard_add(PyObject *module, PyObject *args)
+{
+    unsigned long long address, length;
+    if (!PyArg_ParseTuple(args, "KK", &address, &length))
+        return NULL;
+#ifdef GUARD
+    if (!guard_installed || !address || !length)
+        Py_RETURN_FALSE;
+    for (int i = 0; i < GUARD_SLOTS; i++) {  /* callers hold the GIL: one writer at a time */
+        if (guard_start[i])
+            continue;
+        __atomic_store_n(&guard_hit[i], 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&guard_end[i], (uintptr_t)(address + length), __ATOMIC_RELEASE);
+        __atomic_store_n(&guard_start[i], (uintptr_t)address, __ATOMIC_RELEASE);
+        Py_RETURN_TRUE;
+    }
+#endif
+    Py_RETURN_FALSE;
+}
+
+/* The slot of the registered mapping at ``address``, or -1. */
+static int guard_slot(unsigned long long address)
+{
+#ifdef GUARD
+    for (int i = 0; address && i < GUARD_SLOTS; i++)
+        if (__atomic_load_n(&guard_start[i], __ATOMIC_ACQUIRE) == (uintptr_t)address)
+            return i;
+#endif
+    return -1;
+}
+
+static PyObject *guard_faulted(PyObject *module, PyObject *args)
+{
+    unsigned long long address;
+    if (!PyArg_ParseTuple(args, "K", &address))
+        return NULL;
+#ifdef GUARD
+    int slot = guard_slot(address);
+    if (slot >= 0 && __atomic_load_n(&guard_hit[slot], __ATOMIC_ACQUIRE))
+        Py_RETURN_TRUE;
+#endif
+    Py_RETURN_FALSE;
+}
+
+static PyObject *guard_remove(PyObject *module, PyObject *args)
+{
+    unsigned long long address;
+    if (!PyArg_ParseTuple(args, "K", &address))
+        return NULL;
+#ifdef GUARD
+    int slot = guard_slot(address);
+    if (slot >= 0) {
+        int hit = __atomic_load_n(&guard_hit[slot], __ATOMIC_ACQUIRE);
+        __atomic_store_n(&guard_start[slot], 0, __ATOMIC_RELEASE);
+        return PyBool_FromLong(hit);
+    }
+#endif
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"pair_sums", pair_sums, METH_VARARGS,
      "pair_sums(x, y, sums, x_lo, x_floor, y_lo, y_floor, rel_floor) -> 0, or 1 if a value is not finite\n\n"
@@ -1172,6 +1307,14 @@ static PyMethodDef methods[] = {
      "slots(inputs, input_dtypes, outputs, output_dtypes, floats, ndarray, seen, tensors, rows, later, leftover,\n"
      "      cancellation, floor) -> None\n\n"
      "The collector's bookkeeping of one op's tensors in stats mode (see _native.c)."},
+    {"guard_install", guard_install, METH_NOARGS,
+     "guard_install() -> bool\n\nSet the SIGBUS handler of the mapping guard (see _native.c); False where there is none."},
+    {"guard_add", guard_add, METH_VARARGS,
+     "guard_add(address, length) -> bool\n\nRegister a read-only file mapping; False when the guard is not set or full."},
+    {"guard_faulted", guard_faulted, METH_VARARGS,
+     "guard_faulted(address) -> bool\n\nWhether a read of the mapping at address went past its file's end."},
+    {"guard_remove", guard_remove, METH_VARARGS,
+     "guard_remove(address) -> bool\n\nForget the mapping at address; whether a read of it went past its file's end."},
     {NULL, NULL, 0, NULL},
 };
 

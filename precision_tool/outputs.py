@@ -10,7 +10,9 @@ and inode, so links and other spellings count) is refused. Special files
 ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` name an open descriptor:
 the output is written to it once complete (a pipe; ``>> log`` appends),
 never renamed over the file it may be.
-Dumps have their own scheme (`precision_tool.dump.partial`).
+An output that is a symbolic link is written through it (`output_target`): the file the link names, followed
+to its end, is replaced atomically (its temporary beside that file, on its file system) and the link is kept;
+a dangling link gets its file created. Dumps (`precision_tool.dump.partial`) do the same.
 """
 
 from __future__ import annotations
@@ -41,17 +43,32 @@ def problem(exc: BaseException) -> str:
 
 
 # An OSError of these, naming a file, that reaches a front end is the file system refusing a path the user gave
-# (a run directory under a file, a name too long, a full or read-only disk): one line and exit 2, not a bug report.
+# (a run directory under a file, a name too long, a full or read-only disk) or the environment's limits (too many
+# open files: ulimit -n): one line and exit 2, not a bug report.
 FILE_SYSTEM_ERRNOS = frozenset(getattr(errno, name) for name in (
     "EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EFBIG", "EIO", "ENAMETOOLONG", "ENOTDIR", "EISDIR", "EEXIST",
-    "ELOOP", "EXDEV", "EMLINK", "ENXIO") if hasattr(errno, name))
+    "ELOOP", "EXDEV", "EMLINK", "ENXIO", "EMFILE", "ENFILE") if hasattr(errno, name))
+_TOO_MANY_FILES = frozenset(getattr(errno, name) for name in ("EMFILE", "ENFILE") if hasattr(errno, name))
 
 
 def file_system_error(exc: BaseException) -> str | None:
     """``"PATH: reason"`` when ``exc`` is the file system refusing a named file (see FILE_SYSTEM_ERRNOS), else None."""
     if isinstance(exc, OSError) and exc.errno in FILE_SYSTEM_ERRNOS and exc.filename not in (None, ""):
-        return f"{printable(os.fsdecode(exc.filename))}: {problem(exc)}"
+        return f"{printable(os.fsdecode(exc.filename))}: {problem(exc)}{_open_files_limit(exc)}"
     return None
+
+
+def _open_files_limit(exc: OSError) -> str:
+    """For "too many open files": the limit that was reached (``ulimit -n``), which is the user's to raise."""
+    if exc.errno not in _TOO_MANY_FILES:
+        return ""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return ""
+    return f" (this process may open {soft}; raise it with ulimit -n)" if exc.errno == errno.EMFILE else ""
 
 
 def same_file(a, b) -> bool:
@@ -118,6 +135,13 @@ def make_folder(path, what: str = "the folder") -> Path:
     return Path(path)
 
 
+def output_target(path) -> str:
+    """The file an output written to ``path`` replaces: the file a symbolic link names (through a chain of
+    links), else ``path`` itself. A link a user made (``golden.h5 -> /data/runs/golden.h5``) is kept."""
+    text = os.fspath(path)
+    return os.path.realpath(text) if os.path.islink(text) else text
+
+
 def _mode_for(target: Path) -> int:
     """The permission bits a new output gets: the old file's, else 0666 less the umask."""
     try:
@@ -143,7 +167,7 @@ def replacing(path, inputs=()) -> Iterator[Path]:
         return
     if str(path).endswith(("/", os.sep)):  # Path() would drop the slash and replace the file "NAME" instead
         raise InputError(path, "ends with '/', which names a folder; give a file name")
-    target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    target = Path(output_target(path))
     refuse_inputs(target, inputs)
     try:
         kind = os.stat(target).st_mode

@@ -91,11 +91,14 @@ def _report_internal(exc: BaseException, show_traceback: bool) -> None:
         return
     where = ""
     try:
+        from precision_tool.outputs import write_text
+
         path = _error_log_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8", errors="backslashreplace")  # a name that was not UTF-8
+        # whole or not at all (a full disk, a crash, two failing runs at once): the outputs' atomic replace
+        write_text(path, text.encode("utf-8", "backslashreplace").decode("utf-8"))  # a name that was not UTF-8
         where = f"; traceback saved to {printable(path)}"
-    except (OSError, ValueError):
+    except (OSError, ValueError, PrecisionToolError):
         pass
     say(f"precision-tool: internal error: {type(exc).__name__}: {printable(exc)}{where} "
         "(rerun with --traceback to see it)")
@@ -140,6 +143,7 @@ def _run(argv: list[str] | None) -> int:
         result = cli.main(args=argv, prog_name="precision-tool", standalone_mode=False)
         if interrupted() or _TERMINATED:  # a Ctrl-C (or SIGTERM) whose exception a finaliser swallowed
             raise KeyboardInterrupt
+        _check_cut_short()
         _flush_stdout()  # here, where a full disk is reported, not at exit where Python would only warn
         return result if isinstance(result, int) and not isinstance(result, bool) else ExitStatus.OK
     except click.exceptions.Exit as exc:
@@ -192,6 +196,14 @@ def say(line: str) -> None:
         from precision_tool.outputs import abandon
 
         abandon(sys.stderr)
+
+
+def _check_cut_short() -> None:
+    """InputError when a dump was cut short while the command read it in place (`precision_tool.dump.mapping`):
+    for the commands that do not run through a spec (zoom, demo); never imports the reader itself."""
+    mapping = sys.modules.get("precision_tool.dump.mapping")
+    if mapping is not None:
+        mapping.check_cut_short()
 
 
 def _flush_stdout() -> None:

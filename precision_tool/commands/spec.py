@@ -96,7 +96,11 @@ class CommandSpec:
             check_outputs(inputs, **outputs)
         if hasattr(source, "delivery"):  # a handler may choose how to work by what is delivered (--plot, --junit)
             source.delivery = delivered
-        return self.resolve()(source, **handler_values), delivered, inputs
+        from precision_tool.dump.mapping import checked_reads
+
+        with checked_reads():  # a dump cut short while it was read is the error, not what was made of it
+            result = self.resolve()(source, **handler_values)
+        return result, delivered, inputs
 
 
 def check_outputs(inputs, **outputs) -> None:

@@ -8,6 +8,9 @@ onto NAME, complete or not (an interrupted run is marked incomplete inside),
 so NAME holds the previous dump, untouched, until the new one is finished.
 A killed writer leaves ``NAME.partial``, readable up to its last committed
 step; the next writer refuses to overwrite it without ``overwrite=True``.
+A NAME that is a symbolic link is written through, as every output is
+(`precision_tool.outputs.output_target`): ``.partial`` sits beside the file
+it names, which the rename replaces; the link stays.
 
 HDF5 writes through `GuardedFile` (h5py's file-object driver): the first
 failed write (a full disk, an I/O error) is recorded and every later write
@@ -23,7 +26,7 @@ import stat
 from pathlib import Path
 
 from precision_tool.errors import InputError
-from precision_tool.outputs import problem
+from precision_tool.outputs import output_target, problem
 
 try:
     import fcntl
@@ -34,8 +37,8 @@ PARTIAL_SUFFIX = ".partial"
 
 
 def partial_path(path) -> str:
-    """Where the dump of ``path`` is written until it is closed."""
-    return f"{path}{PARTIAL_SUFFIX}"
+    """Where the dump of ``path`` is written until it is closed (beside the file a link at ``path`` names)."""
+    return f"{output_target(path)}{PARTIAL_SUFFIX}"
 
 
 class GuardedFile:
@@ -123,7 +126,7 @@ class PartialFile:
     """``NAME.partial``, created and locked for one writer; `finish` renames it onto NAME."""
 
     def __init__(self, path, overwrite: bool):
-        self.path = str(path)
+        self.path = output_target(path)  # a link is kept: the file it names is replaced
         self.partial = partial_path(self.path)
         _check_target(self.path, overwrite)
         self._fd = _claim(self.path, self.partial)
@@ -166,7 +169,7 @@ class PartialFile:
 
 def check_target(path, overwrite: bool) -> None:
     """InputError unless a dump can be written to ``path`` now (before any work is done)."""
-    path = str(path)
+    path = output_target(path)
     _check_target(path, overwrite)
     partial = partial_path(path)
     try:
@@ -221,8 +224,13 @@ def _claim(path: str, partial: str) -> int:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
+            held = exc.errno in (errno.EWOULDBLOCK, errno.EACCES, errno.EAGAIN)
+            reading = held and _only_read(fd)
             os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EACCES, errno.EAGAIN):
+            if reading:  # HDF5 readers hold shared locks: a shell or an inspect of a left-behind .partial
+                raise InputError(partial, "is open in another process that reads it (the shell, inspect?); "
+                                          "close it there, or write elsewhere") from None
+            if held:
                 raise InputError(path, f"is being written by another process ({partial} is locked); "
                                        "wait for it to finish, or write elsewhere") from None
             raise InputError(path, f"cannot lock {partial}: {problem(exc)}") from None
@@ -233,6 +241,16 @@ def _claim(path: str, partial: str) -> int:
             pass
         os.close(fd)
     raise InputError(path, f"cannot lock {partial}: other writers keep replacing it")
+
+
+def _only_read(fd: int) -> bool:
+    """Whether the processes holding ``fd``'s file locked hold shared (reading) locks only: a writer's is
+    exclusive, and a shared lock can then not be had."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
 
 
 def _remove(path: str) -> None:

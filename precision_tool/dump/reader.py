@@ -43,8 +43,10 @@ import numpy as np
 from precision_tool.dump import layout
 from precision_tool.dump.attributes import check_modes, check_schema, check_seed, count, decode_attrs, flag
 from precision_tool.dump.integrity import check_read
+from precision_tool.dump.links import member
 from precision_tool.dump.records import DumpSummary, OpRecord, StepRecord
-from precision_tool.dump.mapping import chunk_selections, mapped_chunks, raw_offset, read_dataset
+from precision_tool.dump.mapping import (changed_since, chunk_selections, file_state, mapped_chunks, raw_offset,
+                                         read_dataset, watch_file)
 from precision_tool.dump.steps import DamagedDump, StepIndex, TensorLocation
 from precision_tool.dump.storage import from_storage, stored_dtype
 from precision_tool.errors import InputError, NotFoundError
@@ -76,6 +78,8 @@ class Dump:
     def __init__(self, path):
         self.path = str(path)
         self._file, self.being_written = _open_h5(self.path)
+        self._opened = file_state(self._file)
+        watch_file(self)  # a file cut short while it is read is an error after any command (`check_cut_short`)
         self.being_replaced = _locked_partial(self.path)
         try:
             self.metadata = decode_attrs(self._file.attrs)
@@ -105,7 +109,7 @@ class Dump:
         """The names of the first ``steps_complete`` step groups; a dump that claims more is damaged."""
         import h5py
 
-        steps = self._file[layout.STEPS]
+        steps = member(self._file, layout.STEPS, self._refused)
         if not isinstance(steps, h5py.Group):
             raise InputError(self.path, f"/{layout.STEPS}: not a group")
         names = sorted((n for n in steps.keys() if n.isdigit()), key=int)
@@ -160,7 +164,7 @@ class Dump:
         if step in self._indexes:
             return len(self._indexes[step].op_rows)
         group = self._step_group(step)
-        return group[layout.OP_INDEX].shape[0] if layout.OP_INDEX in group else 0
+        return member(group, layout.OP_INDEX, self._refused).shape[0] if layout.OP_INDEX in group else 0
 
     # -- ops ----------------------------------------------------------------
 
@@ -284,7 +288,7 @@ class Dump:
         group = self.step_index(step).group_name(location)
         path = f"/{layout.STEPS}/{self._step_names[step]}/{layout.OPS}/{group}/{slot}"
         try:
-            dataset = self._file[path]
+            dataset = member(self._file, path, self._refused)
         except KeyError:
             raise InputError(self.path, f"{path}: missing, though the index lists the tensor") from None
         except (OSError, RuntimeError) as exc:  # RuntimeError: h5py's for a link loop
@@ -319,7 +323,7 @@ class Dump:
             return pack
         path = self._pack_path(step, number)
         try:
-            dataset = self._file[path]
+            dataset = member(self._file, path, self._refused)
         except KeyError:
             index = f"/{layout.STEPS}/{self._step_names[step]}/{layout.INDEX}"
             raise InputError(self.path, f"{path}: missing, though {index} lists tensors in it") from None
@@ -349,12 +353,15 @@ class Dump:
         except KeyError:
             raise NotFoundError(f"step {step} is not a complete step of {self.path}") from None
         try:
-            group = self._file[f"{layout.STEPS}/{name}"]
+            group = member(self._file, f"{layout.STEPS}/{name}", self._refused)
         except (KeyError, OSError, RuntimeError) as exc:
             raise InputError(self.path, f"/{layout.STEPS}/{name}: unreadable step ({exc})") from None
         if not isinstance(group, h5py.Group):
             raise InputError(self.path, f"/{layout.STEPS}/{name}: not a group")
         return group
+
+    def _refused(self, where: str, problem: str) -> InputError:
+        return InputError(self.path, f"{where}: {problem}")
 
     def _records(self, step: int):
         """The op records of a complete step; a damaged JSON column is an InputError."""
@@ -384,11 +391,16 @@ class Dump:
 
         return summarize(self, first_overflows)
 
+    def changed_while_read(self) -> bool:
+        """Whether the file is shorter than when it was opened, or (unless being written) was modified since."""
+        return changed_since(self._file, self._opened, self.being_written)
+
     @property
     def size_bytes(self) -> int:
         return os.path.getsize(self.path)
 
     def close(self) -> None:
+        watch_file(self, False)
         self._packs.clear()
         self._file.close()
 

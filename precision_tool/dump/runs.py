@@ -1,7 +1,7 @@
 """Runs of several ranks: a directory holding one dump per rank (``rank0.h5``, ``rank1.h5``, ...) and ``run.json``.
 
 ``run.json`` is a small manifest: ``{"format": "precision-tool-run", "version": 1, "world_size": N,
-"ranks": ["rank0.h5", ...]}``. Every rank dump also carries ``rank`` and ``world_size`` in its root
+"ranks": ["rank0.h5", ...]}`` (``ranks`` may be left out; given, it must name rank r's file at r). Every rank dump also carries ``rank`` and ``world_size`` in its root
 metadata. A directory is a run when it holds ``run.json`` or a ``rank<R>.h5``; anything else that is a
 directory is left to the msprobe adapter. Checking a run (`find_run`) needs no HDF5: the dumps are opened
 by whoever reads them.
@@ -121,21 +121,40 @@ def read_manifest(run_dir) -> dict:
     size = manifest.get("world_size")
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise InputError(path, f"world_size must be a positive integer, got {size!r}")
+    _check_rank_list(path, manifest.get("ranks"), size)
     return manifest
 
 
+def _check_rank_list(path: str, ranks, world_size: int) -> None:
+    """A manifest's ``ranks``, where given, names each rank's file in rank order (the reader finds them by
+    name: a list naming others would be a run of other files than the manifest says)."""
+    if ranks is None:
+        return
+    if not isinstance(ranks, list):
+        raise InputError(path, f"ranks must be a list of the rank files, got {_short(ranks)}")
+    if len(ranks) != world_size:
+        raise InputError(path, f"ranks lists {len(ranks)} files, but world_size is {world_size}")
+    for rank, name in enumerate(ranks):
+        if name != rank_file(rank):
+            raise InputError(path, f"ranks names {_short(name)} for rank {rank}, whose file is {rank_file(rank)}")
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
 def write_manifest(run_dir, world_size: int, **extra) -> str:
-    """Write ``run.json`` (atomically: a reader sees the old one or the new one) and return its path."""
+    """Write ``run.json`` through `precision_tool.outputs.write_text` (atomically, through a link) and return
+    its path."""
+    from precision_tool.outputs import write_text
+
     run_dir = os.fspath(run_dir)
     os.makedirs(run_dir, exist_ok=True)
     manifest = {"format": RUN_FORMAT, "version": RUN_VERSION, "world_size": int(world_size),
                 "ranks": [rank_file(r) for r in range(int(world_size))], **extra}
     path = os.path.join(run_dir, MANIFEST)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(manifest, handle, indent=1)
-        handle.write("\n")
-    os.replace(temporary, path)
+    write_text(path, json.dumps(manifest, indent=1) + "\n")
     return path
 
 

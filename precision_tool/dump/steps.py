@@ -10,6 +10,7 @@ import numpy as np
 
 from precision_tool.bulk import bulk_objects
 from precision_tool.dump import layout
+from precision_tool.dump.links import member
 from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, TensorRecord, TensorStats
 from precision_tool.engine.hooks import DIRECTIONS
 from precision_tool.errors import NotFoundError
@@ -52,7 +53,7 @@ class StepIndex:
         long_shapes = _long_shapes(group.attrs.get("long_shapes"), where)
         has_ops, has_index = layout.OP_INDEX in group, layout.INDEX in group
         if not has_ops and not has_index:  # the step recorded no op: then it has no tensor data either
-            if layout.OPS in group and len(group[layout.OPS]):
+            if layout.OPS in group and len(member(group, layout.OPS, DamagedDump)):
                 raise DamagedDump(f"{where}/{layout.OP_INDEX}", "missing, though the step holds tensor data")
             return cls(step, np.zeros(0, layout.op_row_dtype((1, 1, 1, 1))), np.zeros(0, layout.tensor_row_dtype(schema)),
                        {})
@@ -234,7 +235,7 @@ def _table(group, name: str, where: str, fields: dict) -> np.ndarray:
     """A whole index table, after checking it is a 1-D table with the writer's columns in order."""
     import h5py
 
-    dataset = group[name]
+    dataset = member(group, name, DamagedDump)
     path = f"{where}/{name}"
     if not isinstance(dataset, h5py.Dataset):
         raise DamagedDump(path, "not a table (an HDF5 group)")

@@ -19,6 +19,7 @@ from collections import OrderedDict
 import numpy as np
 
 from precision_tool.dump import layout
+from precision_tool.dump.links import member
 from precision_tool.dump.reader import Dump
 from precision_tool.dump.steps import (_OP_FIELDS, _TENSOR_FIELDS, _TENSOR_FIELDS_V1, DamagedDump, StepIndex,
                                       check_contents)
@@ -46,9 +47,10 @@ class StepTables:
         self.n_ops = self.n_tensors = 0
         if has_ops:
             fields = _TENSOR_FIELDS if dump.schema_version >= 2 else _TENSOR_FIELDS_V1
-            self.ops, self.tensors = _dataset(group[layout.OP_INDEX], _OP_FIELDS), _dataset(group[layout.INDEX], fields)
+            tables = (member(group, name, dump._refused) for name in (layout.OP_INDEX, layout.INDEX))
+            self.ops, self.tensors = (_dataset(table, f) for table, f in zip(tables, (_OP_FIELDS, fields)))
             self.n_ops, self.n_tensors = self.ops.shape[0], self.tensors.shape[0]
-        elif layout.OPS in group and len(group[layout.OPS]):
+        elif layout.OPS in group and len(member(group, layout.OPS, dump._refused)):
             raise TablesUnsupported("tensor data without index tables")
 
     @classmethod

@@ -94,7 +94,10 @@ def _load_npy(path: str) -> np.ndarray:
     file = Path(path).expanduser()
     if not file.is_file():
         raise InputError(path, "no such .npy file")
+    from precision_tool.dump.mapping import guarded
+
     try:
-        return np.load(file, allow_pickle=False, mmap_mode="r")
+        values = np.load(file, allow_pickle=False, mmap_mode="r")
     except (ValueError, OSError) as exc:
         raise InputError(path, f"not a readable .npy file ({exc})") from None
+    return guarded(values, path)  # a file cut short while mapped: one line after the command, not a SIGBUS

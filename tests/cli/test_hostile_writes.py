@@ -285,16 +285,22 @@ def test_a_loop_of_links_as_output_is_one_line(run_cli, pair, tmp_path):
     assert os.path.islink(loop)
 
 
-def test_a_file_system_refusal_reaching_the_boundary_is_one_line(run_cli, monkeypatch, tmp_path):
+@pytest.mark.parametrize("code, says", [
+    ("ENOSPC", "error: run/rank0.h5: no space left on device"),
+    ("EMFILE", "error: run/rank0.h5: too many open files (this process may open {limit}; raise it with ulimit -n)"),
+], ids=["full-disk", "open-files-limit"])
+def test_a_file_system_refusal_reaching_the_boundary_is_one_line(run_cli, monkeypatch, tmp_path, code, says):
     import errno
+    import resource
 
     monkeypatch.chdir(tmp_path)
     def refuse(*args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device", "run/rank0.h5")
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)), "run/rank0.h5")
 
     monkeypatch.setattr("precision_tool.cli.collect.run_with_progress", refuse)
     result = run_cli("collect", "mlp", "--steps", "1", "--ranks", "2", "-o", "run")
-    assert_outcome(result.status, result.stderr, 2, {}, says="error: run/rank0.h5: no space left on device")
+    says = says.format(limit=resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    assert_outcome(result.status, result.stderr, 2, {}, says=says)
 
 
 @pytest.mark.parametrize("script, says", [("raise SystemExit(3)", "exited with status 3 in the stats phase"),

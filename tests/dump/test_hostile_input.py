@@ -106,7 +106,8 @@ def test_a_pack_that_is_a_link_loop(tmp_path, run_cli):
     with h5py.File(target, "r+") as f:
         del f[f"{STEP}/packs/000000"]
         f[f"{STEP}/packs/000000"] = h5py.SoftLink(f"/{STEP}/packs/000000")
-    _outcome(run_cli("compare", golden, target), target, f"/{STEP}/packs/000000: unreadable pack")
+    _outcome(run_cli("compare", golden, target), target,
+             f"/{STEP}/packs/000000: a soft link to /{STEP}/packs/000000, which a dump never holds")
 
 
 @pytest.mark.parametrize("side", ["golden", "target"])
@@ -170,6 +171,28 @@ def test_two_files_for_one_rank(run_pair, run_cli):
     target = run_pair["target"]
     shutil.copy(target / "rank1.h5", target / "rank01.h5")
     _outcome(run_cli("compare", run_pair["golden"], target), target, "holds both rank01.h5 and rank1.h5")
+
+
+@pytest.mark.parametrize("ranks, says", [
+    (["rank0.h5", "rank7.h5"], "ranks names 'rank7.h5' for rank 1, whose file is rank1.h5"),
+    (["rank1.h5", "rank0.h5"], "ranks names 'rank1.h5' for rank 0, whose file is rank0.h5"),
+    (["rank0.h5"], "ranks lists 1 files, but world_size is 2"),
+    ("rank0.h5 rank1.h5", "ranks must be a list of the rank files, got 'rank0.h5 rank1.h5'"),
+], ids=["a-rank-that-does-not-exist", "swapped", "too-few", "not-a-list"])
+@pytest.mark.parametrize("command", ["compare", "ranks"])
+def test_a_manifest_naming_other_rank_files(run_pair, run_cli, ranks, says, command):
+    target = run_pair["target"]
+    (target / "run.json").write_text(json.dumps({"format": "precision-tool-run", "version": 1, "world_size": 2,
+                                                 "ranks": ranks}))
+    args = (run_pair["golden"], target) if command == "compare" else (target,)
+    _outcome(run_cli(command, *args), target / "run.json", says)
+
+
+def test_a_manifest_naming_its_rank_files_is_read(run_pair, run_cli):
+    target = run_pair["target"]
+    (target / "run.json").write_text(json.dumps({"format": "precision-tool-run", "version": 1, "world_size": 2,
+                                                 "ranks": ["rank0.h5", "rank1.h5"]}))
+    assert run_cli("ranks", target).status == 0
 
 
 def test_a_rank_attribute_of_text(run_pair, run_cli):

@@ -122,3 +122,20 @@ def test_metadata_that_fails_to_write_leaves_no_partial_dump(tmp_path, monkeypat
     with pytest.raises(KeyboardInterrupt):
         DumpWriter(tmp_path / "run.h5", {"role": "target"})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_left_behind_partial_open_in_a_reader_is_named_as_read_not_written(tmp_path):
+    import h5py
+
+    path = tmp_path / "run.h5"
+    write_synthetic(f"{path}.partial", steps=1)  # what a killed run leaves
+    before = open(f"{path}.partial", "rb").read()
+    with h5py.File(f"{path}.partial", "r"):  # a shell or an inspect holds HDF5's shared lock
+        with pytest.raises(InputError) as caught:
+            DumpWriter(path, {"role": "target"}, overwrite=True)
+    assert str(caught.value) == (f"{path}.partial: is open in another process that reads it (the shell, "
+                                 "inspect?); close it there, or write elsewhere")
+    assert open(f"{path}.partial", "rb").read() == before and not path.exists()
+    writer = DumpWriter(path, {"role": "target"}, overwrite=True)  # once it is closed, --force replaces it
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.h5"]
