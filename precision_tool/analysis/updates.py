@@ -12,15 +12,18 @@ depart from golden's far more than the gradients read, with every op
 computing right.
 
 So the target's sequence is run again (`replay_group`), in float32 as it ran,
-on golden's inputs: the gradients golden's backward wrote (through the ops
-outside the group that wrote the target's, which are paired with golden's),
-and, for what no op of the step wrote (parameters and state at the first
-step), the target's own values, the same as golden's there. Where that
-reproduces golden's results (each result golden's optimizer hands on, against
-the closest replayed result of its size), the target's implementation
-computes golden's update and the departure is inherited from the
-gradients. A group that cannot be replayed (statistics only, an op this
-PyTorch lacks) is judged as before.
+on golden's inputs: the gradients golden's backward wrote (found through the
+op outside the group that wrote the target's, paired with golden's, through
+the casts autocast adds and the views a gradient is read by; another kernel
+for the same work is paired by module, direction and size), the parameters
+golden's paired ops read, and for what has no counterpart (optimizer state at
+the first step) the target's own values, the same as golden's there. Where
+that reproduces golden's results (each result golden's optimizer hands on,
+against the closest replayed result of its size, within 1 %), the target's
+implementation computes golden's update and the departure is inherited from
+the gradients; where it does not, with golden's inputs throughout, it
+computes another update. A group that cannot be replayed (statistics only, an
+op this PyTorch lacks) is judged as before.
 """
 
 from __future__ import annotations

@@ -1,0 +1,35 @@
+"""`analysis.updates.as_read`: golden's value of a tensor carried through the view the target's group read it by."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from precision_tool.analysis.updates import as_read
+
+
+def test_a_value_read_as_written_is_taken_as_it_is():
+    written = np.arange(6, dtype=np.float32).reshape(2, 3)
+    golden = written + 0.5
+    assert as_read(golden, written, written.copy()) is golden
+
+
+def test_a_value_read_transposed_is_transposed_and_made_contiguous():
+    written = np.arange(6, dtype=np.float32).reshape(2, 3)
+    golden = written * 2
+    read = as_read(golden, written, written.T.copy())
+    assert read.shape == (3, 2) and read.flags.c_contiguous
+    np.testing.assert_array_equal(read, golden.T)
+
+
+def test_a_square_matrix_read_transposed_is_told_by_its_values():
+    written = np.arange(9, dtype=np.float32).reshape(3, 3)
+    golden = written - 1
+    np.testing.assert_array_equal(as_read(golden, written, written.T.copy()), golden.T)
+    np.testing.assert_array_equal(as_read(golden, written, written.copy()), golden)
+
+
+def test_a_reshaped_read_is_reshaped_and_another_tensor_has_no_counterpart():
+    written = np.arange(6, dtype=np.float32).reshape(2, 3)
+    golden = written * 3
+    np.testing.assert_array_equal(as_read(golden, written, written.reshape(6)), golden.reshape(6))
+    assert as_read(golden, written, np.ones((2, 3), np.float32)) is None
