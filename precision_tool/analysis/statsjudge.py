@@ -25,11 +25,7 @@ departing statistics in clean low-precision runs, which nothing here can
 tell from a fault.
 
 A module-level dump (module calls only, `level="module"`) is judged the
-same way module by module (`judge_module`), from tensors where it has
-them: the innermost call that departs comes first, and a call inherits its
-children's error as well as its inputs'. Only its first step is judged: a
-module call does not record the parameters it reads, which differ by
-rounding after the first update.
+same way module by module (`modulejudge`), from tensors where it has them.
 
 The verdict says it was reached from statistics, and its action names the
 full-tensor collection of that op's step and module that confirms it.
@@ -41,7 +37,7 @@ from dataclasses import replace
 
 from precision_tool.analysis.arguments import called_differently
 from precision_tool.analysis.attribution import GoldenView, pair_errors
-from precision_tool.analysis.errors import noise_floor, stats_only
+from precision_tool.analysis.errors import noise_floor
 from precision_tool.analysis.omissions import narrower_than_declared
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
@@ -158,46 +154,6 @@ def _diverging(dtype: str) -> float:
     return max(noise_floor(dtype), SIGNIFICANT_ERROR)
 
 
-def judge_module(scan, record: OpRecord) -> Verdict | None:
-    """The verdict on a module call of a module-level dump (no op records), or None: as `judge_statistics`
-    for an op, with the module's measured error (from its tensors, or from statistics, a lower bound); the
-    innermost module that departs is met first, since a call is recorded when it returns."""
-    if record.direction != "forward" or record.step != scan._first_step:
-        return None  # after the first update, parameters (not a module call's inputs) differ by rounding too
-    a = scan._attribute(record, replay=False)
-    scan.result.judged.add((record.step, record.name, record.direction))
-    a = replace(a, inherited=max([a.inherited] + _children_errors(scan, record)))
-    if (a.overflowed or a.new_nan) and not a.inputs_off and a.inherited < SIGNIFICANT_ERROR:
-        return scan._judge_overflow(record, a, _diverging)
-    if a.observed < noise_floor(output_dtype(record)) or a.observed <= INTRODUCED_EXCESS * a.inherited:
-        return None
-    changed = _changed_integers(scan, record)
-    if changed:
-        return _integer_verdict(scan, record, a, changed)
-    floor = max(noise_floor(output_dtype(record)), SIGNIFICANT_ERROR)
-    observed = _unreduced_error(scan, record) if stats_only(record) else a.observed
-    if observed < floor or observed <= INTRODUCED_EXCESS * a.inherited:
-        return None
-    a = replace(a, observed=observed)
-    if not scan._harmful(record, _diverging):
-        return None
-    scan.result.attributions.append(a)
-    return statistics_verdict(record, a, measured=not stats_only(record))
-
-
-def _children_errors(scan, record: OpRecord) -> list[float]:
-    """The measured errors of the module calls made inside ``record`` (recorded before it, as calls are
-    recorded when they return): what a module inherits from its own children, error they already carried."""
-    prefix = record.name + "/"
-    found = []
-    for other in scan.step_records:
-        if other is record:
-            break
-        if other.is_module and other.direction == record.direction and other.name.startswith(prefix):
-            found.append(scan._attribute(other, replay=False).observed)
-    return found
-
-
 def _unreduced_error(scan, record: OpRecord) -> float:
     """The largest error of ``record``'s outputs that hold as many values as its largest float input: a
     reduction's output (a row mean, a bias gradient) can lose to cancellation what its inputs' noise, invisible
@@ -222,7 +178,10 @@ def statistics_verdict(record: OpRecord, a: Attribution, measured: bool = False)
         evidence = [f"a module-level dump: its output is {_fmt(a.observed)} from golden, its inputs within "
                     f"{_fmt(a.inherited)}", "the error starts in this module call: no op inside it was recorded"]
     if wide:
-        evidence.append(f"{compute} rounding cannot move statistics that far: the op computes something else")
+        evidence.append(f"{compute} rounding cannot move statistics that far: the op computes something else"
+                        if not record.is_module or compute in _WIDE else
+                        f"{compute} rounding cannot move it that far: something inside computes otherwise, or "
+                        "overflows (a module call records no float status; the ops' tensors tell)")
         cls = "kernel_bug"
     else:
         evidence.append(f"within what an ill-conditioned op can lose in {compute}; the tensors tell a wrong kernel "
