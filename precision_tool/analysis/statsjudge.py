@@ -19,8 +19,11 @@ all. That is enough for the culprit's two signatures:
 Before the second: integer inputs that differ from golden's are explained
 by a decision rounding flipped earlier in the step (noted), else the op
 reading them is the culprit; an argument called differently is judged as
-for full dumps, an optimizer op's too (its lr, eps, betas). Backward ops are
-judged for overflow only: in clean low-precision runs their statistics
+for full dumps, an optimizer op's too (its lr, eps, betas). In any direction,
+an input changed between the op that wrote it in golden and its reader
+(`departures`: a write only the target makes, a division it skips) is
+judged as for full dumps. Backward ops are judged for no more: in clean
+low-precision runs their statistics
 depart from golden's by up to 100 % while their inputs' agree (a key's
 gradient cancels to near zero; float16 attention backward 6 % from inputs
 at 1e-4), which nothing here can tell from a fault. A backward group whose
@@ -39,6 +42,7 @@ from dataclasses import replace
 
 from precision_tool.analysis.arguments import called_differently
 from precision_tool.analysis.attribution import GoldenView, pair_errors
+from precision_tool.analysis.departures import skipped_verdict, target_only_verdict
 from precision_tool.analysis.errors import noise_floor
 from precision_tool.analysis.omissions import narrower_than_declared
 from precision_tool.analysis.replay import is_float
@@ -67,8 +71,9 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
     if record.direction == "optimizer":  # its lr, eps, betas and weight decay are call arguments, read as for full
         # dumps once its output departs at all: the arguments, not the statistics, are the evidence
         return scan._called_differently(record, a) if a.observed >= noise_floor(output_dtype(record)) else None
-    if record.direction != "forward":
-        return None
+    verdict = _written_between(scan, record, a)
+    if verdict is not None or record.direction != "forward":
+        return verdict
     if a.observed < noise_floor(output_dtype(record)) and record.step == scan._first_step \
             and module_path(record.name):  # constants that act elsewhere (a BatchNorm's momentum), as for full dumps
         verdict = called_differently(record, scan._golden_of(record), a, agrees=True)
@@ -97,6 +102,24 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
         return None
     scan.result.attributions.append(a)
     return statistics_verdict(record, a)
+
+
+def _written_between(scan, record: OpRecord, a: Attribution) -> Verdict | None:
+    """An input of an op whose output departs, the input by SIGNIFICANT_ERROR (and its dtype's noise) beyond what
+    its golden writer's partner wrote, as for full dumps (`departures.floating`): an op only the target runs wrote
+    it in between (a hook, a write through .data), or the target skips the op that wrote it in golden (a
+    division). Both sides of that comparison are one value's statistics: a cast between them rounds it, and
+    rounding shows in statistics at the second order."""
+    floor = max(noise_floor(output_dtype(record)), SIGNIFICANT_ERROR)
+    if a.observed < floor or a.inherited < floor:  # as for full dumps, an op whose output departs (a loss
+        return None  # scaled by the target alone departs; the ones_like that reads it writes golden's seed)
+    found = scan.departures.floating(record, scan.views.get(id(record)) or GoldenView(scan.golden, []), floor)
+    if found is None:
+        return None
+    scan.result.attributions.append(a)
+    if found.skipped is not None:
+        return skipped_verdict(record, found)
+    return target_only_verdict(record, found, scan.departures.target_only_between(found, record))
 
 
 def _same(a, b) -> bool:
