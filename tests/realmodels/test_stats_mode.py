@@ -128,3 +128,19 @@ def test_a_module_level_run_names_the_parent_whose_own_code_departs(mode, tmp_pa
         "a module-level dump: GPT2LMHeadModel/transformer/h.0/attn/c_proj reads input_0 ")
     assert diagnosis.verdict.evidence[1] == ("the error starts in GPT2LMHeadModel/transformer/h.0/attn's own code "
                                              "between its children (no op inside it was recorded)")
+
+
+# GradScaler loops (tests/realmodels/variation.py) in stats mode: a first scale so high that every update is skipped
+# (casts autocast inserts overflow in backward, by the scale alone), with the scale recorded after the update or
+# read off the gradients; the learning rate changed under bf16
+_VARIATIONS = ("var-cnn-clean-amp-s3-rec-updated-scale2^24", "var-gpt2-clean-amp-s3-rec-loss-scale2^24",
+               "var-mlp-lr_up-bf16")
+
+
+@pytest.mark.parametrize("name", _VARIATIONS)
+def test_a_run_variation_collected_in_stats_mode_gets_its_verdict(name, tmp_path):
+    from tests.realmodels.variation import VARIATIONS, run_variation
+
+    variation = next(v for v in VARIATIONS if v.id == name)
+    diagnosis, right, said = run_variation(variation, tmp_path, mode="stats")
+    assert right, f"{said}: {diagnosis.verdict.evidence}"
