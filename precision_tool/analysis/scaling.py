@@ -133,11 +133,12 @@ def _unscaled_fits(target, entry, ratio: float) -> bool:
     """Whether the float inputs of the target's op of ``entry`` fit its output's format once divided by the loss
     scale ``ratio``, and do not as they are: the scale pushed them past it."""
     from precision_tool.analysis.errors import format_limit
+    from precision_tool.analysis.replay import is_float
 
     try:
         record = target.op(entry.step, entry.name, entry.direction)
     except KeyError:
         return False
     limit = min((format_limit(t.dtype) for t in record.outputs if t.stats.count), default=math.inf)
-    largest = _largest(t for t in record.inputs if t.dtype.startswith(("float", "bfloat")))
+    largest = _largest(t for t in record.inputs if is_float(t.dtype))
     return largest > limit and largest / ratio <= limit

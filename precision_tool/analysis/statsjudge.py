@@ -19,15 +19,15 @@ all. That is enough for the culprit's two signatures:
 Before the second: integer inputs that differ from golden's are explained
 by a decision rounding flipped earlier in the step (noted), else the op
 reading them is the culprit; an argument called differently is judged as
-for full dumps, an optimizer op's too (its lr, eps, betas). In any direction,
-an input changed between the op that wrote it in golden and its reader
-(`departures`: a write only the target makes, a division it skips) is
-judged as for full dumps. Backward ops are judged for no more: in clean
-low-precision runs their statistics
-depart from golden's by up to 100 % while their inputs' agree (a key's
-gradient cancels to near zero; float16 attention backward 6 % from inputs
-at 1e-4), which nothing here can tell from a fault. A backward group whose
-ops differ from golden's is judged at its boundary (`rewrites`).
+for full dumps, an optimizer op's too (its lr, eps, betas). In any
+direction, an input changed between the op that wrote it in golden and its
+reader (`departures`: a write only the target makes, a division it skips)
+is judged as for full dumps. Backward ops are judged for no more: in clean
+low-precision runs their statistics depart from golden's by up to 100 %
+while their inputs' agree (a key's gradient cancels to near zero; float16
+attention backward 6 % from inputs at 1e-4), which nothing here can tell
+from a fault. A backward group whose ops differ from golden's is judged at
+its boundary (`rewrites`).
 
 A module-level dump (module calls only, `level="module"`) is judged the
 same way module by module (`modulejudge`), from tensors where it has them.
