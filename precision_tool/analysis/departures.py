@@ -186,7 +186,7 @@ class DepartureFinder:
         for slot, error in pair_errors(self.golden_dump, self.target_dump, record, view, "input", ratio):
             if error.error < max(floor, noise_floor(record.tensor(slot).dtype)) or error.overflowed:
                 continue
-            golden_tensor = view.record(slot)
+            golden_tensor = view.record(slot) or view.statistics(slot)  # a stats-mode partner: its statistics
             written = self._golden_writer(golden_record, golden_tensor) if golden_tensor is not None else None
             producer = self.target_of(written[0]) if written is not None else None
             if producer is None:

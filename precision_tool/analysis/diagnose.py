@@ -156,8 +156,10 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     if stats_sides:
         notes.append(f"{' and '.join(stats_sides)} hold(s) statistics only: forward ops are judged from them "
                      "(shifts, scales, overflows, changed integers and arguments), backward and optimizer ops for "
-                     "overflow only; rounding noise does not show in statistics. Collect the step again with "
-                     "tensors (`precision-tool zoom`, or ptt.dump(..., mode=\"dump\", steps=[N])) to judge the rest")
+                     "overflow, values changed between ops, backward groups that run other ops than golden's (in "
+                     "float32 runs) and optimizer arguments only; rounding noise does not show in statistics. "
+                     "Collect the step again with tensors (`precision-tool zoom`, or ptt.dump(..., mode=\"dump\", "
+                     "steps=[N])) to judge the rest")
     overflow_rep = overflow_report(overflow if overflow is not None else target)
     fusion_rep = fusion_report(target, golden, fusion_off)
     report = comparison if comparison is not None else compare_dumps(golden, target)

@@ -13,6 +13,12 @@ Mixed into `scan.Scanner` (it reads the scan's step records, partner lookups and
   target's runs none there (an output detached, a branch run without gradients). The first such module in
   golden's order is a **kernel_bug** in backward when golden's gradients there are not all zero. A rewritten
   group that lacks only what golden hands to a missing module is its consequence and is passed.
+
+From a stats-mode dump the errors are `errors.stats_split`'s lower bounds. A rewritten backward group is then
+judged as a forward op is from statistics: SIGNIFICANT_ERROR at least, on the gradients it computes that hold as
+many values as the gradient it reads (a reduced one, a weight's or a bias's, can lose to cancellation what that
+gradient's noise carries unseen), and only in a run that computes in float32 (`omissions.runs_float32`): a
+low-precision run's noise, hidden in the incoming gradient's statistics, can surface in what a group computes.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from precision_tool.analysis.actions import keep_fp32 as _keep_fp32
 from precision_tool.analysis.actions import listing_short as _listing_short
 from precision_tool.analysis.attribution import input_sensitivity
 from precision_tool.analysis.errors import (noise_floor, split_error, starts_nonfinite, stats_only,
-                                           stats_sensitivity)
+                                           stats_sensitivity, stats_split)
 from precision_tool.analysis.omissions import fewer_updates
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
@@ -83,6 +89,13 @@ class RewriteJudge:
         # reductions: 1.5e-5 from inputs within 1e-7): another implementation is judged from REWRITE_FLOOR.
         floor = noise_floor(dtype) if rewrite.direction == "optimizer" else \
             min(max(noise_floor(dtype), REWRITE_FLOOR), SIGNIFICANT_ERROR)
+        if rewrite.direction == "backward" and stats_only(record):
+            # from statistics, as a forward op is judged (`statsjudge`): SIGNIFICANT_ERROR at least, and only in a
+            # run that computes in float32, whose rounding noise no gradient's statistics show; a low-precision
+            # run's noise, hidden in the incoming gradient's statistics, can surface in what a group computes
+            if not self._float32:
+                return None
+            floor = max(noise_floor(dtype), SIGNIFICANT_ERROR)
         introduced = None
         if rewrite.direction == "optimizer" and observed >= floor:  # another implementation (foreach, fused):
             replayed = introduced_by_group(members, self._golden_group(rewrite), self.step_records,  # `updates`
@@ -95,8 +108,10 @@ class RewriteJudge:
         if observed < floor or (introduced is None and observed <= INTRODUCED_EXCESS * inherited):
             return None
         where = {"forward": "module", "backward": "backward of"}.get(rewrite.direction, "the update of")
+        shown = ("at least ", " as far as their statistics show") if stats_only(record) else ("", "")
         evidence = [f"in {where} {rewrite.name or 'the ops outside every module'}, {rewrite.describe()}",
-                    f"its output is {_fmt(observed)} from golden while its inputs are within {_fmt(inherited)}"
+                    f"its output is {shown[0]}{_fmt(observed)} from golden while its inputs are within "
+                    f"{_fmt(inherited)}{shown[1]}"
                     if rewrite.direction != "optimizer" else
                     f"the parameters and state it writes are {_fmt(observed)} from golden while the gradients it "
                     f"reads are within {_fmt(inherited)}"]
@@ -146,8 +161,10 @@ class RewriteJudge:
             return a.observed, a.inherited, output_dtype(record)
         golden_last, golden_first = rewrite.golden_record, rewrite.golden_first
         observed = self._results_error(rewrite)
-        if observed is None:
+        if observed is None and not stats_only(record):
             observed = self._slot_error(record, golden_last, "output_0")
+        if observed is None:
+            return 0.0, 0.0, output_dtype(record)  # statistics of reduced gradients only: nothing to judge
         if rewrite.direction == "optimizer":
             return observed, self._handed_in_error(rewrite), output_dtype(record)
         return observed, self._incoming_error(rewrite), output_dtype(record)
@@ -186,7 +203,11 @@ class RewriteJudge:
         if consumed is not None:
             return consumed
         errors = []
+        smallest = _incoming_size(rewrite)
         for record, tensor in group_results(target):
+            if not tensor.has_data and tensor.stats.count < smallest:
+                continue  # from statistics, a reduced gradient (a weight's, a bias's) can lose to cancellation
+                # what the incoming gradient's noise, which its statistics do not show, carries
             partners = [(g, t) for g, t in candidates if t.stats.count == tensor.stats.count]
             found = [self._slot_error(record, g, tensor.slot, t.slot) for g, t in partners]
             if found:
@@ -204,6 +225,8 @@ class RewriteJudge:
             return None
         errors = []
         for record, tensor in golden_results:
+            if not tensor.has_data:  # statistics: judged by size below, gradients reduced by cancellation left out
+                return None
             key = fingerprint(tensor)
             measured = None
             for reader in self.consumers["backward"].of(record, {tensor.slot}):
@@ -239,11 +262,12 @@ class RewriteJudge:
             tensor, golden = record.tensor(slot), golden_record.tensor(golden_slot or slot)
         except KeyError:
             return math.inf
-        if not (tensor.has_data and golden.has_data):
-            return math.inf
+        scale = gradient_scale(tensor, golden, loss_scale_ratios(self.golden, self.target).get(record.step, 1.0))
+        if not (tensor.has_data and golden.has_data):  # a stats-mode dump: a lower bound (`stats_split`)
+            return stats_split(tensor.stats, golden.stats, tensor.dtype, scale).error if tensor.stats.count \
+                else math.inf
         t = self.target.tensor(record.step, record.exec_index, slot)
         g = self.golden.tensor(golden_record.step, golden_record.exec_index, golden.slot)
-        scale = gradient_scale(tensor, golden, loss_scale_ratios(self.golden, self.target).get(record.step, 1.0))
         return split_error(t, g, tensor.dtype, scale).error
 
     def _first_inside(self, rewrite: Rewritten):
@@ -339,3 +363,11 @@ class RewriteJudge:
                   "requires_grad_(False) or a value taken through .data or .item() at its output")
         return Verdict(missing.name, "kernel_bug", first.step, "backward", first.type, evidence, action,
                        module=missing.name)
+
+
+def _incoming_size(rewrite: Rewritten) -> int:
+    """How many values the gradient a rewritten backward group reads holds (0 when unknown)."""
+    try:
+        return rewrite.target_first.tensor(rewrite.target_slot).stats.count if rewrite.target_first else 0
+    except KeyError:
+        return 0

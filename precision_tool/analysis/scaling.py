@@ -97,7 +97,9 @@ def scaled_past_format(golden, target, entries) -> set[str]:
     gradients overflow, skipping its update, until they fit: a run shorter than that search overflows in every
     step, by design, and no op is to blame. An overflow golden's values do not explain at that scale (a kernel
     that returns inf whatever the scale) is not one of these; nor one in forward, which the scale does not reach;
-    nor one after which the scale did not fall (a scaler that skips and never backs off trains nothing).
+    nor one after which the scale did not fall (a scaler that skips and never backs off trains nothing). An op
+    golden does not run (a cast autocast inserts) is explained when its inputs fit its format once divided by
+    the scale ratio and do not as they are: a stats-mode dump has no values to judge it by otherwise.
     """
     from precision_tool.analysis.errors import format_limit
 
@@ -113,8 +115,30 @@ def scaled_past_format(golden, target, entries) -> set[str]:
                 record = golden.op(entry.step, entry.name, entry.direction)
             except KeyError:
                 record = None
-            largest = max((max(abs(t.stats.min), abs(t.stats.max)) for t in record.outputs if t.stats.count),
-                          default=0.0) if record is not None else 0.0
-            ok = largest * ratio > format_limit(entry.compute_dtype)
+            if record is not None:
+                ok = _largest(record.outputs) * ratio > format_limit(entry.compute_dtype)
+            else:  # an op only the target runs (a cast autocast inserts): its inputs fit the format without the
+                # scale and do not with it, as its overflow shows
+                ok = _unscaled_fits(target, entry, ratio)
         explained[entry.name] = explained.get(entry.name, True) and ok
     return {name for name, ok in explained.items() if ok}
+
+
+def _largest(tensors) -> float:
+    """The largest magnitude among ``tensors``' statistics (0 without any)."""
+    return max((max(abs(t.stats.min), abs(t.stats.max)) for t in tensors if t.stats.count), default=0.0)
+
+
+def _unscaled_fits(target, entry, ratio: float) -> bool:
+    """Whether the float inputs of the target's op of ``entry`` fit its output's format once divided by the loss
+    scale ``ratio``, and do not as they are: the scale pushed them past it."""
+    from precision_tool.analysis.errors import format_limit
+    from precision_tool.analysis.replay import is_float
+
+    try:
+        record = target.op(entry.step, entry.name, entry.direction)
+    except KeyError:
+        return False
+    limit = min((format_limit(t.dtype) for t in record.outputs if t.stats.count), default=math.inf)
+    largest = _largest(t for t in record.inputs if is_float(t.dtype))
+    return largest > limit and largest / ratio <= limit

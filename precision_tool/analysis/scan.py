@@ -57,7 +57,8 @@ from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
 from precision_tool.analysis.errors import stats_only
-from precision_tool.analysis.statsjudge import judge_module, judge_statistics
+from precision_tool.analysis.modulejudge import judge_module
+from precision_tool.analysis.statsjudge import judge_statistics
 from precision_tool.analysis.rewrites import RewriteJudge, _fmt, output_dtype, with_module
 from precision_tool.analysis.structure import (Consumers, enclosing_module, fingerprint, missing_backward,
                                                module_path, occurrence_keys as _occurrence_keys,

@@ -19,17 +19,18 @@ all. That is enough for the culprit's two signatures:
 Before the second: integer inputs that differ from golden's are explained
 by a decision rounding flipped earlier in the step (noted), else the op
 reading them is the culprit; an argument called differently is judged as
-for full dumps. Only forward ops are judged beyond overflow: backward
-reductions and Adam's normalised update amplify rounding noise into
-departing statistics in clean low-precision runs, which nothing here can
-tell from a fault.
+for full dumps, an optimizer op's too (its lr, eps, betas). In any
+direction, an input changed between the op that wrote it in golden and its
+reader (`departures`: a write only the target makes, a division it skips)
+is judged as for full dumps. Backward ops are judged for no more: in clean
+low-precision runs their statistics depart from golden's by up to 100 %
+while their inputs' agree (a key's gradient cancels to near zero; float16
+attention backward 6 % from inputs at 1e-4), which nothing here can tell
+from a fault. A backward group whose ops differ from golden's is judged at
+its boundary (`rewrites`).
 
 A module-level dump (module calls only, `level="module"`) is judged the
-same way module by module (`judge_module`), from tensors where it has
-them: the innermost call that departs comes first, and a call inherits its
-children's error as well as its inputs'. Only its first step is judged: a
-module call does not record the parameters it reads, which differ by
-rounding after the first update.
+same way module by module (`modulejudge`), from tensors where it has them.
 
 The verdict says it was reached from statistics, and its action names the
 full-tensor collection of that op's step and module that confirms it.
@@ -41,11 +42,13 @@ from dataclasses import replace
 
 from precision_tool.analysis.arguments import called_differently
 from precision_tool.analysis.attribution import GoldenView, pair_errors
-from precision_tool.analysis.errors import noise_floor, stats_only
+from precision_tool.analysis.departures import skipped_verdict, target_only_verdict
+from precision_tool.analysis.errors import noise_floor
 from precision_tool.analysis.omissions import narrower_than_declared
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
 from precision_tool.analysis.rewrites import _fmt, output_dtype
+from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.analysis.structure import module_path
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
@@ -65,8 +68,12 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
         if verdict is not None:
             scan.result.attributions.append(a)
             return verdict
-    if record.direction != "forward":
-        return None
+    if record.direction == "optimizer":  # its lr, eps, betas and weight decay are call arguments, read as for full
+        # dumps once its output departs at all: the arguments, not the statistics, are the evidence
+        return scan._called_differently(record, a) if a.observed >= noise_floor(output_dtype(record)) else None
+    verdict = _written_between(scan, record, a)
+    if verdict is not None or record.direction != "forward":
+        return verdict
     if a.observed < noise_floor(output_dtype(record)) and record.step == scan._first_step \
             and module_path(record.name):  # constants that act elsewhere (a BatchNorm's momentum), as for full dumps
         verdict = called_differently(record, scan._golden_of(record), a, agrees=True)
@@ -95,6 +102,24 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
         return None
     scan.result.attributions.append(a)
     return statistics_verdict(record, a)
+
+
+def _written_between(scan, record: OpRecord, a: Attribution) -> Verdict | None:
+    """An input of an op whose output departs, the input by SIGNIFICANT_ERROR (and its dtype's noise) beyond what
+    its golden writer's partner wrote, as for full dumps (`departures.floating`): an op only the target runs wrote
+    it in between (a hook, a write through .data), or the target skips the op that wrote it in golden (a
+    division). Both sides of that comparison are one value's statistics: a cast between them rounds it, and
+    rounding shows in statistics at the second order."""
+    floor = max(noise_floor(output_dtype(record)), SIGNIFICANT_ERROR)
+    if a.observed < floor or a.inherited < floor:  # as for full dumps, an op whose output departs (a loss
+        return None  # scaled by the target alone departs; the ones_like that reads it writes golden's seed)
+    found = scan.departures.floating(record, scan.views.get(id(record)) or GoldenView(scan.golden, []), floor)
+    if found is None:
+        return None
+    scan.result.attributions.append(a)
+    if found.skipped is not None:
+        return skipped_verdict(record, found)
+    return target_only_verdict(record, found, scan.departures.target_only_between(found, record))
 
 
 def _same(a, b) -> bool:
@@ -158,46 +183,6 @@ def _diverging(dtype: str) -> float:
     return max(noise_floor(dtype), SIGNIFICANT_ERROR)
 
 
-def judge_module(scan, record: OpRecord) -> Verdict | None:
-    """The verdict on a module call of a module-level dump (no op records), or None: as `judge_statistics`
-    for an op, with the module's measured error (from its tensors, or from statistics, a lower bound); the
-    innermost module that departs is met first, since a call is recorded when it returns."""
-    if record.direction != "forward" or record.step != scan._first_step:
-        return None  # after the first update, parameters (not a module call's inputs) differ by rounding too
-    a = scan._attribute(record, replay=False)
-    scan.result.judged.add((record.step, record.name, record.direction))
-    a = replace(a, inherited=max([a.inherited] + _children_errors(scan, record)))
-    if (a.overflowed or a.new_nan) and not a.inputs_off and a.inherited < SIGNIFICANT_ERROR:
-        return scan._judge_overflow(record, a, _diverging)
-    if a.observed < noise_floor(output_dtype(record)) or a.observed <= INTRODUCED_EXCESS * a.inherited:
-        return None
-    changed = _changed_integers(scan, record)
-    if changed:
-        return _integer_verdict(scan, record, a, changed)
-    floor = max(noise_floor(output_dtype(record)), SIGNIFICANT_ERROR)
-    observed = _unreduced_error(scan, record) if stats_only(record) else a.observed
-    if observed < floor or observed <= INTRODUCED_EXCESS * a.inherited:
-        return None
-    a = replace(a, observed=observed)
-    if not scan._harmful(record, _diverging):
-        return None
-    scan.result.attributions.append(a)
-    return statistics_verdict(record, a, measured=not stats_only(record))
-
-
-def _children_errors(scan, record: OpRecord) -> list[float]:
-    """The measured errors of the module calls made inside ``record`` (recorded before it, as calls are
-    recorded when they return): what a module inherits from its own children, error they already carried."""
-    prefix = record.name + "/"
-    found = []
-    for other in scan.step_records:
-        if other is record:
-            break
-        if other.is_module and other.direction == record.direction and other.name.startswith(prefix):
-            found.append(scan._attribute(other, replay=False).observed)
-    return found
-
-
 def _unreduced_error(scan, record: OpRecord) -> float:
     """The largest error of ``record``'s outputs that hold as many values as its largest float input: a
     reduction's output (a row mean, a bias gradient) can lose to cancellation what its inputs' noise, invisible
@@ -205,7 +190,9 @@ def _unreduced_error(scan, record: OpRecord) -> float:
     largest = max((t.stats.count for t in record.inputs if is_float(t.dtype)), default=0)
     view = scan.views.get(id(record)) or GoldenView(scan.golden, [])
     sizes = {t.slot: t.stats.count for t in record.outputs}
-    return max((e.error for slot, e in pair_errors(scan.golden, scan.target, record, view, "output")
+    ratio = loss_scale_ratios(scan.golden, scan.target).get(record.step, 1.0) if record.direction == "backward" \
+        else 1.0  # gradients carry the target's loss scale over golden's, as `attribute_record` divides out
+    return max((e.error for slot, e in pair_errors(scan.golden, scan.target, record, view, "output", ratio)
                 if sizes.get(slot, 0) >= largest), default=0.0)
 
 
@@ -222,7 +209,10 @@ def statistics_verdict(record: OpRecord, a: Attribution, measured: bool = False)
         evidence = [f"a module-level dump: its output is {_fmt(a.observed)} from golden, its inputs within "
                     f"{_fmt(a.inherited)}", "the error starts in this module call: no op inside it was recorded"]
     if wide:
-        evidence.append(f"{compute} rounding cannot move statistics that far: the op computes something else")
+        evidence.append(f"{compute} rounding cannot move statistics that far: the op computes something else"
+                        if not record.is_module or compute in _WIDE else
+                        f"{compute} rounding cannot move it that far: something inside computes otherwise, or "
+                        "overflows (a module call records no float status; the ops' tensors tell)")
         cls = "kernel_bug"
     else:
         evidence.append(f"within what an ill-conditioned op can lose in {compute}; the tensors tell a wrong kernel "

@@ -152,19 +152,20 @@ def _validate(run, v: Variation, autocast) -> None:
     run.model.train()
 
 
-def collect(v: Variation, workdir: Path) -> tuple[Path, Path]:
+def collect(v: Variation, workdir: Path, mode: str = "dump") -> tuple[Path, Path]:
+    """Write golden.h5 and target.h5 of ``v`` into ``workdir``, in capture ``mode``."""
     from tests.realmodels.cases import FAULTS
 
     workdir.mkdir(parents=True, exist_ok=True)
     golden, target = workdir / "golden.h5", workdir / "target.h5"
     run, _ = build(v)
-    with ptt.dump(golden, mode="dump", seed=0):
+    with ptt.dump(golden, mode=mode, seed=0):
         train(run, v, False)
     run, roles = build(v, target=True)
     if v.fault and FAULTS[v.fault] is not None:
         FAULTS[v.fault](run, roles.get(v.role, ""))
     context = ptt.simulate_npu("allow_mix_precision") if v.target == "mix" else contextlib.nullcontext()
-    with context, _attention(v), ptt.dump(target, mode="dump", seed=0):
+    with context, _attention(v), ptt.dump(target, mode=mode, seed=0):
         train(run, v, True)
     return golden, target
 
@@ -190,12 +191,12 @@ def judge(v: Variation, diagnosis, roles: dict) -> tuple[bool, str]:
     return True, said
 
 
-def run_variation(v: Variation, workdir: Path):
-    """Collect ``v`` and diagnose it: (diagnosis, right, said)."""
+def run_variation(v: Variation, workdir: Path, mode: str = "dump"):
+    """Collect ``v`` (in capture ``mode``) and diagnose it: (diagnosis, right, said)."""
     from precision_tool.analysis import diagnose
     from precision_tool.dump.reader import open_dump
 
-    golden, target = collect(v, workdir)
+    golden, target = collect(v, workdir, mode)
     with open_dump(golden) as g, open_dump(target) as t:
         diagnosis = diagnose(g, t)
     right, said = judge(v, diagnosis, build(v)[1])

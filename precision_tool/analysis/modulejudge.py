@@ -1,0 +1,174 @@
+"""Judging a module call of a module-level dump (module calls only, no op record), as `scan` does.
+
+A call records its float inputs and outputs (with values, or statistics
+only); a parent's record covers its own, its children's records theirs.
+Between them runs the parent's own code (an attention's scaling and
+softmax between its q/k/v Linears and its output Linear, a layer scale),
+which nothing records. So a call is judged twice, in its first step only
+(a call does not record the parameters it reads, which differ by rounding
+after the first update):
+
+* **its output**: the call's output departs from golden's by
+  SIGNIFICANT_ERROR and beyond its dtype's noise, more than
+  INTRODUCED_EXCESS times its inputs' error and its children's outputs'
+  (error they already carried), as `statsjudge` judges an op; the innermost
+  call that departs is met first, since a call is recorded when it returns;
+* **its own code between its children**: what a child reads was computed
+  by the parent's code from the parent's inputs and the outputs of the
+  children that returned before it. A child whose input departs that much
+  beyond all of those reads error the parent's own code introduced; the
+  parent is named. That child is the reader the error reaches, so it is
+  harmful when the child's output departs too.
+
+A call's error is harmful, as an op's is, when a module call that reads its
+output diverges (a sibling: `judge_module` cannot see the ops between), or,
+without one, the call it runs in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from precision_tool.analysis.attribution import GoldenView, pair_errors
+from precision_tool.analysis.errors import noise_floor, stats_only
+from precision_tool.analysis.replay import is_float
+from precision_tool.analysis.results import Verdict
+from precision_tool.analysis.rewrites import _fmt, output_dtype
+from precision_tool.analysis.statsjudge import (_changed_integers, _diverging, _integer_verdict, _unreduced_error,
+                                                statistics_verdict)
+from precision_tool.analysis.structure import fingerprint
+from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
+from precision_tool.dump.records import OpRecord
+
+
+def judge_module(scan, record: OpRecord) -> Verdict | None:
+    """The verdict on a module call of a module-level dump, or None; ``scan`` is the running `Scanner`."""
+    if record.direction != "forward" or record.step != scan._first_step:
+        return None  # after the first update, parameters (not a module call's inputs) differ by rounding too
+    a = scan._attribute(record, replay=False)
+    scan.result.judged.add((record.step, record.name, record.direction))
+    verdict = _judge_output(scan, record)
+    if verdict is None and not (a.overflowed or a.new_nan):
+        verdict = _judge_own_code(scan, record, _children(scan, record))
+    return verdict
+
+
+def _judge_output(scan, record: OpRecord) -> Verdict | None:
+    """``record``'s output departs beyond its inputs' and its children's outputs' error."""
+    a = scan._attribute(record, replay=False)
+    a = replace(a, inherited=max([a.inherited] + [scan._attribute(c, replay=False).observed
+                                                  for c in _descendants(scan, record)]))
+    if (a.overflowed or a.new_nan) and not a.inputs_off and a.inherited < SIGNIFICANT_ERROR:
+        return scan._judge_overflow(record, a, _diverging)
+    if a.observed < noise_floor(output_dtype(record)) or a.observed <= INTRODUCED_EXCESS * a.inherited:
+        return None
+    changed = _changed_integers(scan, record)
+    if changed:
+        return _integer_verdict(scan, record, a, changed)
+    floor = max(noise_floor(output_dtype(record)), SIGNIFICANT_ERROR)
+    observed = _unreduced_error(scan, record) if stats_only(record) else a.observed
+    if observed < floor or observed <= INTRODUCED_EXCESS * a.inherited:
+        return None
+    a = replace(a, observed=observed)
+    if not _harmful(scan, record):
+        return None
+    scan.result.attributions.append(a)
+    return statistics_verdict(record, a, measured=not stats_only(record))
+
+
+def _judge_own_code(scan, record: OpRecord, children: list[OpRecord]) -> Verdict | None:
+    """The first child of ``record`` that reads error its parent's own code introduced: an input that departs
+    by SIGNIFICANT_ERROR, beyond its dtype's noise, and more than INTRODUCED_EXCESS times the parent's inputs'
+    error and the outputs' of the children that returned before it, where the child's output departs too (the
+    reader diverges). What the parent hands on, its output, must depart beyond its inputs and by 1/INTRODUCED_EXCESS
+    of that input's departure at least: a departure its own code absorbs (a layer scale of 1e-6, subnormal in
+    float16, on a residual branch) harms nothing, and one far beyond its output's is not what golden's child read
+    element by element (rows that a routing decision, flipped by rounding, sorted otherwise; module calls record
+    no integers to tell)."""
+    a = scan._attribute(record, replay=False)
+    handed = _unreduced_error(scan, record) if stats_only(record) else a.observed
+    if handed < _diverging(output_dtype(record)) or handed <= INTRODUCED_EXCESS * a.inherited:
+        return None
+    sources = a.inherited
+    largest = max((t.stats.count for t in record.inputs if is_float(t.dtype)), default=0)
+    for child in children:
+        b = scan._attribute(child, replay=False)
+        departed = _departed_input(scan, child, sources, largest if stats_only(child) else 0)
+        if departed is not None and b.observed >= _diverging(output_dtype(child)):
+            slot, error = departed
+            if INTRODUCED_EXCESS * handed < error:
+                return None  # absorbed, or not paired element by element
+            a = replace(a, observed=error, inherited=sources)
+            scan.result.attributions.append(a)
+            return _own_code_verdict(record, child, slot, a)
+        sources = max(sources, b.observed)
+    return None
+
+
+def _departed_input(scan, child: OpRecord, sources: float, smallest: int) -> tuple[str, float] | None:
+    """(slot, error) of ``child``'s first float input that departs beyond ``sources``, or None. An input whose
+    size differs from golden's (a routing decision that rounding flipped chose other rows) is no evidence, nor,
+    from statistics, one smaller than ``smallest`` values (a reduction can lose to cancellation what its
+    inputs' noise, invisible in their statistics, carries)."""
+    view = scan.views.get(id(child)) or GoldenView(scan.golden, [])
+    sizes = {t.slot: t.stats.count for t in child.inputs}
+    for slot, e in pair_errors(scan.golden, scan.target, child, view, "input"):
+        floor = max(noise_floor(child.tensor(slot).dtype), SIGNIFICANT_ERROR)
+        if math.isfinite(e.error) and not (e.overflowed or e.new_nan) and sizes.get(slot, 0) >= smallest \
+                and e.error >= floor and e.error > INTRODUCED_EXCESS * sources:
+            return slot, e.error
+    return None
+
+
+def _own_code_verdict(record: OpRecord, child: OpRecord, slot: str, a) -> Verdict:
+    verdict = statistics_verdict(record, a, measured=not stats_only(child))
+    seen = "its statistics show" if stats_only(child) else "measured"
+    evidence = (f"a module-level dump: {child.name} reads {slot} {_fmt(a.observed)} from golden ({seen}), while "
+                f"{record.name}'s inputs and the outputs of its children called before are within "
+                f"{_fmt(a.inherited)}",
+                f"the error starts in {record.name}'s own code between its children (no op inside it was "
+                "recorded)") + verdict.evidence[2:]
+    return replace(verdict, evidence=evidence)
+
+
+def _harmful(scan, record: OpRecord) -> bool:
+    """A module call that reads ``record``'s output departs by `_diverging` (golden's calls, by fingerprint),
+    or the call ``record`` runs in does (`Scanner._harmful`)."""
+    golden = scan._golden_of(record)
+    if golden is not None:
+        written = {fingerprint(t) for t in golden.outputs if is_float(t.dtype) and t.stats.count}
+        prefix = record.name + "/"
+        for other in scan.golden_records:
+            if other.exec_index <= golden.exec_index or not other.is_module or other.direction != golden.direction \
+                    or record.name.startswith(other.name + "/") or other.name.startswith(prefix) \
+                    or not any(fingerprint(t) in written for t in other.inputs if t.stats.count):
+                continue
+            reader = scan._target_of(other)
+            if reader is not None and scan._attribute(reader, replay=False).observed >= \
+                    _diverging(output_dtype(reader)):
+                return True
+    return scan._harmful(record, _diverging)
+
+
+def _descendants(scan, record: OpRecord) -> list[OpRecord]:
+    """The module calls made inside this call of ``record`` (recorded before it, after its previous call, as
+    calls are recorded when they return), in the order they returned."""
+    prefix = record.name + "/"
+    found = []
+    for other in scan.step_records:
+        if other is record:
+            break
+        if other.is_module and other.direction == record.direction:
+            if other.name == record.name:
+                found = []  # an earlier call of the same module: what ran inside it was not this call's
+            elif other.name.startswith(prefix):
+                found.append(other)
+    return found
+
+
+def _children(scan, record: OpRecord) -> list[OpRecord]:
+    """`_descendants` that no other recorded descendant encloses: the calls ``record``'s own code made."""
+    inside = _descendants(scan, record)
+    names = {r.name for r in inside}
+    return [r for r in inside if not any(r.name.startswith(n + "/") for n in names)]
