@@ -88,8 +88,8 @@ class RewriteJudge:
         # units, 1e-6) is below what two right algorithms differ by (the math attention against a flash kernel's
         # reductions: 1.5e-5 from inputs within 1e-7): another implementation is judged from REWRITE_FLOOR, where
         # values are compared (statistics show such differences at the second order only: 16 units stand there).
-        floor = noise_floor(dtype) if rewrite.direction == "optimizer" or stats_only(record) else \
-            min(max(noise_floor(dtype), REWRITE_FLOOR), SIGNIFICANT_ERROR)
+        floor = noise_floor(dtype) if rewrite.direction == "optimizer" else \
+            min(max(noise_floor(dtype), 0.0 if stats_only(record) else REWRITE_FLOOR), SIGNIFICANT_ERROR)
         if rewrite.direction == "backward" and stats_only(record):
             # from statistics, as a forward op is judged (`statsjudge`): SIGNIFICANT_ERROR at least, and only in a
             # run that computes in float32, whose rounding noise no gradient's statistics show; a low-precision
