@@ -738,25 +738,50 @@ static PyObject *small_stats_at(const void *buf, Py_ssize_t n, int kind, double 
 #pragma GCC pop_options
 #endif
 
+/* The n values of a row-strided layout (rows of `cols` contiguous values, `stride` values apart) gathered in
+ * row order, as numpy's reshape(-1) of the strided array copies them: a new buffer of the same kind, or NULL. */
+static void *gather_rows(const char *src, Py_ssize_t n, int kind, Py_ssize_t cols, Py_ssize_t stride)
+{
+    const size_t size = (size_t)kind_size[kind], row = (size_t)cols * size;
+    char *dst = PyMem_RawMalloc((size_t)n * size);
+    if (!dst)
+        return NULL;
+    for (Py_ssize_t r = 0, rows = n / cols; r < rows; r++)
+        memcpy(dst + (size_t)r * row, src + (size_t)r * (size_t)stride * size, row);
+    return dst;
+}
+
 static PyObject *stats_at(PyObject *module, PyObject *args)
 {
     unsigned long long address;
-    Py_ssize_t n, small = 0;
+    Py_ssize_t n, small = 0, cols = 0, stride = 0;
     int kind;
     double cancellation, limit;
-    if (!PyArg_ParseTuple(args, "Knidd|n:stats_at", &address, &n, &kind, &cancellation, &limit, &small))
+    if (!PyArg_ParseTuple(args, "Knidd|nnn:stats_at", &address, &n, &kind, &cancellation, &limit, &small, &cols,
+                          &stride))
         return NULL;
-    if (kind < 0 || kind >= N_KINDS || n <= 0 || !address) {
-        PyErr_SetString(PyExc_ValueError, "stats_at: bad kind, length or address");
+    if (kind < 0 || kind >= N_KINDS || n <= 0 || !address || cols < 0 || (cols && (n % cols || stride < cols))) {
+        PyErr_SetString(PyExc_ValueError, "stats_at: bad kind, length, layout or address");
         return NULL;
     }
     const void *buf = (const void *)(uintptr_t)address;
-    if (n <= small && n <= SMALL_MAX)
-        return small_stats_at(buf, n, kind, limit);
+    void *gathered = NULL;
+    if (cols && stride != cols && n > cols) {
+        if ((size_t)n > PY_SSIZE_T_MAX / 8 || !(gathered = gather_rows(buf, n, kind, cols, stride)))
+            return PyErr_NoMemory();
+        buf = gathered;
+    }
+    if (n <= small && n <= SMALL_MAX) {
+        PyObject *row = small_stats_at(buf, n, kind, limit);
+        PyMem_RawFree(gathered);
+        return row;
+    }
     float *wide = NULL;
     if (kind == K_F16 || kind == K_BF16) {
-        if ((size_t)n > PY_SSIZE_T_MAX / sizeof(float) || !(wide = PyMem_RawMalloc((size_t)n * sizeof(float))))
+        if ((size_t)n > PY_SSIZE_T_MAX / sizeof(float) || !(wide = PyMem_RawMalloc((size_t)n * sizeof(float)))) {
+            PyMem_RawFree(gathered);
             return PyErr_NoMemory();
+        }
         widen(kind, (const char *)buf, n, wide);
         buf = wide;
         kind = K_F32;
@@ -781,6 +806,7 @@ static PyObject *stats_at(PyObject *module, PyObject *args)
         }
     }
     PyMem_RawFree(wide);
+    PyMem_RawFree(gathered);
     return row;
 }
 
@@ -1296,9 +1322,10 @@ static PyMethodDef methods[] = {
      "For each array (non-empty, C-contiguous float32/float64) the tuple (count, min, max, mean, std,\n"
      "norm, 0, 0, 0), or None where a value is not finite or variance < cancellation * mean**2."},
     {"stats_at", stats_at, METH_VARARGS,
-     "stats_at(address, n, kind, cancellation, limit) -> tuple or None\n\n"
+     "stats_at(address, n, kind, cancellation, limit, small=0, cols=0, stride=0) -> tuple or None\n\n"
      "stats_rows of n contiguous values of kind 0 float32, 1 float64, 2 float16, 3 bfloat16 at address,\n"
-     "with the count of |x| >= limit (limit <= 0: 0) as the row's last item."},
+     "with the count of |x| >= limit (limit <= 0: 0) as the row's last item; with cols, the values lie in\n"
+     "rows of cols contiguous values, stride values apart, and are read in row order."},
     {"round16", round16, METH_VARARGS,
      "round16(src_address, dst_address, n, kind) -> bool\n\n"
      "Round n float32 values at src_address into float16 (kind 0) or bfloat16 (1), or only check them (2),\n"

@@ -228,12 +228,40 @@ def _stats_where_they_lie(values: torch.Tensor, dtype: str) -> tuple | None:
     exactly as `stats_tuple`'s math.fsum sums them). None where the numpy path must answer: no extension,
     another layout or dtype, or a row the C pass declines (inf/NaN, a variance lost to cancellation)."""
     kind = _STATS_AT_KINDS.get(values.dtype)
-    if kind is None or _STATS_AT is None or not values.is_cpu or not values.is_contiguous() or values.is_neg():
+    if kind is None or _STATS_AT is None or not values.is_cpu or values.is_neg():
         return None
     count = values.numel()
     if not count:
         return None
-    return _STATS_AT(values.data_ptr(), count, kind, _STATS_CANCELLATION, _LIMITS.get(dtype, 0.0), _SMALL_STATS)
+    if values.is_contiguous():
+        return _STATS_AT(values.data_ptr(), count, kind, _STATS_CANCELLATION, _LIMITS.get(dtype, 0.0), _SMALL_STATS)
+    layout = _row_layout(values)
+    if layout is None:
+        return None
+    return _STATS_AT(values.data_ptr(), count, kind, _STATS_CANCELLATION, _LIMITS.get(dtype, 0.0), _SMALL_STATS,
+                     *layout)
+
+
+def _row_layout(values: torch.Tensor) -> tuple[int, int] | None:
+    """(values a row, values between rows) where ``values`` lie as evenly spaced rows of contiguous values in
+    their order (a chunk or slice of the last dimension: an LSTM's gates), which ``stats_at`` gathers in C
+    in the order numpy's ``reshape(-1)`` copies them; None for other layouts."""
+    shape, strides = values.shape, values.stride()
+    if not strides or strides[-1] != 1:
+        return None
+    stride, expected = None, None
+    for size, step in zip(reversed(shape[:-1]), reversed(strides[:-1])):
+        if size == 1:
+            continue
+        if stride is None:
+            stride = expected = step
+        elif step != expected:
+            return None
+        expected = step * size
+    cols = shape[-1]
+    if stride is None or stride < cols or cols < 2:  # (one value a row is a 1-D stride: numpy sums it its way)
+        return None
+    return cols, stride
 
 
 def array_stats(array: np.ndarray, dtype: str) -> tuple:

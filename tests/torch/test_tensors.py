@@ -65,6 +65,16 @@ def test_statistics_read_where_the_tensor_lies_are_those_of_its_float32_values_t
         assert stats_of(tensor, "float16")[8] == 715
     if tensor.numel() > 1:
         assert _stats_where_they_lie(tensor[::2], "float32") is None  # strided: numpy's path
+    if tensor.numel() >= 6:  # evenly spaced rows (a chunk of the last dimension, an LSTM's gates): gathered in C
+        rows = tensor[:tensor.numel() // 3 * 3].reshape(-1, 3)
+        for view in (rows[:, 1:], rows[:, :1], rows.reshape(-1, 1, 3)[:, :, 1:], rows[1:, :2]):
+            expected = array_stats(to_numpy(view), "float16")
+            assert repr(stats_of(view, "float16")) == repr(expected)
+            here = _stats_where_they_lie(view, "float16")
+            if view.shape[-1] == 1:  # a value a row: a 1-D stride, numpy's path
+                assert here is None
+            elif native.extension is not None and case in ("normal", "big", "few", "forty", "constant"):
+                assert repr(here) == repr(expected)
 
 
 def test_statistics_of_a_few_values_in_c_are_those_of_math_fsum_to_the_bit():
