@@ -1143,36 +1143,49 @@ CLONES static void round_bf16_loop(const uint32_t *src, uint32_t *dst, Py_ssize_
 
 static const uint32_t round16_limits[3] = {0x477FF000u, 0x7F7F8000u, 0x7F800000u};
 
+/* Round n in-range float32 values at src into format `kind` at dst (may equal src). */
+static void round_span(const uint32_t *src, uint32_t *dst, Py_ssize_t n, int kind)
+{
+#ifdef HAVE_F16C_PATH
+    if (kind == 0 && has_f16c())
+        round_f16_f16c(src, dst, n);
+    else
+#endif
+    if (kind == 0 && dst == src)
+        round_f16_in_place(dst, n);
+    else if (kind == 0)
+        round_f16_copy(src, dst, n);
+    else if (kind == 1)
+        round_bf16_loop(src, dst, n);
+    else if (dst != src)
+        memcpy(dst, src, (size_t)n * 4u);
+}
+
 static PyObject *round16(PyObject *module, PyObject *args)
 {
     unsigned long long src_address, dst_address;
-    Py_ssize_t n;
+    Py_ssize_t n, cols = 0, src_stride = 0, dst_stride = 0;
     int kind;
-    if (!PyArg_ParseTuple(args, "KKni", &src_address, &dst_address, &n, &kind))
+    if (!PyArg_ParseTuple(args, "KKni|nnn", &src_address, &dst_address, &n, &kind, &cols, &src_stride, &dst_stride))
         return NULL;
-    if (kind < 0 || kind > 2 || n < 0) {
-        PyErr_SetString(PyExc_ValueError, "round16: bad kind or length");
+    if (kind < 0 || kind > 2 || n < 0 || cols < 0 || (cols && (n % cols || src_stride < cols || dst_stride < cols))) {
+        PyErr_SetString(PyExc_ValueError, "round16: bad kind, length or layout");
         return NULL;
     }
     const uint32_t *src = (const uint32_t *)(uintptr_t)src_address;
     uint32_t *dst = (uint32_t *)(uintptr_t)dst_address;
-    int in_range;
+    int in_range = 1;
     Py_BEGIN_ALLOW_THREADS  /* (the caller holds the tensors) */
-    in_range = max_magnitude_bits(src, n) < round16_limits[kind];
-    if (in_range) {
-#ifdef HAVE_F16C_PATH
-        if (kind == 0 && has_f16c())
-            round_f16_f16c(src, dst, n);
-        else
-#endif
-        if (kind == 0 && dst == src)
-            round_f16_in_place(dst, n);
-        else if (kind == 0)
-            round_f16_copy(src, dst, n);
-        else if (kind == 1)
-            round_bf16_loop(src, dst, n);
-        else if (dst != src)
-            memcpy(dst, src, (size_t)n * 4u);
+    if (!cols) {
+        in_range = max_magnitude_bits(src, n) < round16_limits[kind];
+        if (in_range)
+            round_span(src, dst, n, kind);
+    } else {  /* rows of cols values, src_stride and dst_stride values apart: all checked before any is written */
+        const Py_ssize_t rows = n / cols;
+        for (Py_ssize_t r = 0; r < rows && in_range; r++)
+            in_range = max_magnitude_bits(src + r * src_stride, cols) < round16_limits[kind];
+        for (Py_ssize_t r = 0; r < rows && in_range; r++)
+            round_span(src + r * src_stride, dst + r * dst_stride, cols, kind);
     }
     Py_END_ALLOW_THREADS
     return PyBool_FromLong(in_range);
@@ -1327,9 +1340,10 @@ static PyMethodDef methods[] = {
      "with the count of |x| >= limit (limit <= 0: 0) as the row's last item; with cols, the values lie in\n"
      "rows of cols contiguous values, stride values apart, and are read in row order."},
     {"round16", round16, METH_VARARGS,
-     "round16(src_address, dst_address, n, kind) -> bool\n\n"
+     "round16(src_address, dst_address, n, kind, cols=0, src_stride=0, dst_stride=0) -> bool\n\n"
      "Round n float32 values at src_address into float16 (kind 0) or bfloat16 (1), or only check them (2),\n"
-     "writing float32 to dst_address (may equal src); False, writing nothing, if some |x| is out of range."},
+     "writing float32 to dst_address (may equal src); False, writing nothing, if some |x| is out of range.\n"
+     "With cols, the values lie in rows of cols contiguous values, the strides apart at either address."},
     {"slots", (PyCFunction)(void (*)(void))slots, METH_FASTCALL,
      "slots(inputs, input_dtypes, outputs, output_dtypes, floats, ndarray, seen, tensors, rows, later, leftover,\n"
      "      cancellation, floor) -> None\n\n"

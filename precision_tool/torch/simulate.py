@@ -19,6 +19,8 @@ produce still raises the status.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from precision_tool import defaults
@@ -60,6 +62,7 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         self.mixlists = load_mixlist(modify_mixlist, _AnyAtenOp()) if modify_mixlist else MixLists()
         self.status = FloatStatus()
         self.overflow_ops: list[OpRef] = []
+        self._parameters = _RoundedParameters()
 
     def __enter__(self) -> "simulate_npu":
         SESSION.attach(simulator=self)
@@ -78,6 +81,8 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         """Run ``call`` with simulated numerics; ``before()`` is called just before the kernel."""
         info = call.info
         floats = [t for t in _tensors(call.args, call.kwargs) if t.is_floating_point()]
+        if (info.mutated or info.hidden_writes) and self._parameters:
+            self._parameters.written(call)
         native = (not floats or info.collective or call.direction == "optimizer" or _accumulates_grad(call)
                   or any(t.dtype is not _FLOAT32 for t in floats)
                   or (info.cast and call.kwargs.get("dtype", torch.float32) != torch.float32))
@@ -135,7 +140,8 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         compute, output = precision.compute, precision.output
         overflow = False
         if compute.bits < 32:
-            written = {id(t) for t in flat_tensors(call.info.mutated_args(call.args, call.kwargs))}
+            written = {id(t) for t in flat_tensors(call.info.mutated_args(call.args, call.kwargs))} \
+                if call.info.mutated else _NOTHING
             cast: dict[int, torch.Tensor] = {}
 
             def to_compute(t):
@@ -152,9 +158,13 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
                     set_logical_format(t, compute)
                     return t
                 if id(t) not in cast:
-                    rounded, flag = round_to(t, compute, self.overflow_mode)
-                    overflow |= flag
-                    set_logical_format(rounded, compute)
+                    rounded = self._parameters.get(t, compute, call.step)
+                    if rounded is None:
+                        rounded, flag = round_to(t, compute, self.overflow_mode)
+                        overflow |= flag
+                        set_logical_format(rounded, compute)
+                        if not flag:
+                            self._parameters.put(t, compute, rounded)
                     cast[id(t)] = rounded
                 return cast[id(t)]
 
@@ -183,6 +193,61 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
             self.overflow_ops.append(ref)
 
 
+class _RoundedParameters:
+    """The rounded copies of parameters (leaves that require grad, and views of them) that ops computing in a
+    16-bit format read, kept for the step: an LSTM reads each weight, transposed, once a time step, and a
+    Linear's backward reads its weight again.
+
+    A copy counts while its parameter's storage lives (a weak reference), under the view's start, shape,
+    strides and version: an update in place gives a new version. A write through an alias with a version
+    counter of its own (``p.data.mul_()``) drops every copy of that storage (`written`). A rounding that
+    overflowed is never kept: each op that reads it raises the float status again. Copies of at most
+    `LIMIT` bytes are kept a step; they go when the step ends.
+    """
+
+    LIMIT = 1 << 29
+
+    def __init__(self) -> None:
+        self._entries: dict = {}  # (data pointer, shape, strides, version, format) -> (storage ref, pointer, copy)
+        self._step = None
+        self._bytes = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def get(self, tensor: torch.Tensor, fmt, step: int):
+        if step != self._step:
+            self._entries.clear()
+            self._step, self._bytes = step, 0
+            return None
+        if not self._entries:
+            return None
+        entry = self._entries.get((tensor.data_ptr(), tensor.shape, tensor.stride(), tensor._version, fmt))
+        if entry is None or entry[0]() is None:
+            return None
+        return entry[2]
+
+    def put(self, tensor: torch.Tensor, fmt, rounded: torch.Tensor) -> None:
+        base = tensor._base if tensor._base is not None else tensor
+        if not (base.requires_grad and base.is_leaf) or self._bytes > self.LIMIT or tensor.layout is not _STRIDED:
+            return
+        storage = tensor.untyped_storage()
+        self._entries[(tensor.data_ptr(), tensor.shape, tensor.stride(), tensor._version, fmt)] = (
+            weakref.ref(storage), storage.data_ptr(), rounded)
+        self._bytes += rounded.numel() * 4
+
+    def written(self, call: OpCall) -> None:
+        """``call`` writes its mutated (and undeclared-written) arguments: drop the copies of their storages."""
+        written = flat_tensors(call.info.mutated_args(call.args, call.kwargs))
+        written += [call.args[i] for i in call.info.hidden_writes
+                    if i < len(call.args) and isinstance(call.args[i], torch.Tensor)]
+        storages = {t.untyped_storage().data_ptr() for t in written if t.layout is _STRIDED}
+        if storages:
+            self._entries = {key: entry for key, entry in self._entries.items() if entry[1] not in storages}
+
+
+_STRIDED = torch.strided
+_NOTHING: frozenset = frozenset()
 _NODE_HAS_VARIABLE: dict = {}  # autograd node class -> whether it has ``variable`` (AccumulateGrad)
 
 

@@ -111,16 +111,26 @@ def round_to(tensor: torch.Tensor, fmt: Format, overflow_mode: str) -> tuple[tor
     """A new float32 tensor of ``tensor``'s values rounded into ``fmt``; and whether that overflowed.
 
     In range (no |x| at the format's overflow threshold, no NaN) the C
-    extension's `round16` rounds it, bit for bit as `Format.round`; a strided
-    tensor (a transposed weight) is copied contiguous first and rounded there.
-    Else, and without the extension, `Format.round` does, which applies the
-    overflow mode.
+    extension's `round16` rounds it, bit for bit as `Format.round`: a
+    transpose or permute of dense memory (a transposed weight) where it lies,
+    into a result of the same layout, which the kernel then reads as it reads
+    the unrounded tensor; another strided tensor is copied contiguous first
+    and rounded there. Else, and without the extension, `Format.round` does,
+    which applies the overflow mode.
     """
     kind = _native_kind(tensor, fmt, contiguous=False)
     if kind is not None:
         if tensor.is_contiguous():
             result = torch.empty(tensor.shape, dtype=_FLOAT32)
             if _ROUND16(tensor.data_ptr(), result.data_ptr(), result.numel(), kind):
+                return result, False
+        elif memory_order(tensor).is_contiguous():  # dense: its memory, value for value, in a like layout
+            result = torch.empty_strided(tensor.shape, tensor.stride(), dtype=_FLOAT32)
+            if _ROUND16(tensor.data_ptr(), result.data_ptr(), result.numel(), kind):
+                return result, False
+        elif (layout := _row_layout(tensor)) is not None:  # rows of a wider tensor (gates): gathered as rounded
+            result = torch.empty(tensor.shape, dtype=_FLOAT32)
+            if _ROUND16(tensor.data_ptr(), result.data_ptr(), result.numel(), kind, layout[0], layout[1], layout[0]):
                 return result, False
         else:
             result = tensor.contiguous()  # a copy of its own
@@ -141,13 +151,18 @@ def round_in_place(tensor: torch.Tensor, fmt: Format, overflow_mode: str) -> boo
     """Round ``tensor``'s values into ``fmt`` where they are; return whether that overflowed.
 
     Like `round_to`, the C extension writes in-range values in place (as the
-    numpy path below does, without counting a write in the tensor's version).
+    numpy path below does, without counting a write in the tensor's version):
+    a dense tensor's memory in any order, rows of a wider tensor row by row.
     """
-    kind = _native_kind(tensor, fmt)
+    kind = _native_kind(tensor, fmt, contiguous=False)
     if kind is not None:
         address = tensor.data_ptr()
-        if _ROUND16(address, address, tensor.numel(), kind):
-            return False
+        if tensor.is_contiguous() or memory_order(tensor).is_contiguous():  # dense: its memory, in any order
+            if _ROUND16(address, address, tensor.numel(), kind):
+                return False
+        elif (layout := _row_layout(tensor)) is not None:  # rows of a wider tensor: only its own values
+            if _ROUND16(address, address, tensor.numel(), kind, layout[0], layout[1], layout[1]):
+                return False
     array = to_numpy(tensor)
     rounded, overflow = fmt.round(array, overflow_mode)
     if rounded is not array:

@@ -151,12 +151,42 @@ def test_rounding_in_c_is_bit_for_bit_format_round(name):
     assert np.array_equal(tensor.numpy().view(np.uint32), np.asarray(expected).view(np.uint32))
     assert tensor._version == 0  # written where it lies, as the numpy path does
     source = torch.from_numpy(values[:values.size // 2 * 2].copy())
-    strided = source.reshape(2, -1).t()  # a transposed weight: copied contiguous, rounded there
+    transposed = source.reshape(2, -1).t()  # a transposed weight: rounded where it lies, into its layout
+    rounded, flag = round_to(transposed, fmt, "saturation")
+    expected, _ = fmt.round(np.ascontiguousarray(transposed.numpy()), "saturation")
+    assert not flag and rounded.shape == transposed.shape and rounded.stride() == transposed.stride()
+    assert np.array_equal(rounded.numpy().view(np.uint32), np.asarray(expected).view(np.uint32))
+    assert np.array_equal(source.numpy(), values[:values.size // 2 * 2])  # the source is left as it was
+    strided = source.reshape(2, -1)[:, ::3]  # not dense: copied contiguous, rounded there
     rounded, flag = round_to(strided, fmt, "saturation")
     expected, _ = fmt.round(np.ascontiguousarray(strided.numpy()), "saturation")
     assert not flag and rounded.is_contiguous() and rounded.shape == strided.shape
     assert np.array_equal(rounded.numpy().view(np.uint32), np.asarray(expected).view(np.uint32))
-    assert np.array_equal(source.numpy(), values[:values.size // 2 * 2])  # the source is left as it was
+    assert np.array_equal(source.numpy(), values[:values.size // 2 * 2])
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32"])
+def test_rounding_a_view_writes_only_its_own_values_and_keeps_a_transposes_layout(name):
+    """A chunk of the last dimension (an LSTM's gates), a transpose, a slice of a 3-D tensor: rounded in C,
+    bit for bit as Format.round of their values; in place, the values of the wider tensor between the view's
+    rows are left as they were; a transpose's rounded copy keeps its strides."""
+    from precision_tool.engine.formats import FORMATS
+
+    fmt = FORMATS[name]
+    wide = torch.from_numpy(np.random.default_rng(5).standard_normal((6, 40)).astype(np.float32) * 100)
+    for view in (wide[:, 8:24], wide.t(), wide.reshape(6, 4, 10)[:, :, 2:7], wide[1:5, 3:9]):
+        expected, _ = fmt.round(np.ascontiguousarray(view.numpy()), "saturation")
+        rounded, flag = round_to(view, fmt, "saturation")
+        assert not flag and np.array_equal(rounded.numpy(), expected)
+        if view.dim() == 2 and view.t().is_contiguous():
+            assert rounded.stride() == view.stride()
+        copy = wide.clone()
+        target = torch.as_strided(copy, view.shape, view.stride(), view.storage_offset())
+        assert not round_in_place(target, fmt, "saturation")
+        assert np.array_equal(target.numpy(), expected)
+        outside = torch.ones_like(copy, dtype=torch.bool)
+        torch.as_strided(outside, view.shape, view.stride(), view.storage_offset()).fill_(False)
+        assert torch.equal(copy[outside], wide[outside])
 
 
 def test_statistics_are_shared_by_every_tensor_over_the_same_memory_while_it_lives():
