@@ -137,3 +137,23 @@ def test_bad_settings_are_config_errors():
         ptt.simulate_npu("fp8_everywhere")
     with pytest.raises(ConfigError, match="overflow mode"):
         ptt.simulate_npu("force_fp16", "wrap")
+
+
+def test_a_parameter_rounded_once_a_step_is_rounded_again_after_every_kind_of_write():
+    """Ops reading a parameter in float16 share one rounded copy a step (an LSTM reads each weight once a time
+    step); a write through ``.data`` (a version counter of its own) or in place under no_grad (a new version)
+    gives the next op the new values rounded, never the stale copy."""
+    x = torch.tensor([[1.0]])
+    w = torch.nn.Parameter(torch.tensor([[1.0 + 2.0**-11 + 2.0**-20]]))
+    with ptt.simulate_npu("force_fp16") as sim:
+        first, again = x @ w.t(), x @ w.t()
+        assert float(first) == float(again) == 1.0 + 2.0**-10
+        assert len(sim._parameters._entries) == 1  # the transposed weight, rounded once
+        version = w._version
+        w.data.mul_(3)  # simulated too: 3 * (1 + 2**-10) in float16 is 3 + 2**-8
+        assert w._version == version  # not seen by w's version counter: the write drops the storage's copies
+        assert float(x @ w.t()) == 3.0 + 2.0**-8
+        with torch.no_grad():
+            w.add_(1.0)  # a new version
+        assert float(x @ w.t()) == 4.0 + 2.0**-8
+    assert w.tolist() == [[4.0 + 2.0**-8]]
