@@ -18,6 +18,11 @@ calls. A backward op is named after the forward op whose autograd node runs
 it: the forward op that created a node is found from autograd's sequence
 numbers, which count nodes as they are created, just before the op reaches
 the dispatcher.
+
+Activation checkpointing runs a module's forward again during backward: its
+ops are named as forward ops of that module (the module keeps the path its
+first call had), and the nodes they make name the backward ops that run them,
+as in a run without checkpointing.
 """
 
 from __future__ import annotations
@@ -27,13 +32,15 @@ import torch
 from precision_tool.engine.hooks import BACKWARD, FORWARD, OPTIMIZER
 
 _sequence_nr = torch._C._autograd._get_sequence_nr
+_current_node = torch._C._current_autograd_node
 
 
 class Namer:
     """Tracks the module scope (with global module hooks) and hands out op names."""
 
     def __init__(self) -> None:
-        self._stack: list[tuple[torch.nn.Module, str]] = []
+        self._stack: list[tuple[torch.nn.Module, str, bool]] = []  # (module, path, entered during backward)
+        self._paths: dict[int, str] = {}  # id(module) -> the path of its first call
         self._counters: dict[tuple[str, str], int] = {}
         self._forward_of: dict[int, str] = {}  # autograd sequence nr -> name of the forward op that made it
         self._previous_forward_of: dict[int, str] = {}
@@ -64,6 +71,7 @@ class Namer:
         self._relative.clear()
         self._seen_modules.clear()
         self._param_names.clear()
+        self._paths.clear()
         self._forward_of.clear()
         self._previous_forward_of.clear()
 
@@ -83,7 +91,7 @@ class Namer:
         ``node`` is the autograd node being executed (backward), ``optimizer``
         the optimizer whose ``step`` is running; both None in forward.
         """
-        if node is not None:
+        if node is not None and not (self._stack and self._stack[-1][2]):
             direction, scope = BACKWARD, self._backward_scope(node)
         elif optimizer is not None:
             direction, scope = OPTIMIZER, f"optimizer/{type(optimizer).__name__}"
@@ -118,14 +126,18 @@ class Namer:
 
     def _enter(self, module: torch.nn.Module, args) -> None:
         path = self._path_of(module)
-        self._stack.append((module, path))
+        self._stack.append((module, path, _current_node() is not None))  # (checkpointing's recomputation)
         if id(module) not in self._seen_modules:
             self._seen_modules.add(id(module))
             for name, param in module._parameters.items():
                 if param is not None:
                     self._param_names.setdefault(id(param), f"{path}/{name}")
 
-    def _leave(self, module: torch.nn.Module, args, kwargs, output) -> None:
+    def _leave(self, module: torch.nn.Module, args, *rest) -> None:
+        """A module's forward returned, as (module, args, kwargs, output); or raised, as (module, args, None):
+        torch calls the hooks it always calls with three arguments then (a recomputation that checkpointing
+        stops early, once it has the tensors the backward node needs, ends with an exception)."""
+        kwargs, output = rest if len(rest) == 2 else ({}, rest[0] if rest else None)
         stack = self._stack
         for i in range(len(stack) - 1, -1, -1):
             if stack[i][0] is module:
@@ -150,11 +162,14 @@ class Namer:
         self._last_seq = seq
 
     def _path_of(self, module: torch.nn.Module) -> str:
-        for caller, caller_path in reversed(self._stack):
+        for caller, caller_path, _ in reversed(self._stack):
             relative = self._relative_name(caller, module)
             if relative is not None:
-                return f"{caller_path}/{relative}" if relative else caller_path
-        return type(module).__name__
+                path = f"{caller_path}/{relative}" if relative else caller_path
+                self._paths.setdefault(id(module), path)
+                return path
+        # called from outside every module: the model, or a module recomputed during backward
+        return self._paths.get(id(module)) or type(module).__name__
 
     def _relative_name(self, caller: torch.nn.Module, module: torch.nn.Module) -> str | None:
         key = (id(caller), id(module))

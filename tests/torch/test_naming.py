@@ -123,3 +123,67 @@ def test_a_module_called_twice_counts_its_calls():
     finally:
         namer.uninstall()
     assert names == ["Twice", "Probe"]
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.act = torch.nn.GELU()
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+class _Checkpointed(torch.nn.Module):
+    def __init__(self, reentrant):
+        super().__init__()
+        self.b, self.out, self.reentrant = _Block(), torch.nn.Linear(4, 1), reentrant
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        return self.out(checkpoint(self.b, x, use_reentrant=self.reentrant)).sum()
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_a_checkpointed_module_recomputed_in_backward_keeps_its_path_and_names_its_backward_ops(tmp_path,
+                                                                                               reentrant):
+    """Activation checkpointing runs the block's forward again during backward: its ops are forward ops of
+    the block's own path (its second call), and the backward ops are named after forward ops, never after
+    an autograd node's class (``AddmmBackward0/aten.mm_0``). Non-reentrant checkpointing stops the
+    recomputation with an exception once it has what the node needs: the module scope ends there too."""
+    torch.manual_seed(0)
+    model = _Checkpointed(reentrant)
+    x = torch.randn(2, 4, requires_grad=True)
+    with ptt.dump(tmp_path / "d.h5", mode="stats", modules=False):
+        model(x).backward()
+    names = _names(tmp_path / "d.h5")
+    recomputed = [name for name, direction in names[names.index(("aten.ones_like_0", "forward")) + 1:]
+                  if direction == "forward"]
+    backward = [name for name, direction in names if direction == "backward"]
+    assert all(name.startswith("_Checkpointed/") for name in backward), backward
+    if reentrant:
+        assert recomputed == ["_Checkpointed/b/fc/aten.addmm_1", "_Checkpointed/b/act/aten.gelu_1"]
+        assert "_Checkpointed/b/fc/aten.addmm_1/aten.mm_0" in backward
+    else:  # the gelu's input is all the node needs: the recomputation stops after the Linear
+        assert recomputed == ["_Checkpointed/b/fc/aten.addmm_1"]
+        assert "_Checkpointed/b/act/aten.gelu_0/aten.gelu_backward_0" in backward
+        assert "_Checkpointed/b/fc/aten.addmm_0/aten.mm_0" in backward
+
+
+def test_a_module_whose_forward_raises_leaves_its_scope():
+    from precision_tool.torch.naming import Namer
+
+    class Fails(torch.nn.Module):
+        def forward(self, x):
+            raise ValueError("no")
+
+    namer = Namer()
+    namer.install()
+    try:
+        with pytest.raises(ValueError):
+            Fails()(torch.ones(1))
+        assert namer.module_path == ""
+    finally:
+        namer.uninstall()
