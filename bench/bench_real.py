@@ -390,6 +390,10 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true",
                         help="time CPU seconds with torch on one thread instead of wall time (a loaded machine)")
     parser.add_argument("--no-msprobe", action="store_true", help="leave msprobe's runs out even where installed")
+    parser.add_argument("--msprobe-from", type=Path, default=None, metavar="JSON",
+                        help="with --no-msprobe: carry msprobe's columns over from an earlier --json file of the "
+                             "same size, clock and steps (its runs do not depend on this project's code); the table "
+                             "says from which date")
     parser.add_argument("--markdown", type=Path, default=None, metavar="JSON",
                         help="print the table rows of docs/torch.md from a --json file, and stop")
     args = parser.parse_args()
@@ -418,11 +422,28 @@ def main() -> int:
         _print_model(short, result, args.steps)
     if not msprobe and not args.no_msprobe:
         print("msprobe not installed (pip install mindstudio-probe==26.2.0): its columns are left out")
+    if args.msprobe_from and not msprobe:
+        _carry_msprobe(json.loads(args.msprobe_from.read_text()), results, args)
     if args.json:
         args.json.write_text(json.dumps({"date": datetime.date.today().isoformat(), "steps": args.steps, "clock": "cpu" if args.cpu else "wall",
                                          "size": args.size,
                                          "repeats": args.repeats, "results": results}, indent=1))
     return 0
+
+
+def _carry_msprobe(earlier: dict, results: dict, args) -> None:
+    """Copy msprobe's figures of each model from an ``earlier`` result document, dated; refuse one measured
+    otherwise (another size, clock or step count)."""
+    same = (earlier.get("size", "tiny"), earlier.get("clock", "wall"), earlier["steps"])
+    if same != (args.size, "cpu" if args.cpu else "wall", args.steps):
+        raise SystemExit(f"--msprobe-from: measured at {same}, not at {(args.size, args.cpu, args.steps)}")
+    for name, result in results.items():
+        theirs = earlier["results"].get(name, {})
+        for key in ("msprobe", "msprobe_tensor_bytes", "msprobe_records_per_step"):
+            if key in theirs:
+                result[key] = theirs[key]
+        if "msprobe" in theirs:
+            result["msprobe_date"] = theirs.get("msprobe_date", earlier["date"])
 
 
 def _print_model(name: str, result: dict, steps: int) -> None:

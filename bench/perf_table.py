@@ -89,6 +89,12 @@ CAPTURE_HEAD = ["| model | plain step | module floor | stats, module | aten floo
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
 
+def _msprobe_dates(document: dict) -> str:
+    """A sentence saying when msprobe's figures were measured, where they were carried over from an earlier run."""
+    dates = sorted({r["msprobe_date"] for r in document["results"].values() if r.get("msprobe_date")})
+    return f" msprobe's columns are its runs of {', '.join(dates)} (`--msprobe-from`)." if dates else ""
+
+
 def table() -> str:
     lines = []
     real = load("real.json")
@@ -99,13 +105,15 @@ def table() -> str:
                   "stats ≤ 1.5× at module level and ≤ 2.5× at aten level, dump ≥ 50 % of raw h5py write speed, "
                   "simulate ≤ 2×. The floors: module hooks that do nothing, for module level; a no-op dispatch "
                   "mode, for aten level and simulate. Records a step: module level / aten level; msprobe's in "
-                  "brackets (L0 is module level, L1 torch-API level).", "", *CAPTURE_HEAD, *capture_rows(real), ""]
+                  "brackets (L0 is module level, L1 torch-API level)." + _msprobe_dates(real), "", *CAPTURE_HEAD,
+                  *capture_rows(real), ""]
     small = load("real-small.json")
     if small:
         lines += [f"The same families at width 256 (`bench_real.py --size small`, {small['date']}, "
                   f"{small['steps']} steps, median of {small['repeats']} rounds, "
                   f"{'CPU time' if small.get('clock') == 'cpu' else 'wall time'}): the fixed cost per op and per "
-                  "module call weighs less as the kernels grow.", "", *CAPTURE_HEAD, *capture_rows(small), ""]
+                  "module call weighs less as the kernels grow." + _msprobe_dates(small), "", *CAPTURE_HEAD,
+                  *capture_rows(small), ""]
     many = [d for d in (load("many-20000.json"), load("many-50000.json")) if d]
     if many:
         lines += ["**Many small tensors** (`bench_many.py`): `compare` in process against reading the same bytes "

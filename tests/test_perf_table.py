@@ -26,3 +26,10 @@ def test_every_saved_result_is_dated_and_shown():
     for path in sorted(module.RESULTS.glob("*.json")):
         document = module.load(path.name)
         assert document["date"] in table, path.name
+
+
+def test_msprobe_figures_carried_from_an_earlier_run_say_when_they_were_measured():
+    module = perf_table()
+    document = {"date": "2026-11-26", "results": {"gpt2": {"msprobe_date": "2026-11-25"}, "bert": {}}}
+    assert module._msprobe_dates(document) == " msprobe's columns are its runs of 2026-11-25 (`--msprobe-from`)."
+    assert module._msprobe_dates({"results": {"gpt2": {}}}) == ""
