@@ -1,0 +1,179 @@
+"""The file object HDF5 writes a dump through: failures recorded, never raised, and commits made atomic.
+
+h5py's file-object driver calls `GuardedFile` for every read and write.
+The first failed write (a full disk, an I/O error) is recorded and every
+later write dropped, so HDF5 never half-writes its metadata on top of
+committed steps.
+
+Commits are atomic. HDF5 rewrites structures the committed steps depend
+on (the superblock, which records where the file ends; object headers; the
+/steps link index; global heaps) at every flush, and whenever its metadata
+cache evicts one in mid-step, in no promised order, one write each: a
+SIGKILL between two of them used to leave a dump that could not be read
+(``addr overflow``: a structure pointing past the end the superblock
+recorded). So a write below the size the file had at the last commit is
+held in memory (and read back from there) until `commit`, which first
+appends the bytes those writes replace to the file (an undo record,
+`precision_tool.dump.undo`), then writes them, then truncates the file to
+its new size, removing the record in one step. A reader that finds a whole
+record at the end of a file reads it as it was at the last commit. Writes
+past that size go straight to the file: nothing committed refers to them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from precision_tool.dump import undo
+
+
+class GuardedFile:
+    """A file object for h5py that never raises and commits atomically (see the module docstring)."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._position = 0
+        self.failure: OSError | None = None
+        self.interrupted = False  # a KeyboardInterrupt arrived inside an HDF5 call; raised after it returns
+        self._committed = self._size = os.fstat(fd).st_size  # the size at the last commit; the size now
+        self._held: list[tuple[int, bytes] | None] = []  # writes below ``_committed``, in order, until `commit`
+        self._held_at: dict[int, int] = {}  # offset -> index in ``_held`` of the last write there
+        self._pending: tuple[int, bytes] | None = None  # (where, undo record) of a commit under way
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._position = (0, self._position, self._size)[whence] + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        size, offset = view.nbytes, self._position
+        if self.failure is None:
+            held = min(size, max(0, self._committed - offset))
+            if held:
+                self._hold(offset, bytes(view[:held]))
+            if held < size:
+                self._calmly(self._write_at, view[held:], offset + held)
+        self._position += size
+        self._size = max(self._size, self._position)
+        return size
+
+    def _hold(self, offset: int, data: bytes) -> None:
+        """Keep a write over committed bytes until `commit`; one it covers entirely is dropped."""
+        earlier = self._held_at.get(offset)
+        if earlier is not None and len(self._held[earlier][1]) <= len(data):
+            self._held[earlier] = None  # every byte of it is written again by this one
+        self._held_at[offset] = len(self._held)
+        self._held.append((offset, data))
+
+    def _calmly(self, call, *args) -> None:
+        """``call(*args)``, which is idempotent; a KeyboardInterrupt inside it does it again and is raised later
+        (`interrupted`), so that no write is left half-done."""
+        try:
+            call(*args)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            call(*args)
+
+    def _write_at(self, view, offset: int) -> None:
+        if self.failure is not None:
+            return
+        size = len(view)
+        try:
+            written = os.pwrite(self._fd, view, offset)
+            while written < size:  # a short write: the rest, until the disk says why not
+                step = os.pwrite(self._fd, view[written:], offset + written)
+                if not step:
+                    raise OSError(errno.EIO, os.strerror(errno.EIO))
+                written += step
+        except OSError as exc:
+            self.failure = exc
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        start = self._position
+        try:
+            data = os.pread(self._fd, len(view), start)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            data = os.pread(self._fd, len(view), start)
+        except OSError as exc:
+            self.failure = self.failure or exc
+            data = b""
+        if self._held:
+            data = bytearray(data)
+            for entry in self._held:  # what HDF5 wrote there last, though not yet in the file
+                if entry is not None:
+                    offset, held = entry
+                    low, high = max(start, offset), min(start + len(data), offset + len(held))
+                    if low < high:
+                        data[low - start:high - start] = held[low - offset:high - offset]
+        view[:len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        buffer = bytearray(size if size >= 0 else 0)
+        return bytes(buffer[:self.readinto(buffer)])
+
+    def truncate(self, size: int | None = None) -> int:
+        size = self._position if size is None else size
+        self._size = size
+        if size >= self._committed:  # cutting below the last commit waits for the next one
+            self._calmly(self._truncate, size)
+        return size
+
+    def _truncate(self, size: int) -> None:
+        if self.failure is None:
+            try:
+                os.ftruncate(self._fd, size)
+            except OSError as exc:
+                self.failure = exc
+
+    def flush(self) -> None:
+        """Nothing to do: writes past the last commit went straight to the file, the others wait for `commit`."""
+
+    def commit(self) -> None:
+        """Put every write since the last commit into the file at once: a kill at any point leaves a file that
+        reads as after this commit, or as after the last (nothing once a write failed: it stays as the last)."""
+        while True:
+            try:
+                self._commit()
+                return
+            except KeyboardInterrupt:  # each part is idempotent: do it again, raise later
+                self.interrupted = True
+
+    def _commit(self) -> None:
+        if self.failure is not None:
+            return
+        held = [entry for entry in self._held if entry is not None]
+        if self._pending is None:
+            try:
+                record = undo.encode(self._committed, self._old_bytes(held)) if held else b""
+            except OSError as exc:
+                self.failure = exc
+                return
+            self._pending = (max(os.fstat(self._fd).st_size, self._size), record)
+        where, record = self._pending
+        if record:
+            self._write_at(memoryview(record), where)  # past everything: the file's end is the record's
+            for offset, data in held:
+                self._write_at(memoryview(data), offset)
+        self._truncate(self._size)  # removes the record: the commit is done
+        if self.failure is None:
+            self._committed = self._size
+            self._held, self._held_at, self._pending = [], {}, None
+
+    def _old_bytes(self, held: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+        """The bytes in the file now under the regions ``held`` writes cover, as merged regions."""
+        spans: list[list[int]] = []
+        for offset, data in sorted(held):
+            end = offset + len(data)
+            if spans and offset <= spans[-1][1]:
+                spans[-1][1] = max(spans[-1][1], end)
+            else:
+                spans.append([offset, end])
+        return [(start, os.pread(self._fd, end - start, start)) for start, end in spans]
