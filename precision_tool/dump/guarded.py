@@ -22,6 +22,7 @@ past that size go straight to the file: nothing committed refers to them.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import os
 
@@ -39,7 +40,7 @@ class GuardedFile:
         self._committed = self._size = os.fstat(fd).st_size  # the size at the last commit; the size now
         self._held: list[tuple[int, bytes] | None] = []  # writes below ``_committed``, in order, until `commit`
         self._held_at: dict[int, int] = {}  # offset -> index in ``_held`` of the last write there
-        self._pending: tuple[int, bytes] | None = None  # (where, undo record) of a commit under way
+        self._pending: tuple | None = None  # (where, undo record, new regions) of a commit under way
 
     def seek(self, offset: int, whence: int = 0) -> int:
         self._position = (0, self._position, self._size)[whence] + offset
@@ -149,31 +150,42 @@ class GuardedFile:
     def _commit(self) -> None:
         if self.failure is not None:
             return
-        held = [entry for entry in self._held if entry is not None]
         if self._pending is None:
             try:
-                record = undo.encode(self._committed, self._old_bytes(held)) if held else b""
+                old = self._old_bytes() if self._held else []
             except OSError as exc:
                 self.failure = exc
                 return
-            self._pending = (max(os.fstat(self._fd).st_size, self._size), record)
-        where, record = self._pending
+            record = undo.encode(self._committed, old) if old else b""
+            self._pending = (max(os.fstat(self._fd).st_size, self._size), record, self._new_bytes(old))
+        where, record, new = self._pending
         if record:
             self._write_at(memoryview(record), where)  # past everything: the file's end is the record's
-            for offset, data in held:
+            for offset, data in new:
                 self._write_at(memoryview(data), offset)
         self._truncate(self._size)  # removes the record: the commit is done
         if self.failure is None:
             self._committed = self._size
             self._held, self._held_at, self._pending = [], {}, None
 
-    def _old_bytes(self, held: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
-        """The bytes in the file now under the regions ``held`` writes cover, as merged regions."""
+    def _old_bytes(self) -> list[tuple[int, bytes]]:
+        """The bytes in the file now under the regions the held writes cover, merged, in order."""
         spans: list[list[int]] = []
-        for offset, data in sorted(held):
+        for offset, data in sorted(entry for entry in self._held if entry is not None):
             end = offset + len(data)
             if spans and offset <= spans[-1][1]:
                 spans[-1][1] = max(spans[-1][1], end)
             else:
                 spans.append([offset, end])
         return [(start, os.pread(self._fd, end - start, start)) for start, end in spans]
+
+    def _new_bytes(self, old: list[tuple[int, bytes]]) -> list[tuple[int, bytearray]]:
+        """The regions of ``old`` with the held writes laid over them in order: one write each."""
+        starts = [start for start, _ in old]
+        new = [(start, bytearray(data)) for start, data in old]
+        for entry in self._held:
+            if entry is not None:
+                offset, data = entry
+                start, region = new[bisect.bisect_right(starts, offset) - 1]
+                region[offset - start:offset - start + len(data)] = data
+        return new

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from precision_tool.dump import undo
+from precision_tool.dump.guarded import GuardedFile
 from precision_tool.dump.reader import open_dump
 from precision_tool.dump.records import OpRecord, StepRecord, TensorRecord
 from precision_tool.dump.stats import tensor_stats
@@ -119,3 +120,51 @@ def test_a_rolled_back_view_lays_the_old_bytes_over_the_new_and_ends_at_the_comm
     assert view.read(10) == b"Edd"
     with pytest.raises(OSError):
         view.write(b"x")
+
+
+def _guarded(tmp_path, content: bytes):
+    path = tmp_path / "f"
+    path.write_bytes(content)
+    fd = os.open(path, os.O_RDWR)
+    return path, fd, GuardedFile(fd)  # the size it has now is its last commit's
+
+
+def test_writes_over_the_committed_bytes_wait_for_the_commit_and_read_back_meanwhile(tmp_path):
+    path, fd, guarded = _guarded(tmp_path, b"0123456789")
+    try:
+        guarded.seek(2)
+        guarded.write(b"ab")
+        guarded.seek(9)
+        guarded.write(b"XYZ")  # one byte over the committed ones, two past them
+        guarded.seek(0)
+        assert guarded.read(20) == b"01ab45678XYZ"
+        assert path.read_bytes() == b"0123456789YZ"
+        guarded.commit()
+        assert path.read_bytes() == b"01ab45678XYZ" and guarded.seek(0, 2) == 12
+        guarded.truncate(4)  # below the last commit: cut at the next
+        assert path.read_bytes() == b"01ab45678XYZ"
+        guarded.commit()
+        assert path.read_bytes() == b"01ab"
+    finally:
+        os.close(fd)
+
+
+def test_a_ctrl_c_inside_a_commit_finishes_it_and_is_raised_later(tmp_path, monkeypatch):
+    path, fd, guarded = _guarded(tmp_path, b"0123456789")
+    real, calls = os.pwrite, []
+
+    def pwrite(fd, data, offset):
+        calls.append(offset)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # as if the signal arrived between the record and the writes
+        return real(fd, data, offset)
+
+    try:
+        guarded.seek(0)
+        guarded.write(b"AB")
+        monkeypatch.setattr(os, "pwrite", pwrite)
+        guarded.commit()
+        assert path.read_bytes() == b"AB23456789" and guarded.interrupted
+        assert calls == [10, 0, 10, 0]  # the record past the end, the write; again, the same
+    finally:
+        os.close(fd)
