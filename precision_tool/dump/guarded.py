@@ -27,6 +27,8 @@ import errno
 import os
 
 from precision_tool.dump import undo
+from precision_tool.errors import InputError
+from precision_tool.outputs import problem
 
 
 class GuardedFile:
@@ -41,6 +43,17 @@ class GuardedFile:
         self._held: list[tuple[int, bytes] | None] = []  # writes below ``_committed``, in order, until `commit`
         self._held_at: dict[int, int] = {}  # offset -> index in ``_held`` of the last write there
         self._pending: tuple | None = None  # (where, undo record, new regions) of a commit under way
+        self._failure_raised = False
+
+    def raise_problems(self, path: str, consequence: str) -> None:
+        """Raise what went wrong inside HDF5's calls: a KeyboardInterrupt, or (once) InputError naming ``path``,
+        the first failed write and its ``consequence``."""
+        if self.interrupted:
+            self.interrupted = False
+            raise KeyboardInterrupt
+        if self.failure is not None and not self._failure_raised:
+            self._failure_raised = True
+            raise InputError(path, f"{problem(self.failure)}: {consequence}")
 
     def seek(self, offset: int, whence: int = 0) -> int:
         self._position = (0, self._position, self._size)[whence] + offset

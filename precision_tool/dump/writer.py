@@ -54,7 +54,6 @@ from precision_tool.dump.partial import PartialFile
 from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, StepRecord
 from precision_tool.dump.storage import to_storage
 from precision_tool.errors import InputError
-from precision_tool.outputs import problem
 
 _SCALARS = (str, bool, int, float, np.generic)
 
@@ -107,13 +106,12 @@ class DumpWriter:
         self.ops_written = 0
         self.tensors_written = 0
         self.closed = False
-        self._failure_raised = False
         try:  # no step can be read without the metadata: on failure leave nothing behind (no zero-step .partial)
             self._write_metadata(dict(metadata or {}), bool(stats_match_data))
             self._file.flush()
             self._io.commit()
             if self._io.failure is not None:
-                self._raise_failure("cannot create the dump")
+                self._io.raise_problems(self.path, "cannot create the dump")
         except BaseException:  # (that failure, metadata that cannot be encoded, an interrupt)
             self.closed = True
             self._file.close()
@@ -470,17 +468,9 @@ class DumpWriter:
 
     def _check_io(self) -> None:
         """Raise what went wrong inside HDF5's writes: a KeyboardInterrupt, or the first failed write."""
-        if self._io.interrupted:
-            self._io.interrupted = False
-            raise KeyboardInterrupt
-        if self._io.failure is not None and not self._failure_raised:
-            self._failure_raised = True
-            where = f"stopped at step {self._step}" if self._step is not None else "stopped"
-            self._raise_failure(f"{where}; the {self.steps_complete} steps committed before stay readable, "
-                                "the dump is marked incomplete")
-
-    def _raise_failure(self, consequence: str) -> None:
-        raise InputError(self.path, f"{problem(self._io.failure)}: {consequence}")
+        where = f"stopped at step {self._step}" if self._step is not None else "stopped"
+        self._io.raise_problems(self.path, f"{where}; the {self.steps_complete} steps committed before stay "
+                                           "readable, the dump is marked incomplete")
 
     @property
     def size_bytes(self) -> int:
