@@ -134,11 +134,9 @@ class GuardedFile:
         return bytes(buffer[:self.readinto(buffer)])
 
     def truncate(self, size: int | None = None) -> int:
-        size = self._position if size is None else size
-        self._size = size
-        if size >= self._committed:  # cutting below the last commit waits for the next one
-            self._calmly(self._truncate, size)
-        return size
+        """Set the file's size at the next commit (HDF5 sets it at every flush; bytes past it read as zeros)."""
+        self._size = self._position if size is None else size
+        return self._size
 
     def _truncate(self, size: int) -> None:
         if self.failure is None:
