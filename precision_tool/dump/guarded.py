@@ -22,7 +22,6 @@ past that size go straight to the file: nothing committed refers to them.
 
 from __future__ import annotations
 
-import bisect
 import errno
 import os
 
@@ -40,9 +39,8 @@ class GuardedFile:
         self.failure: OSError | None = None
         self.interrupted = False  # a KeyboardInterrupt arrived inside an HDF5 call; raised after it returns
         self._committed = self._size = os.fstat(fd).st_size  # the size at the last commit; the size now
-        self._held: list[tuple[int, bytes] | None] = []  # writes below ``_committed``, in order, until `commit`
-        self._held_at: dict[int, int] = {}  # offset -> index in ``_held`` of the last write there
-        self._pending: tuple | None = None  # (where, undo record, new regions) of a commit under way
+        self._held: list[tuple[int, bytes]] = []  # writes below ``_committed``, in order, until `commit`
+        self._pending: tuple | None = None  # (where, undo record) of a commit under way
         self._failure_raised = False
 
     def raise_problems(self, path: str, consequence: str) -> None:
@@ -63,36 +61,35 @@ class GuardedFile:
         return self._position
 
     def write(self, data) -> int:
-        view = memoryview(data).cast("B")
+        view = memoryview(data)
         size, offset = view.nbytes, self._position
+        end = offset + size
         if self.failure is None:
-            held = min(size, max(0, self._committed - offset))
-            if held:
-                self._hold(offset, bytes(view[:held]))
-            if held < size:
-                self._calmly(self._write_at, view[held:], offset + held)
-        self._position += size
-        self._size = max(self._size, self._position)
+            committed = self._committed
+            if end <= committed:  # over committed bytes: kept until `commit` (the usual case of the two)
+                self._held.append((offset, view.tobytes()))
+            elif offset >= committed:
+                self._calmly(view.cast("B"), offset)
+            else:
+                view = view.cast("B")
+                self._held.append((offset, view[:committed - offset].tobytes()))
+                self._calmly(view[committed - offset:], committed)
+        self._position = end
+        if end > self._size:
+            self._size = end
         return size
 
-    def _hold(self, offset: int, data: bytes) -> None:
-        """Keep a write over committed bytes until `commit`; one it covers entirely is dropped."""
-        earlier = self._held_at.get(offset)
-        if earlier is not None and len(self._held[earlier][1]) <= len(data):
-            self._held[earlier] = None  # every byte of it is written again by this one
-        self._held_at[offset] = len(self._held)
-        self._held.append((offset, data))
-
-    def _calmly(self, call, *args) -> None:
-        """``call(*args)``, which is idempotent; a KeyboardInterrupt inside it does it again and is raised later
+    def _calmly(self, view, offset: int) -> None:
+        """`_write_at`, which is idempotent; a KeyboardInterrupt inside it writes again and is raised later
         (`interrupted`), so that no write is left half-done."""
         try:
-            call(*args)
+            self._write_at(view, offset)
         except KeyboardInterrupt:
             self.interrupted = True
-            call(*args)
+            self._write_at(view, offset)
 
     def _write_at(self, view, offset: int) -> None:
+        """Write ``view`` (bytes, or a memoryview of bytes) at ``offset``; a failure is recorded, not raised."""
         if self.failure is not None:
             return
         size = len(view)
@@ -119,12 +116,10 @@ class GuardedFile:
             data = b""
         if self._held:
             data = bytearray(data)
-            for entry in self._held:  # what HDF5 wrote there last, though not yet in the file
-                if entry is not None:
-                    offset, held = entry
-                    low, high = max(start, offset), min(start + len(data), offset + len(held))
-                    if low < high:
-                        data[low - start:high - start] = held[low - offset:high - offset]
+            for offset, held in self._held:  # what HDF5 wrote there last, though not yet in the file
+                low, high = max(start, offset), min(start + len(data), offset + len(held))
+                if low < high:
+                    data[low - start:high - start] = held[low - offset:high - offset]
         view[:len(data)] = data
         self._position += len(data)
         return len(data)
@@ -163,40 +158,29 @@ class GuardedFile:
             return
         if self._pending is None:
             try:
-                old = self._old_bytes() if self._held else []
+                record = undo.encode(self._committed, self._old_bytes()) if self._held else b""
             except OSError as exc:
                 self.failure = exc
                 return
-            record = undo.encode(self._committed, old) if old else b""
-            self._pending = (max(os.fstat(self._fd).st_size, self._size), record, self._new_bytes(old))
-        where, record, new = self._pending
+            self._pending = (max(os.fstat(self._fd).st_size, self._size), record)
+        where, record = self._pending
         if record:
-            self._write_at(memoryview(record), where)  # past everything: the file's end is the record's
-            for offset, data in new:
-                self._write_at(memoryview(data), offset)
+            self._write_at(record, where)  # past everything: the file's end is the record's
+            for offset, data in self._held:
+                self._write_at(data, offset)
         self._truncate(self._size)  # removes the record: the commit is done
         if self.failure is None:
             self._committed = self._size
-            self._held, self._held_at, self._pending = [], {}, None
+            self._held, self._pending = [], None
 
     def _old_bytes(self) -> list[tuple[int, bytes]]:
         """The bytes in the file now under the regions the held writes cover, merged, in order."""
         spans: list[list[int]] = []
-        for offset, data in sorted(entry for entry in self._held if entry is not None):
-            end = offset + len(data)
+        for offset, end in sorted((offset, offset + len(data)) for offset, data in self._held):
             if spans and offset <= spans[-1][1]:
-                spans[-1][1] = max(spans[-1][1], end)
+                if end > spans[-1][1]:
+                    spans[-1][1] = end
             else:
                 spans.append([offset, end])
-        return [(start, os.pread(self._fd, end - start, start)) for start, end in spans]
-
-    def _new_bytes(self, old: list[tuple[int, bytes]]) -> list[tuple[int, bytearray]]:
-        """The regions of ``old`` with the held writes laid over them in order: one write each."""
-        starts = [start for start, _ in old]
-        new = [(start, bytearray(data)) for start, data in old]
-        for entry in self._held:
-            if entry is not None:
-                offset, data = entry
-                start, region = new[bisect.bisect_right(starts, offset) - 1]
-                region[offset - start:offset - start + len(data)] = data
-        return new
+        pread, fd = os.pread, self._fd
+        return [(start, pread(fd, end - start, start)) for start, end in spans]
