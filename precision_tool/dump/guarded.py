@@ -159,10 +159,10 @@ class GuardedFile:
         if self._pending is None:
             try:
                 record = undo.encode(self._committed, self._old_bytes()) if self._held else b""
+                self._pending = (max(os.fstat(self._fd).st_size, self._size), record)
             except OSError as exc:
                 self.failure = exc
                 return
-            self._pending = (max(os.fstat(self._fd).st_size, self._size), record)
         where, record = self._pending
         if record:
             self._write_at(record, where)  # past everything: the file's end is the record's
