@@ -114,6 +114,9 @@ class GuardedFile:
         except OSError as exc:
             self.failure = self.failure or exc
             data = b""
+        want = min(len(view), self._size - start)
+        if len(data) < want:  # past the file's end but not HDF5's (a truncation waiting for the commit): zeros
+            data += bytes(want - len(data))
         if self._held:
             data = bytearray(data)
             for offset, held in self._held:  # what HDF5 wrote there last, though not yet in the file
