@@ -4,7 +4,8 @@ Runs the writer of ``tests/dump/test_crash.py`` (200 ops a step, half with tenso
 times, each killed after two committed steps plus a random wait of up to ``--max-wait`` seconds, and
 checks every dump it leaves: it opens, says it is incomplete, and every committed step and tensor reads
 back. The suite's crash test kills at five fixed times; this finds the rare kills that land inside a
-flush (about 1 in 80 did before steps were committed in two phases; see docs/dump-format.md).
+commit (before commits were undo-logged, 2 in 80 ``--session`` kills under two CPU hogs left an
+unreadable dump; tests/dump/test_commit.py replays every kill point instead: see docs/dump-format.md).
 
 With ``--session`` it kills the suite's other writer instead: an ``mlp`` collect in dump mode, whose
 packed steps take about a millisecond, so far more kills land inside a commit (three steps first).

@@ -15,7 +15,7 @@ class ExitStatus(enum.IntEnum):
     OK = 0
     REGRESSION = 1  # a check found a precision regression
     USAGE = 2  # bad option, bad config value or bad input file
-    INTERNAL = 3  # a bug in precision-tool itself
+    INTERNAL = 3  # a bug in precision-tool itself, or memory ran out (`out_of_memory`)
     INTERRUPTED = 130
 
 
@@ -74,3 +74,19 @@ def choice_error(what: str, value, valid) -> ConfigError:
     """A ConfigError for a value outside a fixed set, listing the valid ones."""
     listed = ", ".join(str(v) for v in valid)
     return ConfigError(f"unknown {what} {value!r}; valid: {listed}")
+
+
+def out_of_memory(exc: MemoryError) -> str:
+    """The one line for a MemoryError: what could not be allocated, and the process's address-space limit when
+    one is set (``ulimit -v``), which is then what ran out."""
+    what = " ".join(printable(exc).split()) or "an allocation failed"
+    limit = ""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            limit = f"; the process may use {soft / 2 ** 30:.3g} GiB of address space (ulimit -v)"
+    except (ImportError, OSError, ValueError):  # not POSIX
+        pass
+    return f"out of memory: {what}{limit}"

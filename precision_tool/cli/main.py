@@ -5,7 +5,8 @@ Subcommands live in their own modules and are imported only when run, so
 code. `main` returns an exit status; only `entry_point` calls ``sys.exit``.
 
 Exit statuses (`precision_tool.errors.ExitStatus`): 0 ok, 1 a check found a
-precision regression, 2 a usage or input error, 3 an internal error, 130
+precision regression, 2 a usage or input error, 3 an internal error (or
+memory ran out: one line saying what could not be allocated), 130
 interrupted.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 import click
 
 from precision_tool import __version__
-from precision_tool.errors import ExitStatus, PrecisionToolError, Terminated, printable
+from precision_tool.errors import ExitStatus, PrecisionToolError, Terminated, out_of_memory, printable
 
 # name -> (module:attribute, one-line help shown by --help without importing). The commands that read dumps
 # are generated from their specs (`precision_tool.commands.registry`, through `precision_tool.cli.batch`): their
@@ -88,6 +89,9 @@ def _report_internal(exc: BaseException, show_traceback: bool) -> None:
     text = "".join(traceback.format_exception(exc))
     if show_traceback:
         sys.stderr.write(text)
+        return
+    if isinstance(exc, MemoryError):  # exit 3 still: the machine's limit, or a read that should have streamed
+        say(f"precision-tool: {out_of_memory(exc)} (rerun with --traceback to see where)")
         return
     where = ""
     try:

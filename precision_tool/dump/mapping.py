@@ -147,6 +147,8 @@ def watch_file(dump, watch: bool = True) -> None:
 def file_state(file) -> tuple[int, int] | None:
     """(size, modification time in ns) of an open h5py ``file``; None when closed or not a plain file."""
     try:
+        if file.driver == "fileobj":  # read through a file object (`dump.undo`): its handle is no descriptor
+            return None
         info = os.fstat(file.id.get_vfd_handle())
     except (AttributeError, OSError, TypeError, ValueError):
         return None

@@ -12,10 +12,10 @@ A NAME that is a symbolic link is written through, as every output is
 (`precision_tool.outputs.output_target`): ``.partial`` sits beside the file
 it names, which the rename replaces; the link stays.
 
-HDF5 writes through `GuardedFile` (h5py's file-object driver): the first
-failed write (a full disk, an I/O error) is recorded and every later write
-dropped, so HDF5 never half-writes its metadata on top of committed steps:
-the file stays as a kill at that moment would leave it.
+HDF5 writes through `GuardedFile` (h5py's file-object driver,
+`precision_tool.dump.guarded`): the first failed write (a full disk, an I/O
+error) is recorded and every later write dropped, and commits are atomic,
+so the file stays as a kill at that moment would leave it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import os
 import stat
 from pathlib import Path
 
+from precision_tool.dump.guarded import GuardedFile
 from precision_tool.errors import InputError
 from precision_tool.outputs import output_target, problem
 
@@ -39,87 +40,6 @@ PARTIAL_SUFFIX = ".partial"
 def partial_path(path) -> str:
     """Where the dump of ``path`` is written until it is closed (beside the file a link at ``path`` names)."""
     return f"{output_target(path)}{PARTIAL_SUFFIX}"
-
-
-class GuardedFile:
-    """A file object for h5py that never raises: it records the first failure and drops later writes."""
-
-    def __init__(self, fd: int):
-        self._fd = fd
-        self._position = 0
-        self.failure: OSError | None = None
-        self.interrupted = False  # a KeyboardInterrupt arrived inside an HDF5 call; raised after it returns
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        if whence == 0:
-            self._position = offset
-        elif whence == 1:
-            self._position += offset
-        else:
-            self._position = os.fstat(self._fd).st_size + offset
-        return self._position
-
-    def tell(self) -> int:
-        return self._position
-
-    def write(self, data) -> int:
-        view = memoryview(data)
-        size = view.nbytes
-        try:
-            self._write_at(view, size)
-        except KeyboardInterrupt:  # pwrite at an offset is idempotent: write it all again, raise later
-            self.interrupted = True
-            self._write_at(view, size)
-        self._position += size
-        return size
-
-    def _write_at(self, view: memoryview, size: int) -> None:
-        if self.failure is not None:
-            return
-        offset = self._position
-        try:
-            written = os.pwrite(self._fd, view, offset)
-            if written < size:  # a short write: the rest, until the disk says why not
-                view = view.cast("B")
-                while written < size:
-                    step = os.pwrite(self._fd, view[written:], offset + written)
-                    if not step:
-                        raise OSError(errno.EIO, os.strerror(errno.EIO))
-                    written += step
-        except OSError as exc:
-            self.failure = exc
-
-    def readinto(self, buffer) -> int:
-        try:
-            data = os.pread(self._fd, len(memoryview(buffer).cast("B")), self._position)
-        except KeyboardInterrupt:
-            self.interrupted = True
-            data = os.pread(self._fd, len(memoryview(buffer).cast("B")), self._position)
-        except OSError as exc:
-            self.failure = self.failure or exc
-            data = b""
-        memoryview(buffer).cast("B")[:len(data)] = data
-        self._position += len(data)
-        return len(data)
-
-    def read(self, size: int = -1) -> bytes:
-        buffer = bytearray(size if size >= 0 else 0)
-        return bytes(buffer[:self.readinto(buffer)])
-
-    def truncate(self, size: int | None = None) -> int:
-        size = self._position if size is None else size
-        if self.failure is None:
-            try:
-                os.ftruncate(self._fd, size)
-            except KeyboardInterrupt:
-                self.interrupted = True
-                os.ftruncate(self._fd, size)
-            except OSError as exc:
-                self.failure = exc
-        return size
-
-    def flush(self) -> None:
-        """Nothing to do: every write went straight to the file (no buffer of ours)."""
 
 
 class PartialFile:

@@ -48,6 +48,7 @@ from precision_tool.dump.records import DumpSummary, OpRecord, StepRecord
 from precision_tool.dump.mapping import (changed_since, chunk_selections, file_state, mapped_chunks, raw_offset,
                                          read_dataset, watch_file)
 from precision_tool.dump.steps import DamagedDump, StepIndex, TensorLocation
+from precision_tool.dump.undo import rolled_back
 from precision_tool.dump.storage import from_storage, stored_dtype
 from precision_tool.errors import InputError, NotFoundError
 
@@ -428,9 +429,12 @@ def _open_h5(path: str):
     try:
         if not h5py.is_hdf5(path):
             raise InputError(path, "not an HDF5 file")
+        view = rolled_back(path)  # killed inside a commit: read as it was at the last one (`dump.undo`)
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc}") from None
     try:
+        if view is not None:
+            return h5py.File(view, "r"), _locked(path)
         return h5py.File(path, "r"), False
     except OSError as exc:
         text = str(exc)
@@ -456,12 +460,17 @@ def _locked_partial(path: str) -> bool:
     """Whether a writer holds ``PATH.partial``: a new run is being written that will replace this file."""
     from precision_tool.dump.partial import partial_path
 
+    return _locked(partial_path(path))
+
+
+def _locked(path: str) -> bool:
+    """Whether a writer holds the lock of the file at ``path``."""
     try:
         import fcntl
     except ImportError:  # no flock: writers lock nothing either
         return False
     try:
-        fd = os.open(partial_path(path), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return False
     try:
@@ -471,10 +480,6 @@ def _locked_partial(path: str) -> bool:
         return True
     finally:
         os.close(fd)  # and with it the shared lock, if it was taken
-
-
-
-
 
 
 def _checked_dtype(path: str, where: str, dataset, dtype: str, size: int) -> np.dtype:

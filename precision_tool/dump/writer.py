@@ -15,17 +15,16 @@ Also: ``end_step(record, extra={...})`` adds step attributes,
 ``set_metadata(**values)`` replaces root attributes, and a ``with`` block
 closes with ``complete`` set to whether it raised.
 
-Crash safety: a step is written into a group linked nowhere, and flushed;
-only then is it committed: linked into /steps as ``steps/NNNNNN``, counted
-in the root attribute ``steps_complete``, and flushed again. HDF5 writes
-the dirty metadata of one flush in no promised order, superblock last, so a
-kill in the middle of a flush can leave written structures pointing past
-the file's recorded end; keeping everything the step adds out of the
-shared /steps group until it is on disk confines that to the step being
-committed. A process killed at any point leaves a file whose first ``steps_complete`` steps read back;
-``complete`` becomes true only in ``close(complete=True)``. The file uses
-h5py's default (oldest) format: 'latest' sets superblock write flags that
-stop readers after a crash.
+Crash safety: a step is committed with one flush: its group is linked
+into /steps as ``steps/NNNNNN`` and counted in the root attribute
+``steps_complete``, and the file object HDF5 writes through
+(`precision_tool.dump.guarded`) holds every write over the committed file
+until the flush is done, then writes them under an undo record that readers
+use when a kill cut the commit short. A process killed at any point leaves
+a file whose first ``steps_complete`` steps read back; ``complete`` becomes
+true only in ``close(complete=True)``. The file uses h5py's default
+(oldest) format: 'latest' sets superblock write flags that stop readers
+after a crash.
 
 Until `close` the file is ``path.partial``, locked; closing renames it onto
 ``path``. A failed write (a full disk) drops every later write and raises
@@ -55,7 +54,6 @@ from precision_tool.dump.partial import PartialFile
 from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, StepRecord
 from precision_tool.dump.storage import to_storage
 from precision_tool.errors import InputError
-from precision_tool.outputs import problem
 
 _SCALARS = (str, bool, int, float, np.generic)
 
@@ -108,12 +106,12 @@ class DumpWriter:
         self.ops_written = 0
         self.tensors_written = 0
         self.closed = False
-        self._failure_raised = False
         try:  # no step can be read without the metadata: on failure leave nothing behind (no zero-step .partial)
             self._write_metadata(dict(metadata or {}), bool(stats_match_data))
             self._file.flush()
+            self._io.commit()
             if self._io.failure is not None:
-                self._raise_failure("cannot create the dump")
+                self._io.raise_problems(self.path, "cannot create the dump")
         except BaseException:  # (that failure, metadata that cannot be encoded, an interrupt)
             self.closed = True
             self._file.close()
@@ -174,7 +172,7 @@ class DumpWriter:
         self._packs.begin(self._step_group)
 
     def end_step(self, step_record: StepRecord, extra: dict | None = None) -> None:
-        """Write the step's attributes and index and flush, then commit: link it, steps_complete += 1, flush.
+        """Write the step's attributes and index, link it, steps_complete += 1, flush and commit.
 
         ``extra`` adds step attributes (scalars, or JSON-encoded).
         """
@@ -206,12 +204,11 @@ class DumpWriter:
                 values[key] = value if isinstance(value, _SCALARS) else layout.dumps(value)
         for key, value in values.items():
             h5.attr(group, key, value)
-        self._file.flush()  # everything of the step is in the file, reachable from nothing committed yet
-        self._check_io()
         h5.link(group, self._steps, layout.step_name(self._step))
         self.steps_complete += 1
         h5.set_attr(self._root, "steps_complete", self.steps_complete)
         self._file.flush()
+        self._io.commit()  # all of the step, or (killed before the end) none of it
         if self._io.failure is not None:  # the commit did not reach the disk
             self.steps_complete -= 1
             self._check_io()
@@ -465,22 +462,15 @@ class DumpWriter:
                                   _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         finally:
             self._file.close()  # after a failed write every write is dropped: the file stays as it was
+            self._io.commit()
             self._target.finish()  # renamed onto its name, complete or not
         self._check_io()
 
     def _check_io(self) -> None:
         """Raise what went wrong inside HDF5's writes: a KeyboardInterrupt, or the first failed write."""
-        if self._io.interrupted:
-            self._io.interrupted = False
-            raise KeyboardInterrupt
-        if self._io.failure is not None and not self._failure_raised:
-            self._failure_raised = True
-            where = f"stopped at step {self._step}" if self._step is not None else "stopped"
-            self._raise_failure(f"{where}; the {self.steps_complete} steps committed before stay readable, "
-                                "the dump is marked incomplete")
-
-    def _raise_failure(self, consequence: str) -> None:
-        raise InputError(self.path, f"{problem(self._io.failure)}: {consequence}")
+        where = f"stopped at step {self._step}" if self._step is not None else "stopped"
+        self._io.raise_problems(self.path, f"{where}; the {self.steps_complete} steps committed before stay "
+                                           "readable, the dump is marked incomplete")
 
     @property
     def size_bytes(self) -> int:

@@ -35,7 +35,7 @@ from precision_tool.torch.modules import GradientSummary
 from precision_tool.torch.ops import args_signature, flat_tensors
 from precision_tool.torch.session import SESSION, OpCall
 from precision_tool.torch.tensors import (EMPTY_STATS, TensorStatsCache, array_stats, has_nonfinite, logical_dtype,
-                                         storage_array, to_numpy)
+                                         stats_of, storage_array, to_numpy)
 
 MODES = ("dump", "stats", "overflow")
 LEVELS = ("op", "module")  # every aten op and module call; module calls only (no op is intercepted)
@@ -274,6 +274,9 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         if not outputs or not self._selected(name, module_type, direction):  # nothing flowed out (a backward
             return  # call whose inputs take no gradient), or not selected
         with_data = self.mode != "stats"
+        # no op is intercepted at module level, so a write through ``.data`` goes unseen by the statistics
+        # cache: statistics of the values stored are taken from them, or the dump contradicts itself
+        stats_now = with_data and self.level == "module"
         entries, arrays = [], [] if with_data else None
         for kind, tensors in ((INPUT, inputs), (OUTPUT, outputs)):
             for index, tensor in tensors:
@@ -281,7 +284,8 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                     entries.append((kind, index, tensor.dtype, tensor.shape, tensor.stats))
                     continue
                 dtype = logical_dtype(tensor)
-                entries.append((kind, index, dtype, tuple(tensor.shape), self._stats.get(tensor, dtype)))
+                stats = stats_of(tensor, dtype) if stats_now else self._stats.get(tensor, dtype)
+                entries.append((kind, index, dtype, tuple(tensor.shape), stats))
                 if with_data:
                     arrays.append(storage_array(tensor))
         self._writer.add_op(exec_index, direction, name, module_type, entries[-1][2], False, False, None,

@@ -452,3 +452,26 @@ def test_sigterm_ends_the_interactive_shell_with_130(pair, tmp_path):
         child.close(force=True)
     assert child.exitstatus == 130 and "precision-tool: terminated" in child.before
     assert "Traceback" not in child.before
+
+
+@pytest.mark.parametrize("raised, limit, says", [
+    (MemoryError("Unable to allocate 3.20 GiB for an array with shape (858993459,) and data type float32"), None,
+     "precision-tool: out of memory: Unable to allocate 3.20 GiB for an array with shape (858993459,) and data type "
+     "float32 (rerun with --traceback to see where)"),
+    (MemoryError(), 2 ** 31, "precision-tool: out of memory: an allocation failed; the process may use 2 GiB of "
+                             "address space (ulimit -v) (rerun with --traceback to see where)")],
+    ids=["numpy", "ulimit"])
+def test_running_out_of_memory_is_one_line_saying_what_ran_out_exit_3(run_cli, pair, monkeypatch, raised, limit, says):
+    import resource
+
+    def boom(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr("precision_tool.commands.handlers.inspect", boom)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY if limit is None else limit,
+                                                              resource.RLIM_INFINITY))
+    result = run_cli("inspect", pair[0])
+    assert (result.status, result.stderr) == (3, says + "\n")
+    assert not (Path(os.environ["XDG_STATE_HOME"]) / "precision-tool" / "last-error.log").exists()  # nothing to log
+    result = run_cli("--traceback", "inspect", pair[0])
+    assert result.status == 3 and "Traceback" in result.stderr and "MemoryError" in result.stderr

@@ -175,3 +175,27 @@ def test_module_level_intercepts_no_op_and_refuses_what_it_cannot_record(tmp_pat
             ptt.dump(tmp_path / "x.h5", level="module", **kwargs)
     with pytest.raises(ValueError, match="capture level"):
         ptt.dump(tmp_path / "x.h5", level="aten")
+
+
+def test_module_level_statistics_are_those_of_the_values_stored_after_a_write_through_data(tmp_path):
+    from precision_tool.compare.comparator import compare_dumps
+
+    run = make_mlp()
+    original = run[0].fc2.forward
+
+    def forward(x):  # computes, then scales its input in place where no op sees it (as tests/realmodels' data_write)
+        out = original(x)
+        x.data.mul_(2.0)
+        return out
+
+    run[0].fc2.forward = forward
+    with ptt.dump(tmp_path / "m.h5", mode="dump", level="module"):
+        train(run)
+    with open_dump(tmp_path / "m.h5") as dump:
+        act, fc2 = dump.op(0, "MLP/act"), dump.op(0, "MLP/fc2")
+        written = dump.tensor(0, fc2.exec_index, "input_0")
+        np.testing.assert_array_equal(written, 2 * dump.tensor(0, act.exec_index, "output_0"))
+        row = next(t for t in fc2.tensors if t.slot == "input_0").stats
+        assert row.norm == pytest.approx(float(np.linalg.norm(written.astype(np.float64))), rel=1e-6)
+        assert row.max == written.max()
+        assert compare_dumps(dump, dump).rows  # the dump's own reader takes it (it refused it as damaged)
