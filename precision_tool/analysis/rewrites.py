@@ -23,8 +23,11 @@ low-precision run's noise, hidden in the incoming gradient's statistics, can sur
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
+
+import numpy as np
 
 from precision_tool.analysis.actions import INVALID_ACTION as _INVALID_ACTION
 from precision_tool.analysis.actions import keep_fp32 as _keep_fp32
@@ -203,17 +206,40 @@ class RewriteJudge:
         consumed = self._consumed_error(rewrite, candidates)
         if consumed is not None:
             return consumed
-        errors = []
         smallest = _incoming_size(rewrite)
-        for record, tensor in group_results(target):
-            if not tensor.has_data and tensor.stats.count < smallest:
-                continue  # from statistics, a reduced gradient (a weight's, a bias's) can lose to cancellation
-                # what the incoming gradient's noise, which its statistics do not show, carries
-            partners = [(g, t) for g, t in candidates if t.stats.count == tensor.stats.count]
-            found = [self._slot_error(record, g, tensor.slot, t.slot) for g, t in partners]
-            if found:
-                errors.append(min(found))
+        mine = [(record, tensor) for record, tensor in group_results(target)
+                if tensor.has_data or tensor.stats.count >= smallest]  # from statistics, a reduced gradient (a
+        # weight's, a bias's) can lose to cancellation what the incoming gradient's noise, unseen, carries
+        errors = []
+        for count in {tensor.stats.count for _, tensor in mine}:
+            ours = [(r, t) for r, t in mine if t.stats.count == count]
+            theirs = [(g, t) for g, t in candidates if t.stats.count == count]
+            if not theirs:
+                continue
+            # where one side hands on more results of a size than the other, the extra ones are intermediates
+            # that side's own ops read through views (a per-time-step kernel's slices of a sequence's gradient):
+            # each result of the side with fewer is matched to its closest on the other
+            pairs = [[self._result_error(r, g, t.slot, u.slot) for g, u in theirs] for r, t in ours]
+            if len(ours) <= len(theirs):
+                errors.extend(min(row) for row in pairs)
+            else:
+                errors.extend(min(column) for column in zip(*pairs))
         return max(errors, default=None)
+
+    def _result_error(self, record: OpRecord, golden_record: OpRecord, slot: str, golden_slot: str) -> float:
+        """`_slot_error` of two results of a backward group, in the layout that matches them best where their
+        shapes differ: one implementation hands a sequence's gradient on batch-first and flattened, another
+        time-major (`same_values_in_layout`)."""
+        measured = self._slot_error(record, golden_record, slot, golden_slot)
+        tensor, golden = record.tensor(slot), golden_record.tensor(golden_slot)
+        if measured < SIGNIFICANT_ERROR or not (tensor.has_data and golden.has_data) or \
+                _squeezed(tensor.shape) == _squeezed(golden.shape):
+            return measured
+        t = self.target.tensor(record.step, record.exec_index, slot)
+        g = self.golden.tensor(golden_record.step, golden_record.exec_index, golden_slot)
+        scale = gradient_scale(tensor, golden, loss_scale_ratios(self.golden, self.target).get(record.step, 1.0))
+        return min([measured] + [split_error(laid, g, tensor.dtype, scale).error
+                                 for laid in relaid(t, _squeezed(golden.shape))])
 
     def _consumed_error(self, rewrite: Rewritten, golden_results: list) -> float | None:
         """The largest error of what a rewritten backward group hands on, measured where golden's results are read:
@@ -364,6 +390,20 @@ class RewriteJudge:
                   "requires_grad_(False) or a value taken through .data or .item() at its output")
         return Verdict(missing.name, "kernel_bug", first.step, "backward", first.type, evidence, action,
                        module=missing.name)
+
+
+def _squeezed(shape) -> tuple:
+    return tuple(n for n in shape if n != 1)
+
+
+def relaid(values, shape: tuple):
+    """``values`` (as many as ``shape`` holds) read in each order of ``shape``'s axes and put back in ``shape``'s
+    order: what a tensor laid out with those axes permuted holds at each of ``shape``'s positions. Up to 4 axes."""
+    if len(shape) > 4:
+        return
+    for order in itertools.permutations(range(len(shape))):
+        if order != tuple(range(len(shape))):
+            yield values.reshape([shape[i] for i in order]).transpose(np.argsort(order))
 
 
 def _incoming_size(rewrite: Rewritten) -> int:
