@@ -182,7 +182,8 @@ class Scanner(RewriteJudge):
     def leaf_mismatch(self, step: int) -> str | None:
         """Where the two runs already differ before any op: the step's first forward ops, those before the
         first that reads another op's result, read only data and weights; one of them SIGNIFICANT_ERROR
-        from golden means different data, weights or seed. None when they match."""
+        from golden means different data, weights or seed, unless another (not constant) is golden's exactly.
+        None when they match."""
         golden = self.golden.ops(step=step, direction="forward")
         producers = Consumers(golden)
         golden_key = _occurrence_keys(golden)
