@@ -87,16 +87,18 @@ def fewer_updates(name: str, golden_group: list[OpRecord], target_group: list[Op
                    module=name)
 
 
-def changed_leaf(record: OpRecord, partner: OpRecord | None, golden_forward: Consumers, slot_errors,
+def changed_leaf(record: OpRecord, partner: OpRecord | None, golden_writers: Consumers, slot_errors,
                  ) -> Verdict | None:
     """kernel_bug where the forward ``record`` reads, in a slot golden's ``partner`` reads a value no op of the
-    step wrote, a value SIGNIFICANT_ERROR from golden's. ``slot_errors``: (slot, error) of the record's inputs.
-    Only meaningful at the first step, where both runs start from the same parameters and data."""
+    step wrote, a value SIGNIFICANT_ERROR from golden's. ``slot_errors``: (slot, error) of the record's inputs;
+    ``golden_writers``: golden's ops of the step in every direction (the training loop's ops after backward read
+    gradients a backward op wrote). Only meaningful at the first step, where both runs start from the same
+    parameters and data."""
     if partner is None or partner.type != record.type or record.direction != "forward":
         return None
     golden_inputs = _float_slots(partner.inputs)
     changed = [(slot, error) for slot, error in slot_errors if slot in golden_inputs and error >= SIGNIFICANT_ERROR
-               and golden_forward.producer(partner, slot) is None]
+               and golden_writers.producer(partner, slot) is None]
     if not changed:
         return None
     slot, error = changed[0]

@@ -134,6 +134,8 @@ class Scanner(RewriteJudge):
         self.views = golden_views(self.golden, target)
         self._measured: dict[int, Attribution] = {}
         self.consumers = {d: Consumers([r for r in golden if r.direction == d]) for d in ("forward", "backward")}
+        self.consumers["any"] = Consumers(golden)  # every direction: what the training loop's ops read after
+        # backward (a clipping norm of the gradients) was written in the step, though by no forward op
         self.golden_key = _occurrence_keys(golden)
         self.golden_by_key = {self.golden_key[id(r)]: r for r in golden}
         self.target_key = _occurrence_keys(target)
@@ -180,7 +182,8 @@ class Scanner(RewriteJudge):
     def leaf_mismatch(self, step: int) -> str | None:
         """Where the two runs already differ before any op: the step's first forward ops, those before the
         first that reads another op's result, read only data and weights; one of them SIGNIFICANT_ERROR
-        from golden means different data, weights or seed. None when they match."""
+        from golden means different data, weights or seed, unless another (not constant) is golden's exactly.
+        None when they match."""
         golden = self.golden.ops(step=step, direction="forward")
         producers = Consumers(golden)
         golden_key = _occurrence_keys(golden)
@@ -196,12 +199,19 @@ class Scanner(RewriteJudge):
                 break
             first.append(record)
         views = golden_views(self.golden, first)
+        differ, agree = None, False
         for record in first:
             for slot, error in pair_errors(self.golden, self.target, record, views[id(record)], "input"):
-                if error.error >= SIGNIFICANT_ERROR:
-                    return (f"the runs differ before any op: {record.name} reads {slot} {error.error:.3g} away from "
-                            "golden, data or weights no op produced: different seed, data or model?")
-        return None
+                if error.error >= SIGNIFICANT_ERROR and differ is None:
+                    differ = (f"the runs differ before any op: {record.name} reads {slot} {error.error:.3g} away "
+                              "from golden, data or weights no op produced: different seed, data or model?")
+                stats = record.tensor(slot).stats
+                agree = agree or (error.error == 0.0 and stats.max > stats.min)
+        # another seed or other data changes every random tensor the first ops read; where one of them (not a
+        # constant: a norm's ones read alike under any seed) is golden's exactly, both runs drew the same and the
+        # tensor that differs was changed on its own (a parameter initialised or loaded differently): the scan
+        # names the op that reads it (`omissions.changed_leaf`)
+        return None if agree else differ
 
     # -- one op ----------------------------------------------------------------------------------
 
@@ -310,7 +320,7 @@ class Scanner(RewriteJudge):
         view = self.views.get(id(record)) or GoldenView(self.golden, [])
         errors = [(slot, e.error) for slot, e in pair_errors(self.golden, self.target, record, view, "input")
                   if e.error > INTRODUCED_EXCESS * rounding_error(view.get(slot), record.tensor(slot).dtype)]
-        return changed_leaf(record, self._golden_of(record), self.consumers["forward"], errors)
+        return changed_leaf(record, self._golden_of(record), self.consumers["any"], errors)
 
     def _called_differently(self, record: OpRecord, a: Attribution) -> Verdict | None:
         verdict = called_differently(record, self._golden_of(record), a)

@@ -19,7 +19,8 @@ for the same work is paired by module, direction and size), the parameters
 golden's paired ops read, and for what has no counterpart (optimizer state at
 the first step) the target's own values, the same as golden's there. Where
 that reproduces golden's results (each result golden's optimizer hands on,
-against the closest replayed result of its size, within 1 %), the target's
+against the closest replayed result of its size, within 1 % of the update golden's made to it, or of the
+value where it is no tensor updated in place), the target's
 implementation computes golden's update and the departure is inherited from
 the gradients; where it does not, with golden's inputs throughout, it
 computes another update. A group that cannot be replayed (statistics only, an
@@ -189,6 +190,7 @@ def introduced_by_group(members: list[OpRecord], golden_members: list[OpRecord],
         if array is not None:
             replayed.setdefault(tensor.stats.count, []).append(np.asarray(array))
     worst = None
+    writers = Consumers(golden_members)
     for record, tensor in group_results(golden_members):
         if not tensor.has_data or tensor.stats.norm == 0 or tensor.stats.count == 1:  # (single values: the step
             continue  # counters, which a fused kernel keeps inside)
@@ -196,6 +198,38 @@ def introduced_by_group(members: list[OpRecord], golden_members: list[OpRecord],
         candidates = [a for a in replayed.get(tensor.stats.count, ()) if a.size == np.size(golden)]
         if not candidates:
             return math.inf, exact  # golden's optimizer writes something of a size the target's does not
-        error = min(split_error(a.reshape(np.shape(golden)), golden, tensor.dtype).error for a in candidates)
+        before = value_before(record, writers, golden_dump)
+        error = min(_update_error(a.reshape(np.shape(golden)), golden, before, tensor.dtype) for a in candidates)
         worst = error if worst is None else max(worst, error)
     return None if worst is None else (worst, exact)
+
+
+def value_before(record: OpRecord, writers: Consumers, dump) -> np.ndarray | None:
+    """What the tensor that the in-place op ``record`` wrote held before its group's first in-place op on it
+    wrote it (a parameter before its update), by following ``input_0`` back through the group's in-place ops
+    (``writers``); None where ``record`` is no single-tensor in-place op (``_foreach_*``, fused kernels, or an op
+    that writes a new tensor)."""
+    for _ in range(64):
+        if not record.type.endswith("_") or "_foreach_" in record.type or "_fused_" in record.type:
+            return None
+        earlier = writers.producer(record, "input_0")
+        if earlier is None:
+            try:
+                return dump.tensor(record.step, record.exec_index, "input_0")
+            except KeyError:
+                return None
+        record = earlier
+    return None
+
+
+def _update_error(replayed: np.ndarray, golden: np.ndarray, before: np.ndarray | None, dtype: str) -> float:
+    """The replayed result's error against golden's, relative to golden's update (``golden - before``) where the
+    result is a tensor updated in place: an update is a small step on a large parameter, and a rule that changes
+    the step by 10 % (a weight decay golden does not apply) moves the parameter by 1e-4 of itself; relative to
+    the tensor where there is no ``before`` or no update."""
+    if before is not None and np.size(before) == np.size(golden):
+        step = np.subtract(golden, np.reshape(before, np.shape(golden)), dtype=np.float64)
+        if np.all(np.isfinite(step)) and np.any(step):
+            return split_error(replayed - np.reshape(before, np.shape(golden)).astype(np.float64), step,
+                               "float64").error
+    return split_error(replayed, golden, dtype).error

@@ -184,3 +184,16 @@ def test_target_only_ops_that_compute_or_casts_that_keep_the_format_are_not_a_na
     assert narrowing_cast(_departure("float16"), [_cast(0, "bfloat16")]) is not None  # fewer mantissa bits
     assert narrowing_cast(_departure(""), [_cast(0, "float16")]) is None
     assert math.isfinite(d.error)
+
+
+def test_a_result_laid_out_batch_first_and_flattened_is_found_among_the_axis_orders_of_a_time_major_one():
+    import numpy as np
+
+    from precision_tool.analysis.rewrites import relaid
+
+    time_major = np.arange(24, dtype=np.float32).reshape(3, 2, 4)  # (time, batch, features)
+    batch_first = time_major.transpose(1, 0, 2).reshape(6, 4)
+    orders = list(relaid(batch_first, (3, 2, 4)))
+    assert len(orders) == 5  # every order of the 3 axes but the one already tried
+    assert sum(np.array_equal(laid, time_major) for laid in orders) == 1
+    assert list(relaid(np.zeros(32), (2, 2, 2, 2, 2))) == []  # more than 4 axes: not tried

@@ -33,3 +33,16 @@ def test_a_reshaped_read_is_reshaped_and_another_tensor_has_no_counterpart():
     golden = written * 3
     np.testing.assert_array_equal(as_read(golden, written, written.reshape(6)), golden.reshape(6))
     assert as_read(golden, written, np.ones((2, 3), np.float32)) is None
+
+
+def test_a_replayed_update_is_judged_against_the_step_golden_took_not_the_parameter():
+    from precision_tool.analysis.updates import _update_error
+
+    before = np.full(4, 2.0)
+    golden = before + np.array([1e-3, -1e-3, 1e-3, -1e-3])  # an update of 5e-4 of the parameter
+    replayed = golden - 2e-4 * before  # a weight decay golden does not apply: 1e-4 of the parameter
+    assert _update_error(replayed, golden, before, "float32") == 0.4
+    assert abs(_update_error(replayed, golden, None, "float32") - 8e-4 / np.linalg.norm(golden)) < 1e-12
+    # no update (a parameter without gradient): against the value
+    assert _update_error(golden + 1e-6, golden, golden, "float32") == _update_error(golden + 1e-6, golden, None,
+                                                                                    "float32")

@@ -41,6 +41,8 @@ class Run:
     clip: float | None = None  # clip_grad_norm_ to this before each update
     accumulate: int = 1  # micro-batches a step accumulates gradients over (the batch split along dim 0) ...
     divide: bool = True  # ... each micro-batch's loss divided by their number
+    steps: int = 0  # optimizer steps both runs take (0: STEPS)
+    scaler: dict | None = None  # amp16 targets: GradScaler arguments beyond init_scale 2^10
 
 
 def _quiet_transformers():
@@ -534,10 +536,11 @@ class Case:
     expect_direction: str = ""  # "" any
     model_kwargs: tuple = ()  # extra builder arguments, both runs
     loss_scale: float = 1.0  # target only: loss * scale in backward, gradients unscaled before the update
+    condition: str = ""  # a clean difference between the runs (probed.CONDITIONS): a kernel switch, a layout
 
     @property
     def id(self) -> str:
-        return f"{self.model}-{self.fault or 'clean'}-{self.target}"
+        return f"{self.model}-{self.fault or 'clean'}-{self.target}" + (f"-{self.condition}" if self.condition else "")
 
     @property
     def clean(self) -> bool:
@@ -566,16 +569,18 @@ FAULTS: dict[str, Callable] = {
 
 
 # families and faults added later live in more.py
-from tests.realmodels import more, unseen  # noqa: E402
+from tests.realmodels import more, probed, unseen  # noqa: E402
 
 more.register(MODELS, FAULTS, NOT_CLEAN)
 unseen.register(MODELS, FAULTS, NOT_CLEAN)
+probed.register(MODELS, FAULTS, NOT_CLEAN)
 
 
 def clean_cases() -> list[Case]:
     return [Case(model, target) for model in MODELS if model != "vit-eager" and model not in unseen.MODELS
             for target in CLEAN_TARGETS
-            if (model, target) not in NOT_CLEAN] + more.clean_cases() + unseen.clean_cases()
+            if (model, target) not in NOT_CLEAN and model not in probed.MODELS] + more.clean_cases() + \
+        unseen.clean_cases() + probed.clean_cases()
 
 
 def fault_cases() -> list[Case]:
@@ -633,7 +638,7 @@ def fault_cases() -> list[Case]:
     cases.append(Case("bert-eager", "fp32", "shifted_ids", "embed", "kernel_bug"))
     cases.append(Case("cnn", "fp32", "act_grad_noise", "act", "kernel_bug", "backward"))
     cases.append(Case("gpt2-eager", "fp32", "clamped_ids", "embed", "kernel_bug"))
-    return cases + more.fault_cases() + unseen.fault_cases()
+    return cases + more.fault_cases() + unseen.fault_cases() + probed.fault_cases()
 
 
 # ---- running a case ----------------------------------------------------------------------------
@@ -736,21 +741,26 @@ def collect(case: Case, workdir: Path, mode: str = "dump", goldens: Path | None 
     level ("module": module calls only)."""
     workdir.mkdir(parents=True, exist_ok=True)
     target = workdir / "target.h5"
+    golden_side, target_side, setup = probed.CONDITIONS.get(case.condition, probed.NO_CONDITION)
     golden = workdir / "golden.h5" if goldens is None else \
-        goldens / f"{case.model}-{'-'.join(f'{k}{v}' for k, v in case.model_kwargs)}-{mode}-{level}.h5"
+        goldens / (f"{case.model}-{'-'.join(f'{k}{v}' for k, v in case.model_kwargs)}-{mode}-{level}"
+                   f"{'-' + case.condition if golden_side is not contextlib.nullcontext else ''}.h5")
     with _dnn(case):
         if not golden.exists():
             run = build(case)
-            with ptt.dump(golden, mode=mode, model=case.model, seed=0, level=level):
-                train(run)
+            with golden_side(), ptt.dump(golden, mode=mode, model=case.model, seed=0, level=level):
+                train(run, run.steps or STEPS)
         run = build(case)
+        setup(run)
         if case.fault and FAULTS[case.fault] is not None:
             FAULTS[case.fault](run, MODELS[case.model][2].get(case.role, ""))  # role "": the whole run
         _AUTOCAST[:] = {"bf16": [torch.bfloat16], "amp16": [torch.float16]}.get(case.target, [])
-        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10) if case.target == "amp16" else None
+        scaler = torch.amp.GradScaler("cpu", **{"init_scale": 2.0 ** 10, **(run.scaler or {})}) \
+            if case.target == "amp16" else None
         try:
-            with _target_context(case.target), ptt.dump(target, mode=mode, model=case.model, seed=0, level=level):
-                train(run, loss_scale=case.loss_scale, scaler=scaler)
+            with target_side(), _target_context(case.target), \
+                    ptt.dump(target, mode=mode, model=case.model, seed=0, level=level):
+                train(run, run.steps or STEPS, loss_scale=case.loss_scale, scaler=scaler)
         finally:
             _AUTOCAST.clear()
     return golden, target

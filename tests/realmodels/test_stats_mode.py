@@ -70,6 +70,31 @@ def test_a_clean_loss_scaled_stats_run_gets_no_culprit(case, tmp_path, goldens):
     assert diagnosis.verdict.cls == "none", diagnosis.verdict.evidence
 
 
+# clean differences between the runs (tests/realmodels/probed.py): oneDNN's LSTM kernel in one run only (under
+# mixed precision its module departs by 2.5e-5 at least at the second step, where the parameters carry the first
+# update's rounding: judged from REWRITE_FLOOR there), a GradScaler whose scale grows each step, with clipping
+_CLEAN_CONDITIONS = ("lstm-clean-mix-dnn-target", "lstm-clean-fp32-dnn-golden", "bert-growing-clip-clean-amp16")
+
+
+@pytest.mark.parametrize("case", [c for c in clean_cases() if c.id in _CLEAN_CONDITIONS], ids=lambda c: c.id)
+def test_a_clean_condition_in_stats_mode_gets_no_culprit(case, tmp_path, goldens):
+    diagnosis = _diagnose(case, tmp_path, goldens)
+    assert diagnosis.verdict.cls == "none", diagnosis.verdict.evidence
+
+
+# a module that differs from golden's at a later step only, while its parameters are still golden's: the state an
+# LSTM carries clamped (16 units of float32 from statistics, as at the first step), and noise added to a
+# convolution's output (1.2e-4 at least from statistics at the first step)
+_NAMED_LATER = ("lstm-stateful-state_clipped-fp32", "resnet-conv_noise-fp32")
+
+
+@pytest.mark.parametrize("case", _cases(_NAMED_LATER), ids=lambda c: c.id)
+def test_a_rewritten_module_is_judged_from_16_units_while_parameters_are_goldens(case, tmp_path, goldens):
+    diagnosis = _diagnose(case, tmp_path, goldens)
+    right, said = judge(case, diagnosis)
+    assert right, f"{said}: {diagnosis.verdict.evidence}"
+
+
 @pytest.mark.parametrize("case", _cases(_NAMED), ids=lambda c: c.id)
 def test_a_forward_fault_is_named_from_statistics(case, tmp_path, goldens):
     diagnosis = _diagnose(case, tmp_path, goldens)
