@@ -34,7 +34,8 @@ from precision_tool.errors import choice_error
 from precision_tool.torch.modules import GradientSummary
 from precision_tool.torch.ops import args_signature, flat_tensors
 from precision_tool.torch.session import SESSION, OpCall
-from precision_tool.torch.tensors import (EMPTY_STATS, TensorStatsCache, array_stats, has_nonfinite, logical_dtype,
+from precision_tool.torch.statscache import TensorStatsCache
+from precision_tool.torch.tensors import (EMPTY_STATS, array_stats, has_nonfinite, logical_dtype,
                                          stats_of, storage_array, to_numpy)
 
 MODES = ("dump", "stats", "overflow")

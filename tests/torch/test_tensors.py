@@ -13,7 +13,8 @@ from precision_tool.dump.layout import dumps  # noqa: E402
 from precision_tool.dump.stats import stats_tuple  # noqa: E402
 from precision_tool.engine.formats import FLOAT16  # noqa: E402
 from precision_tool.torch.ops import args_signature, encode_args  # noqa: E402
-from precision_tool.torch.tensors import (TensorStatsCache, all_finite, array_stats, memory_order,  # noqa: E402
+from precision_tool.torch.statscache import TensorStatsCache  # noqa: E402
+from precision_tool.torch.tensors import (all_finite, array_stats, memory_order,  # noqa: E402
                                           round_in_place, round_to, stats_of)
 
 
