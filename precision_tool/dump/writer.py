@@ -48,7 +48,7 @@ import numpy as np
 from precision_tool import __version__
 from precision_tool.dump import layout
 from precision_tool.dump.h5low import LowLevel, error_reason
-from precision_tool.dump.index_tables import JsonColumns, copy_table, describe_tensors, fusion_fields
+from precision_tool.dump.index_tables import JsonColumns, copy_table, describe_tensors, op_group_attrs
 from precision_tool.dump.packs import StepPacks
 from precision_tool.dump.partial import PartialFile
 from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, StepRecord
@@ -247,18 +247,22 @@ class DumpWriter:
 
     def add_op(self, exec_index: int, direction: str, name: str, op_type: str, compute_dtype: str,
                overflow: bool, inherited_nonfinite: bool, fusion, attrs: dict | None,
-               tensors: list[TensorEntry], arrays: list | None = None) -> None:
+               tensors: list[TensorEntry], arrays: list | None = None, keys: list | None = None) -> None:
         """`write_op` without the records: one op, its statistics as tuples (the torch capture's path).
 
         ``fusion`` is None or (pass_name, original_names, original_types,
         output_origins, input_origins) (a FusionInfo works); ``arrays`` is
         None (statistics only) or one array or None per tensor entry.
+        ``keys``, None or one per entry, names values the caller knows to be
+        the same wherever the key recurs within the step (a key holds what
+        the values are, their dtype included): a key stored before (`holds`)
+        is stored as a reference to them, and its array may be `REPEAT`.
         """
         first = len(self._tensor_rows)
         group = None
         if arrays is not None:
             group = self._write_arrays(exec_index, direction, name, op_type, compute_dtype, overflow, fusion,
-                                       first, tensors, [entry[4] for entry in tensors], arrays)
+                                       first, tensors, [entry[4] for entry in tensors], arrays, keys)
         self._tensor_rows.extend(tensors)  # turned into the index table, column by column, at the step's end
         self._op_rows.append(self._op_row(exec_index, direction, name, op_type, compute_dtype, overflow,
                                           inherited_nonfinite, group is not None, first, len(tensors), fusion,
@@ -325,8 +329,12 @@ class DumpWriter:
                 self._json.fusion(name, fusion) if fusion is not None else b"",
                 self._json.attrs(name, attrs) if attrs else b"")
 
+    def holds(self, key) -> bool:
+        """Whether values under ``key`` (`add_op`'s ``keys``) were stored in the open step."""
+        return key in self._stored
+
     def _write_arrays(self, exec_index, direction, name, op_type, compute_dtype, overflow, fusion, first: int,
-                      tensors: list, stats, arrays: list):
+                      tensors: list, stats, arrays: list, keys: list | None = None):
         """Store each of the op's tensors that has an array; return the op's group, or None when none was needed.
 
         Small tensors go into the step's packs; a larger one gets a dataset in
@@ -342,8 +350,9 @@ class DumpWriter:
             self._with_data.append(row)
             # An op's output is usually the next op's input: the same array is stored once per step, and
             # later slots refer to it (a pack position, or a hard link to its dataset: 5 us, not ~150 us)
-            seen = self._stored.get(id(array))
-            if seen is not None and seen[0]() is array and seen[1] == dtype:
+            key = keys[position] if keys is not None else None
+            seen = self._stored.get(id(array) if key is None else key)
+            if seen is not None and (key is not None or seen[0]() is array) and seen[1] == dtype:
                 if seen[2] is None:
                     self._packs.point(row, seen[3])
                     continue
@@ -351,7 +360,7 @@ class DumpWriter:
             else:
                 stored = to_storage(array, dtype, has_nan=stats[position][6] > 0)
                 if stored.nbytes <= self._pack_limit:
-                    self._remember(array, dtype, None, self._packs.add(row, stored))
+                    self._remember(array, dtype, None, self._packs.add(row, stored), key)
                     continue
             if group is None:
                 group = self._op_group(exec_index, direction, name, op_type, compute_dtype, overflow, fusion)
@@ -359,11 +368,15 @@ class DumpWriter:
             if stored is None:
                 group.links.create_hard(slot.encode(), seen[2], seen[3])
             else:
-                self._write_tensor(group, slot, dtype, array, stored, stats[position])
+                self._write_tensor(group, slot, dtype, array, stored, stats[position], key)
         return group
 
-    def _remember(self, array, dtype: str, group, where) -> None:
-        """Note where ``array`` was stored this step, so that a later slot holding it refers to it."""
+    def _remember(self, array, dtype: str, group, where, key=None) -> None:
+        """Note where ``array`` (or the values under ``key``) was stored this step, so that a later slot holding
+        it refers to it."""
+        if key is not None:
+            self._stored[key] = (None, dtype, group, where)
+            return
         try:
             self._stored[id(array)] = (weakref.ref(array), dtype, group, where)
         except TypeError:  # not weak-referenceable: never referred to again
@@ -428,22 +441,13 @@ class DumpWriter:
         if self._ops_group is None:
             self._ops_group = h5.group(self._step_group, layout.OPS)
         gid = h5.group(self._ops_group, layout.op_group_name(exec_index, name))
-        # the attributes a reader of the group needs; the exact name, inherited_nonfinite, the op's
-        # attributes and the fusion origins are in the step's op_index (each attribute costs ~25 us)
-        h5.attr(gid, "type", op_type)
-        h5.attr(gid, "exec_index", np.int64(exec_index))
-        h5.attr(gid, "direction", direction)
-        h5.attr(gid, "compute_dtype", compute_dtype)
-        h5.attr(gid, "overflow", bool(overflow))
-        if fusion is not None:
-            pass_name, names = fusion_fields(fusion)[:2]
-            h5.attr(gid, "pass_name", pass_name)
-            h5.attr(gid, "original_names", layout.dumps(names))
+        op_group_attrs(h5, gid, exec_index, direction, op_type, compute_dtype, overflow, fusion)
         return gid
 
-    def _write_tensor(self, group, slot: str, dtype: str, array, stored: np.ndarray, stats: tuple) -> None:
+    def _write_tensor(self, group, slot: str, dtype: str, array, stored: np.ndarray, stats: tuple,
+                      key=None) -> None:
         dataset = self._h5.dataset(group, slot, stored)
-        self._remember(array, dtype, group, slot.encode())
+        self._remember(array, dtype, group, slot.encode(), key)
         # a float64[9] in STATS_FIELDS order: a compound attribute costs five times as much to write
         self._h5.attr(dataset, layout.STATS_ATTR, np.array(stats, dtype=np.float64))
         if dtype == "bfloat16":
@@ -487,4 +491,5 @@ class DumpWriter:
 
 
 _DIRECTION_CODES = layout.DIRECTION_CODES
+REPEAT = object()  # `add_op`'s array of a tensor whose key the writer `holds`: it refers to the values stored
 

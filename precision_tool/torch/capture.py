@@ -28,6 +28,7 @@ import torch
 
 from precision_tool.dump.layout import INPUT, OUTPUT, dumps
 from precision_tool.dump.records import StepRecord
+from precision_tool.dump.writer import REPEAT
 from precision_tool.engine.formats import FORMATS
 from precision_tool.engine.hooks import BACKWARD
 from precision_tool.errors import choice_error
@@ -117,6 +118,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self._step_overflow = False
         self._stats = TensorStatsCache()
         self._inputs: list = []  # (stats, array) of the op in flight, taken before its kernel ran
+        self._keys: list | None = None  # in dump mode, `_values_key` of each of those (None: not keyed)
         self._mutated = _NO_IDS  # ids of the tensors the op in flight writes in place (its schema's ``(a!)``)
         self._autocast = ""
         self.run_dir: str | None = None  # under torch.distributed: the run directory ``path`` names
@@ -203,24 +205,31 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             get = self._stats.get
             self._inputs = [(get(tensor, dtype), None) for tensor, dtype in zip(call.inputs, call.input_dtypes)]
             return
-        inputs = []
+        inputs, keys = [], []
         for tensor, dtype in zip(call.inputs, call.input_dtypes):
+            key = None
             if info.overwrites and id(tensor) in written:  # never read (uniform_, fill_): may be garbage
                 inputs.append((EMPTY_STATS, None))
             elif self.mode == "stats":
                 inputs.append((self._stats.get(tensor, dtype), None))
-            elif id(tensor) in written:  # the kernel is about to overwrite it: keep a copy, and its statistics
-                array = to_numpy(tensor, copy=True)  # as every other reader of it records them (bit for bit: the
-                inputs.append((self._stats.get(tensor, dtype) if self.mode == "dump" else None, array))  # dataflow
-                # is followed by statistics; on a GPU the device's sums and numpy's differ in the last bit)
-            elif self.mode == "dump":
-                inputs.append((self._stats.get(tensor, dtype), storage_array(tensor)))
-            else:  # overflow: the values are read only if the op overflows
-                inputs.append((None, tensor))
-        self._inputs = inputs
+            elif self.mode == "overflow":  # the values are read only if the op overflows
+                inputs.append((None, to_numpy(tensor, copy=True) if id(tensor) in written else tensor))
+            else:  # statistics as every other reader of it records them (bit for bit: the dataflow is followed by
+                stats = self._stats.get(tensor, dtype)  # statistics; on a GPU the device's sums and numpy's
+                key = _values_key(tensor, dtype, stats)  # differ in the last bit)
+                if self._writer.holds(key):
+                    array = REPEAT
+                elif id(tensor) in written:  # the kernel is about to overwrite it: keep a copy
+                    array = to_numpy(tensor, copy=True)
+                else:
+                    array = storage_array(tensor)
+                inputs.append((stats, array))
+            keys.append(key)
+        self._inputs, self._keys = inputs, keys
 
     def after(self, call: OpCall) -> None:
         inputs, self._inputs = self._inputs, []
+        keys, self._keys = self._keys, None
         for position in call.info.hidden_writes:  # updated without a new version: older statistics are stale
             if position < len(call.args) and isinstance(call.args[position], torch.Tensor):
                 self._stats.overwritten(call.args[position])
@@ -233,8 +242,16 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             inputs = [_values(item, dtype) for item, dtype in zip(inputs, call.input_dtypes)]
         with_data = self.mode != "stats"
         output_stats = self._output_stats
-        outputs = [(output_stats(call, inputs, t, d), storage_array(t) if with_data else None)
-                   for t, d in zip(call.outputs, call.output_dtypes)]
+        if self.mode == "dump":
+            outputs, keys = [], keys + [None] * len(call.outputs)
+            for position, (tensor, dtype) in enumerate(zip(call.outputs, call.output_dtypes), len(inputs)):
+                stats = output_stats(call, inputs, tensor, dtype)
+                key = keys[position] = _values_key(tensor, dtype, stats)
+                outputs.append((stats, REPEAT if self._writer.holds(key) else storage_array(tensor)))
+        else:
+            keys = None
+            outputs = [(output_stats(call, inputs, t, d), storage_array(t) if with_data else None)
+                       for t, d in zip(call.outputs, call.output_dtypes)]
         overflow, inherited = call.overflow, call.inherited
         if overflow is None:
             overflow = False
@@ -251,7 +268,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                     for index, (item, tensor, dtype) in enumerate(zip(outputs, call.outputs, call.output_dtypes))]
         arrays = [item[1] for item in inputs] + [item[1] for item in outputs] if with_data else None
         self._writer.add_op(call.exec_index, call.direction, call.name, call.info.type, call.compute_dtype,
-                            bool(overflow), bool(inherited), None, self._same_attrs(call), entries, arrays)
+                            bool(overflow), bool(inherited), None, self._same_attrs(call), entries, arrays, keys)
         self._step_overflow |= bool(overflow)
         self._step_ops += 1
         self.ops_recorded += 1
@@ -376,6 +393,19 @@ def _values(item: tuple, dtype: str) -> tuple:
     if isinstance(values, torch.Tensor):
         values = to_numpy(values)
     return array_stats(values, dtype), values
+
+
+def _values_key(tensor: torch.Tensor, dtype: str, stats: tuple) -> tuple:
+    """What names ``tensor``'s values within a step, for the writer to store them once (`DumpWriter.add_op`).
+
+    ``stats`` are the tensor's statistics from the step's `TensorStatsCache`,
+    which hands out the same tuple object again only while the memory they
+    were computed from holds the same values (its version, writes through
+    other aliases): the same object, over the same view of the same memory,
+    means the same values. The key holds the tuple, so that its id is not
+    reused while the writer remembers the key.
+    """
+    return tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device, dtype, id(stats), stats
 
 
 _NO_IDS: frozenset = frozenset()

@@ -355,3 +355,57 @@ def test_capture_leaves_a_process_that_froze_objects_itself_as_it_was(tmp_path):
         assert gc.get_freeze_count() > frozen // 2  # not unfrozen (objects freed meanwhile leave the count)
     finally:
         gc.unfreeze()
+
+
+
+def _stored_at(dump, name: str, slot: str) -> tuple:
+    """Where a tensor's values lie in a dump: (pack, offset), or the address of its dataset."""
+    import h5py
+
+    op = dump.op(0, name)
+    location = dump.step_index(0).tensor_location(op.exec_index, slot)
+    if location.pack != -1:
+        return "packed", location.pack, location.offset
+    with h5py.File(dump.path, "r") as f:
+        group = dump.step_index(0).group_name(location)
+        return "dataset", h5py.h5o.get_info(f[f"steps/000000/ops/{group}/{slot}"].id).addr
+
+
+def test_values_read_again_are_stored_once_and_every_reader_reads_what_it_read(tmp_path):
+    """A weight read at every time step of a recurrence is stored once a step; what changed in between (a new
+    version, a write through ``.data``), or is the same memory seen in another order (the transpose of a
+    square matrix), is stored again: every slot reads back the values its op read."""
+    big = torch.linspace(-1, 1, 300 * 300).reshape(300, 300)  # 360 KB: a dataset of its own
+    small = torch.linspace(0, 1, 64).reshape(8, 8)  # 256 bytes: packed
+    ones = torch.ones(300)
+    expected = {}  # (op name, slot) -> values (copied by numpy: not an op)
+    with ptt.dump(tmp_path / "d.h5"):
+        for i in range(3):
+            big.mv(ones)
+            small.sum()
+            expected[f"aten.mv_{i}", "input_0"] = big.numpy().copy()
+            expected[f"aten.sum_{i}", "input_0"] = small.numpy().copy()
+        small.t().sum()
+        expected["aten.sum_3", "input_0"] = small.numpy().T.copy()
+        small.mul_(2)  # a new version
+        small.sum()
+        expected["aten.sum_4", "input_0"] = small.numpy().copy()
+        big.data.add_(1)  # no new version of ``big``
+        big.mv(ones)
+        expected["aten.mv_3", "input_0"] = big.numpy().copy()
+    with open_dump(tmp_path / "d.h5") as dump:
+        for (name, slot), values in expected.items():
+            np.testing.assert_array_equal(dump.tensor(0, dump.op(0, name).exec_index, slot), values)
+        where = {key: _stored_at(dump, *key) for key in expected}
+        where["aten.mul__0", "input_0"] = _stored_at(dump, "aten.mul__0", "input_0")
+        where["aten.mul__0", "output_0"] = _stored_at(dump, "aten.mul__0", "output_0")
+        where["aten.add__0", "output_0"] = _stored_at(dump, "aten.add__0", "output_0")
+    assert where["aten.mv_0", "input_0"][0] == "dataset" and where["aten.sum_0", "input_0"][0] == "packed"
+    for name in ("mv", "sum"):
+        assert where[f"aten.{name}_0", "input_0"] == where[f"aten.{name}_1", "input_0"] \
+            == where[f"aten.{name}_2", "input_0"]
+    assert where["aten.mul__0", "input_0"] == where["aten.sum_0", "input_0"]  # the values before the write
+    assert where["aten.sum_4", "input_0"] == where["aten.mul__0", "output_0"]  # its result, a new version
+    distinct = [where[key] for key in (("aten.sum_0", "input_0"), ("aten.sum_3", "input_0"), ("aten.sum_4", "input_0"),
+                                       ("aten.mv_0", "input_0"), ("aten.add__0", "output_0"))]
+    assert len(set(distinct)) == len(distinct)
