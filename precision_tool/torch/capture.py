@@ -296,6 +296,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         # cache: statistics of the values stored are taken from them, or the dump contradicts itself
         stats_now = with_data and self.level == "module"
         entries, arrays = [], [] if with_data else None
+        keys = [] if with_data and not stats_now else None  # the values the module's ops stored: referred to
         for kind, tensors in ((INPUT, inputs), (OUTPUT, outputs)):
             for index, tensor in tensors:
                 if isinstance(tensor, GradientSummary):  # a gradient summarised when it arrived (stats mode)
@@ -304,10 +305,13 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                 dtype = logical_dtype(tensor)
                 stats = stats_of(tensor, dtype) if stats_now else self._stats.get(tensor, dtype)
                 entries.append((kind, index, dtype, tuple(tensor.shape), stats))
-                if with_data:
+                if keys is not None:
+                    keys.append(_values_key(tensor, dtype, stats))
+                    arrays.append(REPEAT if self._writer.holds(keys[-1]) else storage_array(tensor))
+                elif with_data:
                     arrays.append(storage_array(tensor))
         self._writer.add_op(exec_index, direction, name, module_type, entries[-1][2], False, False, None,
-                            _MODULE_ATTRS, entries, arrays)
+                            _MODULE_ATTRS, entries, arrays, keys)
         self._step_ops += 1
         self.ops_recorded += 1
 

@@ -409,3 +409,16 @@ def test_values_read_again_are_stored_once_and_every_reader_reads_what_it_read(t
     distinct = [where[key] for key in (("aten.sum_0", "input_0"), ("aten.sum_3", "input_0"), ("aten.sum_4", "input_0"),
                                        ("aten.mv_0", "input_0"), ("aten.add__0", "output_0"))]
     assert len(set(distinct)) == len(distinct)
+
+
+def test_a_module_record_refers_to_the_values_its_ops_stored(tmp_path):
+    run = make_mlp()
+    with ptt.dump(tmp_path / "g.h5"):
+        train(run)
+    with open_dump(tmp_path / "g.h5") as dump:
+        module = dump.op(0, "MLP/fc1")
+        assert module.type == "module.Linear"
+        np.testing.assert_array_equal(dump.tensor(0, module.exec_index, "output_0"),
+                                      dump.tensor(0, dump.op(0, "MLP/fc1/aten.addmm_0").exec_index, "output_0"))
+        assert _stored_at(dump, "MLP/fc1", "output_0") == _stored_at(dump, "MLP/fc1/aten.addmm_0", "output_0")
+        assert _stored_at(dump, "MLP/fc1", "input_0") == _stored_at(dump, "MLP/fc1/aten.addmm_0", "input_1")
