@@ -33,7 +33,8 @@ Printed: the median time of each configuration as a ratio to plain, with the
 spread (max/min over the rounds), and for ``dump`` its write speed: the
 dump's bytes over the time it adds to plain, against raw h5py writing the
 same bytes (every tensor read back from the dump and written, one dataset
-each). ``--json FILE`` writes every figure, with the date, for the README's
+each; a value the dump stores once for several slots is written once).
+``--json FILE`` writes every figure, with the date, for the README's
 table.
 
     python bench/bench_real.py [--models gpt2,bert,vit,resnet,lstm] [--steps 3] [--repeats 5] [--json FILE] [--no-msprobe]
@@ -287,7 +288,8 @@ class _ModuleFloor:
 
 
 def _raw_write_seconds(dump: Path, out: Path) -> float:
-    """Seconds for h5py to write every stored tensor of ``dump`` again, one dataset each (best of 3)."""
+    """Seconds for h5py to write every stored tensor of ``dump`` again, one dataset each (best of 3): the same
+    bytes, each array once (slots a dump refers to values stored before are not written again)."""
     clock = _clock()  # the steps' clock: CPU time with --cpu
     import h5py
     import numpy as np
@@ -295,11 +297,19 @@ def _raw_write_seconds(dump: Path, out: Path) -> float:
     from precision_tool.dump.reader import open_dump
     from precision_tool.dump.storage import stored_dtype
 
-    arrays = []
+    arrays, seen = [], set()
     with open_dump(dump) as d:
         for record in d.ops():
             for t in record.tensors:
                 if t.has_data:
+                    location = d.step_index(record.step).tensor_location(record.exec_index, t.slot)
+                    if location.pack != -1:
+                        where = (record.step, location.pack, location.offset)
+                    else:
+                        where = h5py.h5o.get_info(d._dataset(record.step, location, t.slot)[0].id).addr
+                    if where in seen:
+                        continue
+                    seen.add(where)
                     values = d.tensor(record.step, record.exec_index, t.slot)
                     arrays.append(np.ascontiguousarray(values.astype(stored_dtype(t.dtype), copy=False))
                                   if t.dtype != "bfloat16" else (values.view(np.uint32) >> 16).astype(np.uint16))
