@@ -12,6 +12,9 @@ interleaved over ``--repeats`` rounds (the order rotates each round):
 * ``noop mode``: an empty ``TorchDispatchMode`` around the step (without
   torch's dynamo wrapper, as the capture's own mode), the floor of any
   capture that intercepts aten ops from Python;
+* ``recorder floor``: a dispatch mode that does the least an aten-level
+  statistics capture must (`_minimal_recorder`: input statistics looked up
+  by object, output statistics computed in C, no names, no checks, no file);
 * ``module floor``: the global module hooks module-level capture installs,
   with a gradient hook on every float tensor in and out of a module call,
   all doing nothing: the floor of module-level capture in Python;
@@ -55,7 +58,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"gpt2": "gpt2-sdpa", "bert": "bert-sdpa", "vit": "vit", "resnet": "resnet", "lstm": "lstm-nodnn"}
-OURS = ("plain", "noop mode", "module floor", "stats module", "stats", "overflow", "dump", "simulate")
+OURS = ("plain", "noop mode", "recorder floor", "module floor", "stats module", "stats", "overflow", "dump", "simulate")
 MSPROBE = ("msprobe plain", "msprobe stats", "msprobe stats L0", "msprobe tensor")
 
 
@@ -215,6 +218,8 @@ def _ours(model: str, steps: int, repeats: int, workdir: Path, size: str = "tiny
             return contextlib.nullcontext()
         if name == "noop mode":
             return Noop()
+        if name == "recorder floor":
+            return _minimal_recorder()
         if name == "module floor":
             return _ModuleFloor()
         if name == "simulate":
@@ -285,6 +290,53 @@ class _ModuleFloor:
     def __exit__(self, *exc):
         for handle in self._handles:
             handle.remove()
+
+
+def _minimal_recorder():
+    """A dispatch mode doing the least an aten-level statistics capture must: each op's inputs' statistics
+    looked up by object, each contiguous float output's computed in C (`_native.stats_at`), one row kept a
+    op; no names, no check that a tensor is unchanged, no file. The floor of such a capture in Python."""
+    import gc
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from precision_tool.torch.tensors import _SMALL_STATS, _STATS_AT, _STATS_AT_KINDS, _STATS_CANCELLATION
+
+    class MinimalRecorder(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False
+
+        def __enter__(self):
+            self.known, self.rows = {}, []
+            self._froze = not gc.get_freeze_count()  # as the capture's session does
+            if self._froze:
+                gc.freeze()
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            if self._froze:
+                gc.unfreeze()
+            return super().__exit__(*exc)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            known = self.known
+            inputs = [known.get(id(value)) for value in args if type(value) is torch.Tensor]
+            outputs = []
+            for tensor in result if isinstance(result, (tuple, list)) else (result,):
+                if type(tensor) is torch.Tensor and tensor.is_contiguous() and tensor.numel():
+                    kind = _STATS_AT_KINDS.get(tensor.dtype)
+                    if kind is not None:
+                        stats = _STATS_AT(tensor.data_ptr(), tensor.numel(), kind, _STATS_CANCELLATION, 0.0,
+                                          _SMALL_STATS)
+                        known[id(tensor)] = stats
+                        outputs.append(stats)
+            self.rows.append((func, inputs, outputs))
+            return result
+
+    return MinimalRecorder()
 
 
 def _raw_write_seconds(dump: Path, out: Path) -> float:
