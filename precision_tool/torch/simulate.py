@@ -63,6 +63,7 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         self.status = FloatStatus()
         self.overflow_ops: list[OpRef] = []
         self._parameters = _RoundedParameters()
+        self._decisions: dict = {}  # ids of (op info, inputs' formats) -> (`decide`'s NodePrecision, them)
 
     def __enter__(self) -> "simulate_npu":
         SESSION.attach(simulator=self)
@@ -97,9 +98,15 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         return result
 
     def _precision(self, call: OpCall, floats: list):
-        membership = self.mixlists.membership(call.info.type, call.info.amp)
+        """`decide` for the op: a function of its info and its inputs' formats, decided once for each."""
         activations = [fmt for t in floats if (fmt := getattr(t, FORMAT_ATTR, None)) is not None]
-        return decide(call.info.category, membership, self.policy, FLOAT32, activations)
+        key = (id(call.info), *map(id, activations))  # (hashing the frozen dataclasses costs more than deciding)
+        known = self._decisions.get(key)
+        if known is None:
+            membership = self.mixlists.membership(call.info.type, call.info.amp)
+            known = self._decisions[key] = (decide(call.info.category, membership, self.policy, FLOAT32,
+                                                   activations), call.info, activations)  # (ids stay theirs)
+        return known[0]
 
     def _run_native(self, call: OpCall, floats: list, before, saturate: bool):
         if before is not None:
