@@ -34,6 +34,7 @@ casts autocast inserts round a value, they never move it that far.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -49,6 +50,11 @@ from precision_tool.dump.records import OpRecord
 from precision_tool.engine.formats import FORMATS
 
 _LISTED = 6  # target-only ops named in the evidence
+# A value a computation only the target runs rewrote, judged where its op's error stays under the output's noise
+# floor (16 units of bfloat16's last place are 6 %): the change, in quadrature beyond the error of the op that
+# wrote it, exceeds this many units of the value's format. One rounding adds at most one unit, and the casts
+# autocast inserts are never counted here (they only round).
+REWRITE_UNITS = 4.0
 
 
 @dataclass(frozen=True)
@@ -199,6 +205,32 @@ class DepartureFinder:
                 continue
             writer = self.writers()[1].producer(record, slot)
             if writer is not None and writer.exec_index > producer.exec_index and self.golden_of(writer) is None:
+                return Departure(slot, error.error, 0, 0, producer, producer_error, writer, golden_tensor.dtype)
+        return None
+
+    def rewritten(self, record: OpRecord, view: GoldenView) -> Departure | None:
+        """The first float input of forward ``record`` that an op only the target runs, and that computes (not a
+        cast or a copy), rewrote after the partner of its golden writer wrote it, by more than REWRITE_UNITS
+        units of the input's format beyond that writer's own error (in quadrature: the rewrite and the error it
+        carried are independent): the local form of `floating` for errors under the noise floor (a 2 % scale
+        under bfloat16). None otherwise."""
+        golden_record = self.golden_of(record)
+        if golden_record is None or record.direction != "forward":
+            return None
+        for slot, error in pair_errors(self.golden_dump, self.target_dump, record, view, "input"):
+            fmt = FORMATS.get(record.tensor(slot).dtype)
+            if fmt is None or error.overflowed or error.error < REWRITE_UNITS * fmt.unit_roundoff:
+                continue
+            writer = self.writers()[1].producer(record, slot)
+            if writer is None or is_copy(writer.type) or self.golden_of(writer) is not None:
+                continue
+            golden_tensor = view.record(slot)
+            written = self._golden_writer(golden_record, golden_tensor) if golden_tensor is not None else None
+            producer = self.target_of(written[0]) if written is not None else None
+            if producer is None or writer.exec_index <= producer.exec_index:
+                continue
+            producer_error = self.measure(producer).observed
+            if math.sqrt(max(error.error ** 2 - producer_error ** 2, 0.0)) >= REWRITE_UNITS * fmt.unit_roundoff:
                 return Departure(slot, error.error, 0, 0, producer, producer_error, writer, golden_tensor.dtype)
         return None
 

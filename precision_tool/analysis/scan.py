@@ -11,7 +11,10 @@ their boundary; every other op by its own tensors:
    operation**. Either is the culprit only when it is *harmful*: some op that
    reads the result diverges too. A mask saturated from -3.4e38 to -65504 is
    absorbed by the softmax that reads it and is only noted.
-2. Ops whose observed error stays under their dtype's noise floor are passed.
+2. Ops whose observed error stays under their dtype's noise floor are passed,
+   unless a computation only the target runs rewrote one of their inputs by
+   more than REWRITE_UNITS units of its format (a 2 % scale under bfloat16,
+   whose floor is 6 %): that op is the culprit (`departures.rewritten`).
    An op that reads an input changed after the op that wrote it in golden
    (`departures`) points past itself: integers changed by unrecorded integer
    ops (**kernel_bug** at the op reading them), or a value rewritten by ops
@@ -46,8 +49,8 @@ from precision_tool.analysis.actions import keep_fp32 as _keep_fp32
 from precision_tool.analysis.arguments import called_differently
 from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, pair_errors,
                                                  replay_errors, self_consistency, significant_slots)
-from precision_tool.analysis.departures import (DepartureFinder, integer_verdict, skipped_verdict,
-                                                target_only_verdict)
+from precision_tool.analysis.departures import (REWRITE_UNITS, DepartureFinder, integer_verdict,
+                                                skipped_verdict, target_only_verdict)
 from precision_tool.analysis.errors import noise_floor, rounding_error
 from precision_tool.analysis.fusion import switch_off_action
 from precision_tool.analysis.omissions import (changed_leaf, fewer_gradients, narrower_than_declared,
@@ -60,6 +63,7 @@ from precision_tool.analysis.errors import stats_only
 from precision_tool.analysis.modulejudge import judge_module
 from precision_tool.analysis.statsjudge import judge_statistics
 from precision_tool.analysis.rewrites import RewriteJudge, _fmt, output_dtype, with_module
+from precision_tool.engine.formats import FORMATS
 from precision_tool.analysis.structure import (Consumers, enclosing_module, fingerprint, missing_backward,
                                                module_path, occurrence_keys as _occurrence_keys,
                                                rewritten_backward, rewritten_modules,
@@ -258,7 +262,7 @@ class Scanner(RewriteJudge):
                 self.result.attributions.append(a)
                 return verdict
         if a.observed < floor or self.replays >= MAX_REPLAYS:
-            return None
+            return self._rewritten(record, a) if a.observed < floor else None
         verdict = self._departed(record, a, floor)
         if verdict is not None:
             return verdict
@@ -291,6 +295,19 @@ class Scanner(RewriteJudge):
         if a.introduced is not None and a.introduced >= SIGNIFICANT_ERROR:
             return self._precision_loss(record, a)
         return None
+
+    def _rewritten(self, record: OpRecord, a: Attribution) -> Verdict | None:
+        """Under the noise floor, a forward op whose output and inputs depart by REWRITE_UNITS of its format: an
+        input a computation only the target runs rewrote (`departures.rewritten`) is the culprit there."""
+        fmt = FORMATS.get(output_dtype(record))
+        bound = REWRITE_UNITS * (fmt.unit_roundoff if fmt is not None else 0.0)
+        if record.direction != "forward" or record.is_module or min(a.observed, a.inherited) < max(bound, 1e-12):
+            return None
+        found = self.departures.rewritten(record, self.views.get(id(record)) or GoldenView(self.golden, []))
+        if found is None:
+            return None
+        self.result.attributions.append(a)
+        return target_only_verdict(record, found, self.departures.target_only_between(found, record))
 
     def _departed(self, record: OpRecord, a: Attribution, floor: float) -> Verdict | None:
         """An input changed after the op that wrote it in golden (`departures`): integers changed before this
