@@ -1,0 +1,178 @@
+"""The diagnosis on configurations nobody chose: random tiny configs of the five real-model families.
+
+    python bench/bench_random_configs.py --seed 4 --cases 24 --faults   # planted faults
+    python bench/bench_random_configs.py --seed 6 --cases 24            # clean ports
+
+The suite's cases (tests/realmodels) fix one config per family, and a mechanism
+tuned on them may lean on its sizes. Here each case draws a family (GPT-2,
+BERT, ViT, ResNet, an LSTM or GRU language model), its layers (1-3), width
+(32-64), heads, sequence length, batch, activation, optimizer (AdamW, Adam,
+SGD with momentum) and attention kernel (eager, sdpa), and a target: bf16
+autocast, float16 autocast with a GradScaler, simulated mixed precision or
+simulated force_fp16; with ``--faults`` one of three planted faults in the
+first block's activation (2 % scale, hand-written approximation, 5 % too
+large gradient), half of them in a float32 target. Both runs are collected
+and judged as `tests/realmodels/cases.py` does. A case torch itself cannot
+run on this CPU (a float16 LSTM under oneDNN) is reported as skipped.
+Prints one JSON line a case, then the totals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from tests.realmodels import cases as C  # noqa: E402
+from tests.realmodels.models import Run, _hf_loss, _quiet_transformers  # noqa: E402
+
+VOCAB = 96
+
+
+def _optimizer(kind: str, params):
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=2e-3)
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+
+def gpt2(layers, width, heads, seq, batch, act, opt, attn) -> Run:
+    tf = _quiet_transformers()
+    config = tf.GPT2Config(n_layer=layers, n_embd=width, n_head=heads, vocab_size=VOCAB, n_positions=32,
+                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function=act,
+                           attn_implementation=attn)
+    model, ids = tf.GPT2LMHeadModel(config), torch.randint(0, VOCAB, (batch, seq))
+    return Run(model, _optimizer(opt, model.parameters()), {"input_ids": ids, "labels": ids}, _hf_loss)
+
+
+def bert(layers, width, heads, seq, batch, act, opt, attn) -> Run:
+    tf = _quiet_transformers()
+    config = tf.BertConfig(vocab_size=VOCAB, hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,
+                           intermediate_size=2 * width, max_position_embeddings=32, num_labels=3,
+                           hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                           hidden_act="gelu" if act == "gelu_new" else act, attn_implementation=attn)
+    model, ids = tf.BertForSequenceClassification(config), torch.randint(0, VOCAB, (batch, seq))
+    return Run(model, _optimizer(opt, model.parameters()),
+               {"input_ids": ids, "labels": torch.randint(0, 3, (batch,))}, _hf_loss)
+
+
+def vit(layers, width, heads, seq, batch, act, opt, attn) -> Run:
+    tf = _quiet_transformers()
+    config = tf.ViTConfig(image_size=16, patch_size=max(seq // 4, 2), num_channels=3, hidden_size=width,
+                          num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=2 * width,
+                          num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, hidden_act=act,
+                          attn_implementation=attn)
+    model = tf.ViTForImageClassification(config)
+    return Run(model, _optimizer(opt, model.parameters()),
+               {"pixel_values": torch.randn(batch, 3, 16, 16), "labels": torch.randint(0, 3, (batch,))}, _hf_loss)
+
+
+def resnet(layers, width, heads, seq, batch, act, opt, attn) -> Run:
+    tf = _quiet_transformers()
+    config = tf.ResNetConfig(num_channels=3, embedding_size=width // 4,
+                             hidden_sizes=[width // 4, width // 2, width][:layers], depths=[1] * layers,
+                             layer_type="bottleneck" if heads == 4 else "basic", num_labels=3, hidden_act="relu")
+    model = tf.ResNetForImageClassification(config)
+    return Run(model, _optimizer(opt, model.parameters()),
+               {"pixel_values": torch.randn(batch, 3, 32, 32), "labels": torch.randint(0, 3, (batch,))}, _hf_loss)
+
+
+class RecurrentLM(nn.Module):
+    """Embedding -> LSTM or GRU -> Linear over the vocabulary."""
+
+    def __init__(self, width: int, layers: int, cell: type):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, width)
+        self.rnn = cell(width, width, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(width, VOCAB)
+
+    def forward(self, ids):
+        return self.head(self.rnn(self.embed(ids))[0])
+
+
+def recurrent(layers, width, heads, seq, batch, act, opt, attn) -> Run:
+    model = RecurrentLM(width, layers, nn.GRU if heads == 4 else nn.LSTM)
+
+    def loss(model, batch_):
+        logits = model(batch_["ids"][:, :-1])
+        return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), batch_["ids"][:, 1:].reshape(-1))
+
+    return Run(model, _optimizer(opt, model.parameters()), {"ids": torch.randint(0, VOCAB, (batch, seq))}, loss)
+
+
+FAMILIES = {  # builder, the module the faults are planted in, the faults that apply
+    "gpt2": (gpt2, "transformer.h.0.mlp.act", ("scale", "backward_only", "handwritten")),
+    "bert": (bert, "bert.encoder.layer.0.intermediate.intermediate_act_fn", ("scale", "backward_only", "handwritten")),
+    "vit": (vit, "vit.layers.0.mlp.activation_fn", ("scale", "backward_only", "handwritten")),
+    "resnet": (resnet, "resnet.encoder.stages.0.layers.0.layer.0.activation", ("scale", "backward_only", "handwritten")),
+    "rnn": (recurrent, "head", ("scale",)),
+}
+
+
+def draw(rng: random.Random, index: int, faults: bool) -> C.Case:
+    """One random case, registered in the suite's MODELS under a name of its own."""
+    family = rng.choice(list(FAMILIES))
+    builder, role, kinds = FAMILIES[family]
+    config = dict(layers=rng.choice([1, 2, 3]), width=rng.choice([32, 48, 64]), heads=rng.choice([2, 4]),
+                  seq=rng.choice([8, 12, 16]), batch=rng.choice([2, 4, 8]),
+                  act=rng.choice(["gelu", "relu", "gelu_new"]) if family != "resnet" else "relu",
+                  opt=rng.choice(["adamw", "adam", "sgd"]), attn=rng.choice(["eager", "sdpa"]))
+    name = f"random{index}-{family}"
+    C.MODELS[name] = (builder, config, {"act": role})
+    target = rng.choice(["bf16", "mix", "fp16", "amp16"])
+    if not faults:
+        return C.Case(name, target)
+    fault = rng.choice(kinds)
+    return C.Case(name, "fp32" if rng.random() < 0.5 else target, fault, "act", "kernel_bug",
+                  "backward" if fault == "backward_only" else "")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cases", type=int, default=20)
+    parser.add_argument("--faults", action="store_true", help="planted faults instead of clean ports")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    rng = random.Random(args.seed)
+    right = wrong = skipped = 0
+    work = Path(tempfile.mkdtemp(prefix="random_configs_"))
+    try:
+        for index in range(args.cases):
+            case = draw(rng, index, args.faults)
+            config = C.MODELS[case.model][1]
+            shutil.rmtree(work / "case", ignore_errors=True)
+            start = time.perf_counter()
+            try:
+                ok, said = C.judge(case, C.run_case(case, work / "case"))
+            except RuntimeError as exc:  # torch's own kernel refuses the config on this CPU
+                if "primitive descriptor" not in str(exc):
+                    raise
+                skipped += 1
+                print(json.dumps({"case": case.id, "config": config, "skipped": str(exc).splitlines()[0]}))
+                continue
+            right, wrong = right + ok, wrong + (not ok)
+            print(json.dumps({"case": case.id, "config": config, "right": ok, "verdict": said,
+                              "seconds": round(time.perf_counter() - start, 1)}), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    kind = "named" if args.faults else "clean"
+    print(f"{kind} {right}/{right + wrong} (seed {args.seed}; {skipped} skipped: torch cannot run them here)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
