@@ -243,7 +243,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         with_data = self.mode != "stats"
         output_stats = self._output_stats
         if self.mode == "dump":
-            outputs, keys = [], keys + [None] * len(call.outputs)
+            outputs, keys = [], (keys or [None] * len(inputs)) + [None] * len(call.outputs)
             for position, (tensor, dtype) in enumerate(zip(call.outputs, call.output_dtypes), len(inputs)):
                 stats = output_stats(call, inputs, tensor, dtype)
                 key = keys[position] = _values_key(tensor, dtype, stats)
