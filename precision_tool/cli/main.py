@@ -12,6 +12,7 @@ interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
@@ -64,6 +65,28 @@ class LazyGroup(click.Group):
         rows = [(name, short) for name, (_, short) in COMMANDS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+    # click answers an EPIPE (``| head``) with exit status 1, which says a regression was found: the error
+    # boundary in `_run` ends quietly with the command's own status instead
+    def make_context(self, *args, **kwargs):
+        with _reader_left():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):
+        with _reader_left():
+            return super().invoke(ctx)
+
+
+class ReaderLeft(Exception):
+    """The reader of stdout left (``| head``): no OSError, so that click passes it on to the boundary."""
+
+
+@contextlib.contextmanager
+def _reader_left():
+    try:
+        yield
+    except BrokenPipeError as exc:
+        raise ReaderLeft() from exc
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -166,8 +189,10 @@ def _run(argv: list[str] | None) -> int:
     except KeyboardInterrupt as exc:
         say(f"precision-tool: {_stopped_by(exc)}")
         return ExitStatus.INTERRUPTED
-    except BrokenPipeError:
-        _close_quietly(sys.stderr)
+    except (BrokenPipeError, ReaderLeft):  # the reader of stdout left (`| head`): the output ends quietly
+        from precision_tool.outputs import abandon
+
+        abandon(sys.stdout)  # what it still buffers goes nowhere at exit, instead of failing there (status 120)
         return ExitStatus.OK
     except Exception as exc:  # the boundary: anything else is our bug
         if interrupted():  # work called off by Ctrl-C (compare.cancel.Cancelled), not a bug
@@ -213,13 +238,6 @@ def _check_cut_short() -> None:
 def _flush_stdout() -> None:
     if sys.stdout is not None:
         sys.stdout.flush()
-
-
-def _close_quietly(stream) -> None:
-    try:
-        stream.close()
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 _TERMINATED: set = set()  # holds True once SIGTERM arrived (a set: cleared in place, no global statement)
