@@ -23,7 +23,8 @@ from pathlib import Path
 import click
 
 from precision_tool import __version__
-from precision_tool.errors import ExitStatus, PrecisionToolError, Terminated, out_of_memory, printable
+from precision_tool.errors import (ExitStatus, PrecisionToolError, Terminated, memory_ran_out, out_of_memory,
+                                   printable)
 
 # name -> (module:attribute, one-line help shown by --help without importing). The commands that read dumps
 # are generated from their specs (`precision_tool.commands.registry`, through `precision_tool.cli.batch`): their
@@ -113,7 +114,7 @@ def _report_internal(exc: BaseException, show_traceback: bool) -> None:
     if show_traceback:
         sys.stderr.write(text)
         return
-    if isinstance(exc, MemoryError):  # exit 3 still: the machine's limit, or a read that should have streamed
+    if memory_ran_out(exc):  # exit 3 still: the machine's limit, or a read that should have streamed
         say(f"precision-tool: {out_of_memory(exc)} (rerun with --traceback to see where)")
         return
     where = ""
