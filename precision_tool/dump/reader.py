@@ -346,7 +346,8 @@ class Dump:
             raise InputError(self.path, f"{path}: unreadable pack ({exc})") from None
         import h5py
 
-        if not isinstance(dataset, h5py.Dataset) or dataset.dtype != np.uint8 or len(dataset.shape) != 1:
+        if not isinstance(dataset, h5py.Dataset) or _stored_type(self.path, path, dataset) != np.uint8 or \
+                len(dataset.shape) != 1:
             raise InputError(self.path, f"{path}: not a pack (a 1-D dataset of bytes)")
         offset = raw_offset(self._file, dataset, "uint8", dataset.dtype, dataset.size)
         if offset is not None:
@@ -436,9 +437,18 @@ def _checked_dtype(path: str, where: str, dataset, dtype: str, size: int) -> np.
 
     if not isinstance(dataset, h5py.Dataset):
         raise InputError(path, f"{where}: not a tensor (an HDF5 group)")
-    stored = dataset.dtype
+    stored = _stored_type(path, where, dataset)
     if stored.kind not in "fiub":
         raise InputError(path, f"{where}: holds {stored} values, not numbers")
     if dataset.size != size:
         raise InputError(path, f"{where}: holds {dataset.size} values where the index says {size} ({dtype})")
     return stored
+
+
+def _stored_type(path: str, where: str, dataset) -> np.dtype:
+    """A dataset's numpy dtype; InputError when its datatype message is damaged (h5py: "Insufficient precision
+    in available types to represent ...", "unusually large # of unused bits")."""
+    try:
+        return dataset.dtype
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:
+        raise InputError(path, f"{where}: unreadable datatype ({exc})") from None

@@ -127,18 +127,21 @@ def _read_tables(path) -> None:
         dump.summary()
         for step in dump.step_numbers():
             dump.ops(step)
+        if 1 in dump.step_numbers():
+            dump.tensor(1, 0, "output_0")
 
 
-@pytest.mark.parametrize("name", [STEP, f"{STEP}/op_index"])
+@pytest.mark.parametrize("name", [STEP, f"{STEP}/op_index", f"{STEP}/ops/000000__block|MatMul/output_0"])
 def test_every_byte_of_an_object_header_damaged_is_bad_input_or_read(tmp_path, name):
-    """Each of the first 160 bytes of a step group's (or its op_index's) object header inverted in turn: the
-    dump reads, or is an InputError. Before: a damaged attribute or link message was an internal RuntimeError
-    ("Error iterating over attributes", "Unable to synchronously check link existence"), a damaged header
-    version a KeyError, a type byte that made op_index a named datatype an AttributeError."""
+    """Each of the first 160 bytes of a step group's (its op_index's, a tensor dataset's) object header inverted
+    in turn: the dump reads, or is an InputError. Before: a damaged attribute or link message was an internal
+    RuntimeError ("Error iterating over attributes", "Unable to synchronously check link existence"), a damaged
+    header version a KeyError, a type byte that made op_index a named datatype an AttributeError, a damaged
+    float datatype a ValueError ("Insufficient precision in available types to represent ...")."""
     from precision_tool.errors import InputError
 
     source = tmp_path / "source.h5"
-    write_synthetic(source, steps=2)
+    write_synthetic(source, steps=2, pack_limit=-1)  # every tensor a dataset of its own
     with h5py.File(source, "r") as f:
         start = h5py.h5o.get_info(f[name].id).addr
     data, damaged, refused = source.read_bytes(), tmp_path / "damaged.h5", 0
