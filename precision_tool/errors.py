@@ -15,7 +15,7 @@ class ExitStatus(enum.IntEnum):
     OK = 0
     REGRESSION = 1  # a check found a precision regression
     USAGE = 2  # bad option, bad config value or bad input file
-    INTERNAL = 3  # a bug in precision-tool itself, or memory ran out (`out_of_memory`)
+    INTERNAL = 3  # a bug in precision-tool itself, or memory ran out (`memory_ran_out`)
     INTERRUPTED = 130
 
 
@@ -76,10 +76,32 @@ def choice_error(what: str, value, valid) -> ConfigError:
     return ConfigError(f"unknown {what} {value!r}; valid: {listed}")
 
 
-def out_of_memory(exc: MemoryError) -> str:
-    """The one line for a MemoryError: what could not be allocated, and the process's address-space limit when
-    one is set (``ulimit -v``), which is then what ran out."""
-    what = " ".join(printable(exc).split()) or "an allocation failed"
+# PyTorch's CPU allocator raises a plain RuntimeError: "[enforce fail at alloc_cpu.cpp:127] err == 0.
+# DefaultCPUAllocator: can't allocate memory: you tried to allocate 40000000000000 bytes. Error code 12 (...)";
+# older releases said "not enough memory". Its GPU one raises torch.OutOfMemoryError, a RuntimeError too.
+_TORCH_ALLOCATOR = "DefaultCPUAllocator: "
+_TORCH_OUT_OF_MEMORY = ("can't allocate memory", "not enough memory")
+
+
+def memory_ran_out(exc: BaseException) -> bool:
+    """Whether ``exc`` says memory ran out: a MemoryError, or PyTorch's own (told by its type's name and its
+    message: nothing here imports torch)."""
+    if isinstance(exc, MemoryError):
+        return True
+    if not isinstance(exc, RuntimeError):
+        return False
+    text = str(exc)
+    return type(exc).__name__ == "OutOfMemoryError" or (
+        _TORCH_ALLOCATOR in text and any(words in text for words in _TORCH_OUT_OF_MEMORY))
+
+
+def out_of_memory(exc: BaseException) -> str:
+    """The one line for running out of memory (`memory_ran_out`): what could not be allocated, and the
+    process's address-space limit when one is set (``ulimit -v``), which is then what ran out."""
+    text = str(exc)
+    if _TORCH_ALLOCATOR in text:  # PyTorch's: what follows the C++ assertion ("[enforce fail at ...] err == 0.")
+        text = text[text.index(_TORCH_ALLOCATOR):]
+    what = " ".join(printable(text).split()) or "an allocation failed"
     limit = ""
     try:
         import resource

@@ -305,6 +305,7 @@ class StandardOutput:
                 encoding = self._stream.encoding
                 return self._stream.write(text.encode(encoding, "replace").decode(encoding))
         except BrokenPipeError:
+            abandon(self._stream)  # what it still buffers is dropped quietly, not failed on again at exit
             raise  # the reader left (`| head`): the front end ends quietly
         except OSError as exc:
             return self._failed(exc, len(text))
@@ -317,6 +318,7 @@ class StandardOutput:
         try:
             return self._stream.flush()
         except BrokenPipeError:
+            abandon(self._stream)
             raise
         except OSError as exc:
             return self._failed(exc, None)

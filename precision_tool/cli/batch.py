@@ -54,11 +54,14 @@ def batch_command(spec: CommandSpec) -> click.Command:
         with DumpFiles(paths, allow_incomplete=allow_incomplete, progress=progress_callback, warn=_warn) as source:
             result, delivered, inputs = spec.run(source, values)
             shown = deliver(result, inputs, **delivered)
-        with bulk_objects():  # a view of a big comparison builds a point per op
-            present(spec, shown)
-        after = AFTER.get(spec.name)
-        if after is not None:
+        after = AFTER.get(spec.name, _nothing)
+        try:
+            with bulk_objects():  # a view of a big comparison builds a point per op
+                present(spec, shown)
+        except BrokenPipeError:  # the reader left (`| head`): what was found still sets the exit status
             after(result)
+            raise
+        after(result)
 
     return click.Command(spec.name, params=spec.batch_parameters(), callback=callback, help=spec.help,
                          short_help=spec.summary, context_settings=CONTEXT)
@@ -73,12 +76,12 @@ def present(spec: CommandSpec, delivered) -> None:
     if isinstance(shown, TextDocument):
         click.echo(shown.text, nl=False)
     elif shown is not None:
-        from rich.console import Console
+        from precision_tool.cli.consoles import console
 
         view = BATCH_VIEWS.get(spec.name)
         if view is None or type(shown).__name__ != "Comparison":
             from precision_tool.render.shell_views import render as view
-        Console(highlight=False).print(view(shown))
+        console().print(view(shown))
     for path in delivered.wrote:
         click.echo(f"wrote {printable(path)}", err=True)
 
@@ -87,6 +90,10 @@ def _compare_view(comparison):
     from precision_tool.render.exports import comparison_table
 
     return comparison_table(comparison)
+
+
+def _nothing(result) -> None:
+    pass
 
 
 def _check_failed(result) -> None:

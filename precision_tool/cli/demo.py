@@ -28,10 +28,10 @@ def demo(workdir, steps, force):
     diagnosis. The dumps stay in --workdir for `precision-tool shell`; dumps
     of those names already there are kept (nothing runs) unless --force.
     """
-    from rich.console import Console
     from rich.text import Text
 
     from precision_tool.analysis import diagnose
+    from precision_tool.cli.consoles import console as pipe_console
     from precision_tool.collect.demo import collect_demo, demo_paths
     from precision_tool.dump.partial import check_target
     from precision_tool.compare.comparator import compare_dumps
@@ -41,7 +41,7 @@ def demo(workdir, steps, force):
     from precision_tool.render.compare_view import flagged_view
     from precision_tool.render.shell_views import diagnosis as diagnosis_view
 
-    console = Console(highlight=False)
+    console = pipe_console()
     if workdir and Path(workdir).is_dir():
         for path in demo_paths(workdir):  # before anything is printed or run
             check_target(path, force)

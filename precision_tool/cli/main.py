@@ -12,6 +12,7 @@ interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
@@ -22,7 +23,8 @@ from pathlib import Path
 import click
 
 from precision_tool import __version__
-from precision_tool.errors import ExitStatus, PrecisionToolError, Terminated, out_of_memory, printable
+from precision_tool.errors import (ExitStatus, PrecisionToolError, Terminated, memory_ran_out, out_of_memory,
+                                   printable)
 
 # name -> (module:attribute, one-line help shown by --help without importing). The commands that read dumps
 # are generated from their specs (`precision_tool.commands.registry`, through `precision_tool.cli.batch`): their
@@ -65,6 +67,28 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    # click answers an EPIPE (``| head``) with exit status 1, which says a regression was found: the error
+    # boundary in `_run` ends quietly with the command's own status instead
+    def make_context(self, *args, **kwargs):
+        with _reader_left():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):
+        with _reader_left():
+            return super().invoke(ctx)
+
+
+class ReaderLeft(Exception):
+    """The reader of stdout left (``| head``): no OSError, so that click passes it on to the boundary."""
+
+
+@contextlib.contextmanager
+def _reader_left():
+    try:
+        yield
+    except BrokenPipeError as exc:
+        raise ReaderLeft() from exc
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="precision-tool")
@@ -90,7 +114,7 @@ def _report_internal(exc: BaseException, show_traceback: bool) -> None:
     if show_traceback:
         sys.stderr.write(text)
         return
-    if isinstance(exc, MemoryError):  # exit 3 still: the machine's limit, or a read that should have streamed
+    if memory_ran_out(exc):  # exit 3 still: the machine's limit, or a read that should have streamed
         say(f"precision-tool: {out_of_memory(exc)} (rerun with --traceback to see where)")
         return
     where = ""
@@ -166,8 +190,10 @@ def _run(argv: list[str] | None) -> int:
     except KeyboardInterrupt as exc:
         say(f"precision-tool: {_stopped_by(exc)}")
         return ExitStatus.INTERRUPTED
-    except BrokenPipeError:
-        _close_quietly(sys.stderr)
+    except (BrokenPipeError, ReaderLeft):  # the reader of stdout left (`| head`): the output ends quietly
+        from precision_tool.outputs import abandon
+
+        abandon(sys.stdout)  # what it still buffers goes nowhere at exit, instead of failing there (status 120)
         return ExitStatus.OK
     except Exception as exc:  # the boundary: anything else is our bug
         if interrupted():  # work called off by Ctrl-C (compare.cancel.Cancelled), not a bug
@@ -213,13 +239,6 @@ def _check_cut_short() -> None:
 def _flush_stdout() -> None:
     if sys.stdout is not None:
         sys.stdout.flush()
-
-
-def _close_quietly(stream) -> None:
-    try:
-        stream.close()
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 _TERMINATED: set = set()  # holds True once SIGTERM arrived (a set: cleared in place, no global statement)

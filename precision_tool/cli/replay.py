@@ -63,14 +63,13 @@ def replay(checkpoint_dir, step, output_dir, device, precision_mode, precision_m
         click.echo(json.dumps({"replay": _replay_dict(result), "diagnosis": diagnosis_dict(diagnosis)},
                               indent=2, allow_nan=False))
         return
-    from rich.console import Console
-
+    from precision_tool.cli.consoles import console as pipe_console
     from precision_tool.render.shell_views import diagnosis as diagnosis_view
 
     click.echo(f"replayed step {result.step} from {result.checkpoint}: golden loss {result.golden_loss:.6g} "
                f"-> {result.golden}; target ({result.target_device.get('effective_precision_mode')}) loss "
                f"{result.target_loss:.6g}{', overflow' if result.target_overflow else ''} -> {result.target}")
-    Console(highlight=False).print(diagnosis_view(diagnosis))
+    pipe_console().print(diagnosis_view(diagnosis))
 
 
 def _replay_dict(result) -> dict:

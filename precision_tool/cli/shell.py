@@ -99,9 +99,9 @@ def _run_stream(runner, printer, stream) -> None:
 
 
 def _consoles():
-    from rich.console import Console
+    from precision_tool.cli.consoles import console
 
-    return Console(highlight=False), Console(stderr=True, highlight=False)
+    return console(), console(stderr=True)
 
 
 def pick_rank(paths: dict, rank: int | None) -> tuple[dict, str | None]:

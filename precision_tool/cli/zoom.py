@@ -86,7 +86,7 @@ def _zoom(**params):
     docs/torch.md). Exit status 0 (1 is not used), 2 on bad input; when
     nothing diverges it says so and stops after phase 1.
     """
-    from rich.console import Console
+    from precision_tool.cli.consoles import console as pipe_console
 
     ctx = click.get_current_context()
     script = ctx.meta.get("zoom_script")
@@ -102,7 +102,7 @@ def _zoom(**params):
         raise InputError(folder, "is not a folder")
     stats = {role: str(folder / f"stats-{role}.h5") for role in ROLES}
     zooms = {role: str(folder / f"zoom-{role}.h5") for role in ROLES}
-    console = Console(highlight=False)
+    console = pipe_console()
     created = not folder.exists()
     from precision_tool.outputs import make_folder
 

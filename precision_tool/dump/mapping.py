@@ -69,6 +69,8 @@ def mapped_chunks(file, path: str, offset: int, dtype: np.dtype, size: int, limi
         except OSError:  # a file system that cannot map files (ENODEV: some FUSE and network mounts)
             yield _read_copy(fd, path, begin, count, dtype)
             continue
+        except ValueError:  # "mmap length is greater than file size": cut short since the fstat above
+            raise InputError(path, CUT_WHILE_READ) from None
         address = _watch(mapping, path)
         if address is None:  # the guard's table is full: a copy, which cannot fault
             mapping.close()

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -48,7 +47,7 @@ from precision_tool.dump.records import DumpSummary, OpRecord, StepRecord
 from precision_tool.dump.mapping import (changed_since, chunk_selections, file_state, mapped_chunks, raw_offset,
                                          read_dataset, watch_file)
 from precision_tool.dump.steps import DamagedDump, StepIndex, TensorLocation
-from precision_tool.dump.undo import rolled_back
+from precision_tool.dump.opening import locked_partial, open_h5
 from precision_tool.dump.storage import from_storage, stored_dtype
 from precision_tool.errors import InputError, NotFoundError
 
@@ -78,10 +77,10 @@ class Dump:
 
     def __init__(self, path):
         self.path = str(path)
-        self._file, self.being_written = _open_h5(self.path)
+        self._file, self.being_written = open_h5(self.path)
         self._opened = file_state(self._file)
         watch_file(self)  # a file cut short while it is read is an error after any command (`check_cut_short`)
-        self.being_replaced = _locked_partial(self.path)
+        self.being_replaced = locked_partial(self.path)
         try:
             self.metadata = decode_attrs(self._file.attrs)
             self.schema_version = check_schema(self.path, self.metadata)
@@ -141,7 +140,10 @@ class Dump:
 
     def step_attrs(self, step: int) -> dict:
         """Every attribute of a complete step's group, decoded."""
-        return decode_attrs(self._step_group(step).attrs)
+        try:
+            return decode_attrs(self._step_group(step).attrs)
+        except (KeyError, OSError, ValueError, TypeError, RuntimeError) as exc:  # h5py: a damaged attribute header
+            raise InputError(self.path, f"/{layout.STEPS}/{self._step_names[step]}: unreadable attributes ({exc})") from None
 
     def steps(self) -> list[StepRecord]:
         """What every complete step reported, in order."""
@@ -164,8 +166,18 @@ class Dump:
     def _opscount(self, step: int) -> int:
         if step in self._indexes:
             return len(self._indexes[step].op_rows)
-        group = self._step_group(step)
-        return member(group, layout.OP_INDEX, self._refused).shape[0] if layout.OP_INDEX in group else 0
+        import h5py
+
+        group, where = self._step_group(step), f"/{layout.STEPS}/{self._step_names[step]}"
+        try:
+            if layout.OP_INDEX not in group:
+                return 0
+            table = member(group, layout.OP_INDEX, self._refused)
+        except (KeyError, OSError, RuntimeError) as exc:  # h5py: a damaged object header or link message
+            raise InputError(self.path, f"{where}: unreadable step ({exc})") from None
+        if not isinstance(table, h5py.Dataset) or table.ndim != 1:  # a named datatype, a scalar
+            raise InputError(self.path, f"{where}/{layout.OP_INDEX}: not a table of one row per op")
+        return table.shape[0]
 
     # -- ops ----------------------------------------------------------------
 
@@ -304,6 +316,8 @@ class Dump:
             dtype = stored_dtype(location.dtype)
         except TypeError:
             raise InputError(self.path, f"{where}: a packed tensor of unknown dtype {location.dtype!r}") from None
+        if not location.size:  # no bytes to read: dumps written before 2026-11-26 point it at a pack never written
+            return np.empty(0, dtype)
         pack = self._pack(step, location.pack)
         end = location.offset + location.size * dtype.itemsize
         if end > pack.size or location.offset % dtype.itemsize:
@@ -332,7 +346,8 @@ class Dump:
             raise InputError(self.path, f"{path}: unreadable pack ({exc})") from None
         import h5py
 
-        if not isinstance(dataset, h5py.Dataset) or dataset.dtype != np.uint8 or len(dataset.shape) != 1:
+        if not isinstance(dataset, h5py.Dataset) or _stored_type(self.path, path, dataset) != np.uint8 or \
+                len(dataset.shape) != 1:
             raise InputError(self.path, f"{path}: not a pack (a 1-D dataset of bytes)")
         offset = raw_offset(self._file, dataset, "uint8", dataset.dtype, dataset.size)
         if offset is not None:
@@ -416,81 +431,24 @@ class Dump:
         return f"Dump({self.path!r}, {self.mode}, {state})"
 
 
-def _open_h5(path: str):
-    import h5py
-
-    p = Path(path)
-    if not p.exists():
-        raise InputError(path, "no such file")
-    if p.is_dir():
-        raise InputError(path, "is a directory, not a dump file")
-    if not os.access(p, os.R_OK):
-        raise InputError(path, "permission denied")
-    try:
-        if not h5py.is_hdf5(path):
-            raise InputError(path, "not an HDF5 file")
-        view = rolled_back(path)  # killed inside a commit: read as it was at the last one (`dump.undo`)
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
-    try:
-        if view is not None:
-            return h5py.File(view, "r"), _locked(path)
-        return h5py.File(path, "r"), False
-    except OSError as exc:
-        text = str(exc)
-        if "lock" in text:  # a live writer holds the lock: read what it has committed
-            try:
-                return h5py.File(path, "r", locking=False), True
-            except OSError as retry:
-                text = str(retry)
-        if "truncated" in text:
-            raise InputError(path, f"truncated HDF5 file ({p.stat().st_size} bytes; {_eof_note(text)})") from None
-        raise InputError(path, f"corrupt or unreadable HDF5 file ({text})") from None
-
-
-def _eof_note(text: str) -> str:
-    # h5py says: "truncated file: eof = 1234, sblock->base_addr = 0, stored_eof = 5678"
-    if "stored_eof = " in text:
-        stored = text.split("stored_eof = ", 1)[1].split(")")[0].split(",")[0].strip()
-        return f"the file says it has {stored} bytes"
-    return "cut short"
-
-
-def _locked_partial(path: str) -> bool:
-    """Whether a writer holds ``PATH.partial``: a new run is being written that will replace this file."""
-    from precision_tool.dump.partial import partial_path
-
-    return _locked(partial_path(path))
-
-
-def _locked(path: str) -> bool:
-    """Whether a writer holds the lock of the file at ``path``."""
-    try:
-        import fcntl
-    except ImportError:  # no flock: writers lock nothing either
-        return False
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except OSError:
-        return True
-    finally:
-        os.close(fd)  # and with it the shared lock, if it was taken
-
-
 def _checked_dtype(path: str, where: str, dataset, dtype: str, size: int) -> np.dtype:
     """The dtype of a tensor's dataset, once it is checked to hold as many numbers as its index row says."""
     import h5py
 
     if not isinstance(dataset, h5py.Dataset):
         raise InputError(path, f"{where}: not a tensor (an HDF5 group)")
-    stored = dataset.dtype
+    stored = _stored_type(path, where, dataset)
     if stored.kind not in "fiub":
         raise InputError(path, f"{where}: holds {stored} values, not numbers")
     if dataset.size != size:
         raise InputError(path, f"{where}: holds {dataset.size} values where the index says {size} ({dtype})")
     return stored
+
+
+def _stored_type(path: str, where: str, dataset) -> np.dtype:
+    """A dataset's numpy dtype; InputError when its datatype message is damaged (h5py: "Insufficient precision
+    in available types to represent ...", "unusually large # of unused bits")."""
+    try:
+        return dataset.dtype
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:
+        raise InputError(path, f"{where}: unreadable datatype ({exc})") from None

@@ -46,7 +46,10 @@ def read_record(fd: int) -> tuple[int, list[tuple[int, bytes]]] | None:
     size = os.fstat(fd).st_size
     if size < _TRAILER.size + _HEAD.size:
         return None
-    length, checksum, tail = _TRAILER.unpack(os.pread(fd, _TRAILER.size, size - _TRAILER.size))
+    trailer = os.pread(fd, _TRAILER.size, size - _TRAILER.size)
+    if len(trailer) != _TRAILER.size:  # cut short since fstat (a writer replacing the file in place)
+        return None
+    length, checksum, tail = _TRAILER.unpack(trailer)
     start = size - _TRAILER.size - length
     if tail != TAIL or start < 0 or length < _HEAD.size:
         return None

@@ -359,7 +359,7 @@ class DumpWriter:
                 stored = None
             else:
                 stored = to_storage(array, dtype, has_nan=stats[position][6] > 0)
-                if stored.nbytes <= self._pack_limit:
+                if 0 < stored.nbytes <= self._pack_limit:  # no bytes, no pack: an empty step writes none
                     self._remember(array, dtype, None, self._packs.add(row, stored), key)
                     continue
             if group is None:

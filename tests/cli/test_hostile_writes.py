@@ -459,8 +459,16 @@ def test_sigterm_ends_the_interactive_shell_with_130(pair, tmp_path):
      "precision-tool: out of memory: Unable to allocate 3.20 GiB for an array with shape (858993459,) and data type "
      "float32 (rerun with --traceback to see where)"),
     (MemoryError(), 2 ** 31, "precision-tool: out of memory: an allocation failed; the process may use 2 GiB of "
-                             "address space (ulimit -v) (rerun with --traceback to see where)")],
-    ids=["numpy", "ulimit"])
+                             "address space (ulimit -v) (rerun with --traceback to see where)"),
+    # PyTorch's CPU allocator (torch 2.13; a replay in diagnose, a .pt tensor): before, an internal error
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+                  "tried to allocate 40000000000000 bytes. Error code 12 (Cannot allocate memory)"), None,
+     "precision-tool: out of memory: DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+     "40000000000000 bytes. Error code 12 (Cannot allocate memory) (rerun with --traceback to see where)"),
+    (type("OutOfMemoryError", (RuntimeError,), {})("CUDA out of memory. Tried to allocate 20.00 GiB"), None,
+     "precision-tool: out of memory: CUDA out of memory. Tried to allocate 20.00 GiB (rerun with --traceback to "
+     "see where)")],
+    ids=["numpy", "ulimit", "torch-cpu", "torch-gpu"])
 def test_running_out_of_memory_is_one_line_saying_what_ran_out_exit_3(run_cli, pair, monkeypatch, raised, limit, says):
     import resource
 
@@ -474,4 +482,13 @@ def test_running_out_of_memory_is_one_line_saying_what_ran_out_exit_3(run_cli, p
     assert (result.status, result.stderr) == (3, says + "\n")
     assert not (Path(os.environ["XDG_STATE_HOME"]) / "precision-tool" / "last-error.log").exists()  # nothing to log
     result = run_cli("--traceback", "inspect", pair[0])
-    assert result.status == 3 and "Traceback" in result.stderr and "MemoryError" in result.stderr
+    assert result.status == 3 and "Traceback" in result.stderr and type(raised).__name__ in result.stderr
+
+
+def test_a_runtime_error_that_is_not_about_memory_is_still_an_internal_error(run_cli, pair, monkeypatch):
+    def boom(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: something else went wrong")
+
+    monkeypatch.setattr("precision_tool.commands.handlers.inspect", boom)
+    result = run_cli("inspect", pair[0])
+    assert result.status == 3 and result.stderr.startswith("precision-tool: internal error: RuntimeError: ")

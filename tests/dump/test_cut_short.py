@@ -198,3 +198,35 @@ def test_a_sigbus_that_is_not_the_guards_ends_the_process_as_before(tmp_path, ho
                             capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == -signal.SIGBUS and "survived" not in result.stdout, result
     assert result.stderr.count("Fatal Python error: Bus error") == (1 if faulthandler else 0), result.stderr
+
+
+def _grown_fstat(real, by: int):
+    """os.fstat, reporting ``by`` bytes more than the file holds: as if it was cut short right after the call."""
+    def fstat(fd):
+        result = real(fd)
+        return os.stat_result((*result[:6], result.st_size + by, *result[7:10]))
+    return fstat
+
+
+def test_a_dump_cut_short_between_the_size_check_and_the_mapping_is_an_input_error(big, monkeypatch):
+    """Before: mmap's own check failed ("mmap length is greater than file size"), an internal ValueError."""
+    size, cut = os.path.getsize(big), _offset(big) + 1000
+    with open_dump(big) as dump, pytest.raises(InputError) as info:
+        dump.ops(0)  # the tables, read before the cut
+        os.truncate(big, cut)
+        monkeypatch.setattr(mapping.os, "fstat", _grown_fstat(os.fstat, size - cut))  # the size before the cut
+        for chunk in dump.tensor_chunks(0, 0, "output_0", CHUNK, mapped=True):
+            pass
+    assert info.value.problem == mapping.CUT_WHILE_READ
+
+
+def test_a_dump_cut_short_while_its_undo_record_is_looked_for_reads(big, monkeypatch):
+    """Before: the trailer read short and struct.error escaped from `open_dump` (an internal error)."""
+    from precision_tool.dump import undo
+
+    monkeypatch.setattr(undo.os, "fstat", _grown_fstat(os.fstat, 7))
+    fd = os.open(big, os.O_RDONLY)
+    try:
+        assert undo.read_record(fd) is None
+    finally:
+        os.close(fd)

@@ -110,6 +110,51 @@ def test_a_pack_that_is_a_link_loop(tmp_path, run_cli):
              f"/{STEP}/packs/000000: a soft link to /{STEP}/packs/000000, which a dump never holds")
 
 
+@pytest.mark.parametrize("make", ["a named datatype", "a scalar"])
+def test_an_op_index_that_is_no_table(tmp_path, run_cli, make):
+    """Before: inspect read its length as ``.shape[0]``, an internal AttributeError or IndexError."""
+    _, target = _pair(tmp_path)
+    with h5py.File(target, "r+") as f:
+        del f[f"{STEP}/op_index"]
+        f[f"{STEP}/op_index"] = np.dtype("f4") if make == "a named datatype" else np.float32(1)
+    _outcome(run_cli("inspect", target), target, f"/{STEP}/op_index: not a table of one row per op")
+
+
+def _read_tables(path) -> None:
+    from precision_tool.dump.reader import open_dump
+
+    with open_dump(path) as dump:
+        dump.summary()
+        for step in dump.step_numbers():
+            dump.ops(step)
+        if 1 in dump.step_numbers():
+            dump.tensor(1, 0, "output_0")
+
+
+@pytest.mark.parametrize("name", [STEP, f"{STEP}/op_index", f"{STEP}/ops/000000__block|MatMul/output_0"])
+def test_every_byte_of_an_object_header_damaged_is_bad_input_or_read(tmp_path, name):
+    """Each of the first 160 bytes of a step group's (its op_index's, a tensor dataset's) object header inverted
+    in turn: the dump reads, or is an InputError. Before: a damaged attribute or link message was an internal
+    RuntimeError ("Error iterating over attributes", "Unable to synchronously check link existence"), a damaged
+    header version a KeyError, a type byte that made op_index a named datatype an AttributeError, a damaged
+    float datatype a ValueError ("Insufficient precision in available types to represent ...")."""
+    from precision_tool.errors import InputError
+
+    source = tmp_path / "source.h5"
+    write_synthetic(source, steps=2, pack_limit=-1)  # every tensor a dataset of its own
+    with h5py.File(source, "r") as f:
+        start = h5py.h5o.get_info(f[name].id).addr
+    data, damaged, refused = source.read_bytes(), tmp_path / "damaged.h5", 0
+    for offset in range(start, start + 160):
+        damaged.write_bytes(data[:offset] + bytes([data[offset] ^ 0xFF]) + data[offset + 1:])
+        try:
+            _read_tables(damaged)
+        except InputError as exc:
+            assert str(damaged) in str(exc)
+            refused += 1
+    assert refused > 10  # the sweep reached the header
+
+
 @pytest.mark.parametrize("side", ["golden", "target"])
 @pytest.mark.parametrize("damage", ["offsets all 0", "float16 read as float64"])
 def test_a_pack_read_wrongly_is_not_scored(tmp_path, run_cli, side, damage):

@@ -218,3 +218,47 @@ def test_layout_helpers():
     assert layout.parse_slot("output_3") == (layout.OUTPUT, 3)
     assert layout.json_safe({"a": (1, 2), "b": {3, 1}, "c": np.float32(0.5)}) == {"a": [1, 2], "b": [1, 3], "c": 0.5}
     TensorRecord("input_0", "float32", (1,), tensor_stats(np.ones(1)))
+
+
+def _zero_size_dump(path):
+    """Step 0's only tensors hold no values; step 1 has a packed tensor besides one."""
+    from precision_tool.compare.memory import MemoryDump
+
+    dump = MemoryDump(role="golden")
+    dump.add("empty/Op", "Op", {"input_0": np.zeros((0, 4), np.float32), "output_0": np.zeros((2, 0, 3), np.float32)},
+             step=0, dtypes={"output_0": "float16"})
+    dump.add("mixed/Op", "Op", {"input_0": np.ones((3, 4), np.float32), "output_0": np.zeros((0,), np.float32)},
+             step=1)
+    return dump.save(path)
+
+
+def test_tensors_of_no_values_round_trip(tmp_path, run_cli):
+    """Before: a zero-size tensor was 'packed' at (pack 0, byte 0), and a step whose only tensors held no values
+    wrote no pack: reading one was "packs/000000: missing, though index lists tensors in it", exit 2."""
+    path = _zero_size_dump(tmp_path / "zero.h5")
+    with open_dump(path) as dump:
+        shapes = {(s, op.name, t.slot): dump.tensor(s, op.exec_index, t.slot).shape
+                  for s in (0, 1) for op in dump.ops(s) for t in op.tensors}
+        assert list(dump.tensor_chunks(0, 0, "output_0", mapped=True)) == []
+    assert shapes == {(0, "empty/Op", "input_0"): (0, 4), (0, "empty/Op", "output_0"): (2, 0, 3),
+                      (1, "mixed/Op", "input_0"): (3, 4), (1, "mixed/Op", "output_0"): (0,)}
+    with h5py.File(path, "r") as f:  # every pack an index row names exists
+        for step in ("000000", "000001"):
+            rows = f[f"steps/{step}/index"][()]
+            for pack in set(rows["pack"][rows["has_data"] == 1].tolist()) - {layout.NOT_PACKED}:
+                assert f"steps/{step}/packs/{pack:06d}" in f
+    result = run_cli("shell", path, "--target", path, "-c", "cp empty/Op")
+    assert result.status == 0 and "Elements     0" in result.stdout, result.stderr
+
+
+def test_a_tensor_of_no_values_pointing_at_a_missing_pack_reads(tmp_path):
+    """Dumps written before 2026-11-26 point a zero-size tensor at a pack that was never written."""
+    path = _zero_size_dump(tmp_path / "old.h5")
+    with h5py.File(path, "r+") as f:
+        rows = f["steps/000000/index"][()]
+        rows["pack"], rows["offset"] = 0, 0
+        del f["steps/000000/index"], f["steps/000000/ops"]
+        f["steps/000000/index"] = rows
+    with open_dump(path) as dump:
+        assert dump.tensor(0, 0, "output_0").shape == (2, 0, 3)
+        assert dump.tensor(0, 0, "input_0").shape == (0, 4)
