@@ -134,9 +134,11 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        concluded = SESSION.pending_boundary  # the optimizer's step ended the open step: its ops are all there
         SESSION.detach(recorder=self)
         try:
-            if self._step is not None and exc_type is None:
+            if self._step is not None and (exc_type is None or concluded):  # (an exception in the next batch's
+                # loading keeps the step it follows)
                 self.end_step(self._step, math.nan, 1.0, False)
             if self._writer is None and exc_type is None:
                 self._open_writer()

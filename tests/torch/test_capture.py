@@ -177,6 +177,19 @@ def test_an_interrupted_run_keeps_the_completed_steps(tmp_path):
         assert [s.step for s in dump.steps()] == [0, 1]
 
 
+def test_an_interruption_right_after_an_optimizer_step_keeps_that_step(tmp_path):
+    """Ctrl-C while the next batch loads: the step the optimizer concluded is kept, though no op came after it."""
+    run = make_mlp()
+    with pytest.raises(KeyboardInterrupt):
+        with ptt.dump(tmp_path / "g.h5", mode="stats"):
+            train(run, steps=2)
+            raise KeyboardInterrupt
+    with open_dump(tmp_path / "g.h5") as dump:
+        assert not dump.complete
+        assert [s.step for s in dump.steps()] == [0, 1]
+        assert [op.direction for op in dump.ops(step=1)][-1] == "optimizer"
+
+
 def test_overflow_mode_records_only_overflowing_ops_first_the_culprit(tmp_path):
     run = make_mlp(scale=1e5)  # fc1 outputs exceed 65504
     with ptt.simulate_npu("force_fp16", "saturation"), ptt.dump(tmp_path / "o.h5", mode="overflow"):
