@@ -70,7 +70,8 @@ class TensorMetrics:
     accumulated_rel_err: float
     kl_divergence: float
     nonfinite_pairs: int = 0  # pairs left out because a side is NaN or inf
-    target_only_nonfinite: int = 0  # of those, pairs where only the target is non-finite
+    target_only_nonfinite: int = 0  # of those, pairs where the target is non-finite and golden holds another
+    # value (a finite one, the other infinity, NaN against inf)
     note: str = ""
 
 
@@ -265,7 +266,10 @@ class PairAccumulator:
         if kept == x.size:
             return x, y
         self.nonfinite_pairs += x.size - kept
-        self.target_only_nonfinite += int(np.count_nonzero(~x_ok & y_ok))
+        # the target non-finite where golden holds something else: a finite value, the other infinity, NaN for inf
+        with np.errstate(invalid="ignore"):
+            same = (x == y) | (np.isnan(x) & np.isnan(y))
+        self.target_only_nonfinite += int(np.count_nonzero(~x_ok & ~same))
         return x[both], y[both]
 
     def _scratch(self, size: int) -> tuple[np.ndarray, ...]:

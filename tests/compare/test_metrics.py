@@ -135,6 +135,14 @@ def test_nonfinite_pairs_are_left_out_and_counted():
     assert m.cosine == 1.0 and m.max_abs_err == 0.0
 
 
+def test_a_non_finite_target_value_unlike_golden_s_counts_as_the_target_s():
+    """+inf against -inf, NaN against inf: non-finite on both sides, yet not golden's value (check fails them)."""
+    x = np.array([np.inf, -np.inf, np.nan, np.inf, np.nan, 1.0], np.float32)
+    y = np.array([-np.inf, -np.inf, np.inf, np.nan, np.nan, 1.0], np.float32)
+    m = compare_arrays(x, y)
+    assert (m.count, m.nonfinite_pairs, m.target_only_nonfinite) == (1, 5, 3)
+
+
 def test_no_finite_pair_gives_nan_with_a_note():
     m = compare_arrays(np.full(3, np.nan, np.float32), np.full(3, np.nan, np.float32))
     assert m.count == 0 and m.nonfinite_pairs == 3 and m.target_only_nonfinite == 0
