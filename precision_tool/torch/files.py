@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from precision_tool.errors import InputError
+from precision_tool.errors import InputError, memory_ran_out
 
 
 def load_pt(path: str) -> tuple[np.ndarray, str]:
@@ -17,6 +17,8 @@ def load_pt(path: str) -> tuple[np.ndarray, str]:
     try:
         value = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types (pickle, zip, RuntimeError) for a damaged file
+        if memory_ran_out(exc):  # the machine's limit, not the file's damage: the one out-of-memory line
+            raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(path, f"unreadable .pt file ({first})") from None
     if not isinstance(value, torch.Tensor):
