@@ -114,11 +114,12 @@ class RewriteJudge:
                 return None
             if replayed is not None and replayed[1]:  # on golden's inputs throughout: it computes another one
                 introduced = replayed[0]
-        if observed < floor or (introduced is None and observed <= INTRODUCED_EXCESS * inherited):
-            return None
-        computes = self._computes_golden(rewrite, floor) if rewrite.direction == "forward" and \
-            not stats_only(record) else None
+        computes, departs = self._computes_golden(rewrite, floor) if rewrite.direction == "forward" and \
+            observed >= floor and not stats_only(record) else (None, None)
         if computes == "inherited":
+            return None
+        introduced = departs if departs is not None else introduced  # another function, whatever its inputs carry
+        if observed < floor or (introduced is None and observed <= INTRODUCED_EXCESS * inherited):
             return None
         where = {"forward": "module", "backward": "backward of"}.get(rewrite.direction, "the update of")
         shown = ("at least ", " as far as their statistics show") if stats_only(record) else ("", "")
@@ -130,7 +131,9 @@ class RewriteJudge:
                     f"reads are within {_fmt(inherited)}"]
         if introduced is not None:
             evidence.append(f"run again on golden's gradients, it still writes results {_fmt(introduced)} from "
-                            "golden's: it computes another update")
+                            "golden's: it computes another update" if rewrite.direction == "optimizer" else
+                            f"run again on golden's inputs in golden's precision (its casts to narrower dtypes left "
+                            f"out), it writes outputs {_fmt(introduced)} from golden's: it computes another function")
         found = self._first_inside(rewrite)
         if found is not None and found[1] not in ("ill-conditioned", "underflow"):
             op, kind, _ = found
@@ -170,16 +173,18 @@ class RewriteJudge:
         return Verdict(rewrite.name or record.name, "kernel_bug", record.step, rewrite.direction,
                        record.type, tuple(evidence), action, module=rewrite.name or None)
 
-    def _computes_golden(self, rewrite: Rewritten, floor: float) -> str | None:
+    def _computes_golden(self, rewrite: Rewritten, floor: float) -> tuple[str | None, float | None]:
         """What the target's ops of a rewritten module call write when run again on golden's inputs
-        (`updates.module_on_golden_inputs`): "inherited" when golden's outputs within ``floor`` (its departure is
-        its inputs' rounding, amplified by the function golden computes too, as a paired op's is when its replay
-        on golden's inputs agrees); "precision" when only with its casts to narrower dtypes left out (it computes
-        golden's function in another precision: SDPA's math backend on bfloat16 queries and keys of large scores,
-        against golden's flash kernel); else None."""
+        (`updates.module_on_golden_inputs`): ("inherited", None) when golden's outputs within ``floor`` (its
+        departure is its inputs' rounding, amplified by the function golden computes too, as a paired op's is when
+        its replay on golden's inputs agrees); ("precision", None) when only with its casts to narrower dtypes left
+        out (it computes golden's function in another precision: SDPA's math backend on bfloat16 queries and keys
+        of large scores, against golden's flash kernel); (None, error) when even so they depart by ``error`` (it
+        computes another function: a 2 % scale under bf16 autocast, its inputs at 1.5 %); (None, None) unknown."""
         members = [r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module]
         if rewrite.golden_record is None or not members:
-            return None
+            return None, None
+        error = None
         for kind, widened in (("inherited", False), ("precision", True)):
             error = module_on_golden_inputs(members, rewrite.target_record, rewrite.golden_record,
                                             self.step_records, self._golden_of, self.target, self.golden,
@@ -190,8 +195,8 @@ class RewriteJudge:
                         f"again on golden's inputs{how} it writes golden's outputs within {_fmt(error)}")
                 if note not in self.result.notes:
                     self.result.notes.append(note)
-                return kind
-        return None
+                return kind, None
+        return None, error
 
     def _parameters_as_golden(self, step: int) -> bool:
         """Whether the target starts ``step`` from golden's parameters: the first step, or every step before
