@@ -43,7 +43,7 @@ from precision_tool.dump.records import OpRecord
 
 def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_of, target_dump,
                  golden_dump, golden_records: list[OpRecord] = (), widened: bool = False,
-                 as_recorded: bool = False) -> tuple[dict[tuple, np.ndarray], bool] | None:
+                 as_recorded: bool = False, own_state: bool = False) -> tuple[dict[tuple, np.ndarray], bool] | None:
     """(the values the ops ``members`` (the target's group, in order) write when run again on golden's inputs, by
     the fingerprint of the tensor each wrote in the target; whether every input from outside was golden's), or
     None where one cannot be replayed. Inputs no op of the step wrote (parameters, optimizer state) are golden's
@@ -51,7 +51,8 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
     same as golden's at the run's first step, where both start from the same state. ``widened``: casts to a
     narrower dtype pass their input on as it is, so that the ops after them compute in golden's precision;
     ``as_recorded``: each op runs with the numerics the target recorded (a simulated device's lowered
-    precision), else in plain PyTorch."""
+    precision), else in plain PyTorch; ``own_state``: an input no op of the step wrote and no optimizer op reads
+    (state the group carries from its last call, not a parameter) is the target's own."""
     if target_dump.metadata.get("framework") != "torch" or not all(
             t.has_data for record in members for t in record.tensors if t.stats.count):
         return None
@@ -84,6 +85,9 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
                 inputs.append(np.reshape(array, tensor.shape) if laid is None else laid)
                 continue
             value = _golden_value(record, tensor, writers, readers.get(key, ()), pair, target_dump, golden_dump)
+            if own_state and value is not None and writers.producer(record, tensor.slot) is None and \
+                    not any(r.direction == "optimizer" for r, _ in readers.get(key, ())):
+                value = target_dump.tensor(record.step, record.exec_index, tensor.slot)  # what it carried
             if value is None:  # no golden counterpart: the target's own value, golden's too where no op of the
                 leaf = key is None or writers.producer(record, tensor.slot) is None  # first step wrote it
                 exact = exact and (not is_float(tensor.dtype) or tensor.stats.count == 0 or  # (empty: no values)
@@ -264,11 +268,12 @@ def module_on_golden_inputs(members: list[OpRecord], target_module: OpRecord, go
     (``members``, in order) write when run again on golden's inputs (`replay_group`) with the numerics the target
     recorded, or None where that cannot be told (an input without golden's counterpart, an output the replay does
     not write). A module whose replay writes golden's outputs computes golden's function: what it departs by is
-    its inputs' error (parameters included), amplified by that function. ``widened``: in plain PyTorch, its casts
+    its inputs' error (parameters included), amplified by that function. State it carries from its last call
+    (an LSTM's hidden state clamped between steps) is its own, not golden's input. ``widened``: in plain PyTorch, its casts
     to narrower dtypes left out: a module that then writes golden's outputs computes golden's function in another
     precision."""
     replayed = replay_group(members, step_records, golden_of, target_dump, golden_dump, golden_records, widened,
-                            as_recorded=not widened)
+                            as_recorded=not widened, own_state=True)
     if replayed is None or not replayed[1]:
         return None
     written = replayed[0]
