@@ -188,6 +188,16 @@ def as_read(value: np.ndarray, written: np.ndarray, read: np.ndarray) -> np.ndar
     return None
 
 
+def permuted(values, shape: tuple):
+    """``values`` (as many as ``shape`` holds) laid out in ``shape``, with its axes in each other order. Up to 4
+    axes."""
+    if len(shape) > 4:
+        return
+    for order in itertools.permutations(range(len(shape))):
+        if order != tuple(range(len(shape))):
+            yield values.reshape(shape).transpose(order)
+
+
 def _partner_value(partner: OpRecord, slot: str, tensor, golden_dump):
     """Golden's tensor in ``slot`` of ``partner`` (as recorded); None where it has another size or no data."""
     try:
