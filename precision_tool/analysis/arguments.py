@@ -7,14 +7,19 @@ approximation (``gelu(approximate="tanh")``), another scale or axis than
 golden does, no kernel is wrong and the error it makes can sit far below
 what a value-based judgement notices; the argument itself is the evidence.
 
-Only numbers and strings are compared. Tensors, dtypes, memory formats,
-devices, flags (``half_to_float``, ``non_blocking``) and a dtype's extremes
+Numbers and strings are compared. Tensors, dtypes, memory formats, devices,
+dtype flags (``half_to_float``, ``non_blocking``) and a dtype's extremes
 (``torch.finfo(dtype).min`` as a mask value) legitimately differ between a
-float32 golden run and a low-precision target, so they are left out.
+float32 golden run and a low-precision target, so they are left out. A torch
+op's other flags say what it computes (``native_batch_norm``'s ``training``:
+a BatchNorm left in eval mode normalises with its running statistics;
+``native_dropout``'s ``train``, ``embedding``'s ``scale_grad_by_freq``): those
+the op's schema names are compared too (`flag_paths`), positional or keyword.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Iterator
 
@@ -39,9 +44,51 @@ def _dtype_constants() -> frozenset[float]:
 _DTYPE_CONSTANTS = _dtype_constants()
 
 
-def scalar_arguments(attrs: dict | None) -> dict[str, object]:
-    """path -> value of every number and string among ``attrs`` (placeholders and dtype-like values left out)."""
-    return dict(_walk(attrs or {}, ""))
+def scalar_arguments(attrs: dict | None, flags: frozenset[str] = frozenset()) -> dict[str, object]:
+    """path -> value of every number and string among ``attrs`` (placeholders and dtype-like values left out), and
+    of the booleans at the paths in ``flags``."""
+    found = dict(_walk(attrs or {}, ""))
+    for path in flags:
+        value = _at(attrs or {}, path)
+        if isinstance(value, bool):
+            found[path] = value
+    return found
+
+
+def _at(attrs: dict, path: str):
+    """The value at ``args[5]`` or ``kwargs.train`` of a torch op's attrs (None where there is none)."""
+    if path.startswith("args["):
+        args, index = attrs.get("args") or [], int(path[5:-1])
+        return args[index] if index < len(args) else None
+    return (attrs.get("kwargs") or {}).get(path.removeprefix("kwargs."))
+
+
+@functools.lru_cache(maxsize=None)
+def _schema_flags(op_type: str, overload: str) -> tuple[tuple[int, str], ...]:
+    """(position, name) of each bool argument of a torch op's schema, dtype flags left out; () for an op this
+    process has no torch or no schema of."""
+    namespace, _, name = op_type.partition(".")
+    try:
+        import torch
+
+        schema = getattr(getattr(getattr(torch.ops, namespace), name), overload)._schema
+    except (ImportError, AttributeError, RuntimeError):
+        return ()
+    return tuple((i, a.name) for i, a in enumerate(schema.arguments)
+                 if str(a.type) in ("bool", "Optional[bool]") and a.name not in _SKIPPED_KEYS)
+
+
+def flag_paths(op_type: str, *attrs: dict | None) -> frozenset[str]:
+    """The paths (``args[5]``, ``kwargs.train``) at which a torch op's calls ``attrs`` pass a flag that says what
+    the op computes: the bool arguments its schema names, dtype flags (``half_to_float``) left out."""
+    calls = [a for a in attrs if a and "args" in a]
+    if not calls or "." not in op_type:
+        return frozenset()
+    flags = _schema_flags(op_type, str(calls[0].get("overload") or "default"))
+    names = {name for _, name in flags}
+    paths = {f"args[{i}]" for i, _ in flags}
+    paths |= {f"kwargs.{key}" for a in calls for key in (a.get("kwargs") or {}) if key in names}
+    return frozenset(paths)
 
 
 def _walk(value, path: str) -> Iterator[tuple[str, object]]:
@@ -63,10 +110,12 @@ def _walk(value, path: str) -> Iterator[tuple[str, object]]:
         yield path, value
 
 
-def argument_changes(golden_attrs: dict | None, target_attrs: dict | None) -> list[str]:
+def argument_changes(golden_attrs: dict | None, target_attrs: dict | None, op_type: str = "") -> list[str]:
     """``args[4]: 1e-12 in golden, 0.1 in target`` for each number or string argument that differs, or that
-    only one side passes (``approximate: not given in golden, 'tanh' in target``)."""
-    golden, target = scalar_arguments(golden_attrs), scalar_arguments(target_attrs)
+    only one side passes (``approximate: not given in golden, 'tanh' in target``); with ``op_type`` (a torch
+    op's), its flags too (`flag_paths`)."""
+    flags = flag_paths(op_type, golden_attrs, target_attrs) if op_type else frozenset()
+    golden, target = scalar_arguments(golden_attrs, flags), scalar_arguments(target_attrs, flags)
     changes = []
     for path in sorted(golden.keys() | target.keys()):
         g, t = golden.get(path, _MISSING), target.get(path, _MISSING)
@@ -130,7 +179,7 @@ def called_differently(record, partner, attribution, agrees: bool = False):
         return None
     if tensor_positions(partner.attrs) != tensor_positions(record.attrs):
         return None
-    changes = argument_changes(partner.attrs, record.attrs)
+    changes = argument_changes(partner.attrs, record.attrs, record.type)
     if not changes:
         return None
     a = attribution

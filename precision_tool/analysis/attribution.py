@@ -344,6 +344,34 @@ def attribute(golden, target, op: str, step: int | None = None, direction: str =
     return attribute_record(golden, target, record, device)
 
 
+def output_rounding(dump, record: OpRecord) -> float | None:
+    """How much of ``record``'s exact output (float64, on its own recorded inputs) its 16-bit output dtype cannot
+    hold (relative L2): a relative rounding costs a unit roundoff, values below the format's normal range (a
+    gradient of 1e-7 in float16) lose far more. None where the op cannot be replayed; overflow left out (judged
+    as overflow)."""
+    dtypes = [t.dtype for t in record.outputs if t.stats.count and t.dtype in ("float16", "bfloat16")]
+    if not dtypes or dump.metadata.get("framework") != "torch" or not all(t.has_data for t in record.inputs):
+        return None
+    try:
+        from precision_tool.torch import NotReplayable, replay
+    except ImportError:
+        return None
+    inputs = [dump.tensor(record.step, record.exec_index, t.slot) for t in record.inputs]
+    try:
+        exact = replay(record, inputs, device="golden", exact=True)
+    except NotReplayable:
+        return None
+    errors = []
+    for tensor, value in zip([t for t in record.outputs], exact):
+        if tensor.dtype not in ("float16", "bfloat16") or np.asarray(value).dtype.kind != "f":
+            continue
+        value = np.asarray(value, dtype=np.float64)
+        rounded = get_format(tensor.dtype).round(value)[0]
+        if np.all(np.isfinite(rounded)):
+            errors.append(split_error(rounded, value, "float64").error)
+    return max(errors, default=None)
+
+
 def input_sensitivity(dump, record: OpRecord) -> float | None:
     """How far rounding ``record``'s own inputs to its compute dtype moves its exact output (relative L2)."""
     if dump.metadata.get("framework") != "torch" or not all(t.has_data for t in record.inputs):

@@ -133,12 +133,26 @@ def noise_floor(dtype: str) -> float:
     return 16 * fmt.unit_roundoff if fmt is not None else 16 * FORMATS["float32"].unit_roundoff
 
 
+def _asks_for_infinity(value) -> bool:
+    """Whether an op's recorded arguments hold an infinite number (a torch dump writes it ``{"float": "-inf"}``)."""
+    if isinstance(value, dict):
+        if set(value) == {"float"}:
+            return str(value["float"]).lstrip("+-") in ("inf", "infinity")
+        return any(_asks_for_infinity(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_asks_for_infinity(v) for v in value)
+    return isinstance(value, float) and math.isinf(value)
+
+
 def starts_nonfinite(record: OpRecord) -> bool | None:
     """From its statistics alone: False when ``record`` reaches +-max or inf on a side none of its inputs
     reaches (it overflowed), True when it makes NaN from inputs without NaN or inf, else None. An op that reads
     no float tensor (``scalar_tensor``, ``full``) writes a constant: finfo.min as a mask value, held exactly, is
-    no overflow; only a constant its format turned into inf is."""
+    no overflow; only a constant its format turned into inf is, not one asked for as inf (the math attention's
+    ``scalar_tensor(-inf)`` mask value)."""
     if not any(t.stats.count and t.dtype in FORMATS for t in record.inputs):
+        if _asks_for_infinity(record.attrs):
+            return None
         return False if any(t.stats.count and t.dtype in FORMATS and t.stats.inf for t in record.outputs) else None
 
     def extremes(tensors):

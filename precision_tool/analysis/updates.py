@@ -29,6 +29,7 @@ op this PyTorch lacks) is judged as before.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -41,17 +42,22 @@ from precision_tool.dump.records import OpRecord
 
 
 def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_of, target_dump,
-                 golden_dump, golden_records: list[OpRecord] = ()) -> tuple[dict[tuple, np.ndarray], bool] | None:
+                 golden_dump, golden_records: list[OpRecord] = (), widened: bool = False,
+                 as_recorded: bool = False, own_state: bool = False) -> tuple[dict[tuple, np.ndarray], bool] | None:
     """(the values the ops ``members`` (the target's group, in order) write when run again on golden's inputs, by
     the fingerprint of the tensor each wrote in the target; whether every input from outside was golden's), or
     None where one cannot be replayed. Inputs no op of the step wrote (parameters, optimizer state) are golden's
     where a paired op outside the group reads them too (a parameter the forward read), else the target's: the
-    same as golden's at the run's first step, where both start from the same state."""
+    same as golden's at the run's first step, where both start from the same state. ``widened``: casts to a
+    narrower dtype pass their input on as it is, so that the ops after them compute in golden's precision;
+    ``as_recorded``: each op runs with the numerics the target recorded (a simulated device's lowered
+    precision), else in plain PyTorch; ``own_state``: an input no op of the step wrote and no optimizer op reads
+    (state the group carries from its last call, not a parameter) is the target's own."""
     if target_dump.metadata.get("framework") != "torch" or not all(
             t.has_data for record in members for t in record.tensors if t.stats.count):
         return None
     try:
-        from precision_tool.torch import NotReplayable, replay
+        from precision_tool.torch import NotReplayable, replay, replay_as_recorded
     except ImportError:
         return None
     inside = {id(r) for r in members}
@@ -69,23 +75,37 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
         inputs = []
         for tensor in record.inputs:
             key = fingerprint(tensor) if tensor.stats.count else None
-            if key is not None and key in written and np.size(written[key]) == tensor.stats.count:
-                inputs.append(np.reshape(written[key], tensor.shape))  # (equal statistics: zeros of another shape)
+            if key is not None and key in written and np.size(written[key][0]) == tensor.stats.count:
+                array, writer, slot = written[key]
+                laid = as_read(array, target_dump.tensor(writer.step, writer.exec_index, slot),
+                               target_dump.tensor(record.step, record.exec_index, tensor.slot)) \
+                    if tensor.has_data and writer.tensor(slot).has_data else None
+                # read through a view (a weight cast, then transposed) as the target read it; equal statistics
+                # of another shape where no view tells (zeros)
+                inputs.append(np.reshape(array, tensor.shape) if laid is None else laid)
                 continue
             value = _golden_value(record, tensor, writers, readers.get(key, ()), pair, target_dump, golden_dump)
+            if own_state and value is not None and writers.producer(record, tensor.slot) is None and \
+                    not any(r.direction == "optimizer" for r, _ in readers.get(key, ())):
+                value = target_dump.tensor(record.step, record.exec_index, tensor.slot)  # what it carried
             if value is None:  # no golden counterpart: the target's own value, golden's too where no op of the
                 leaf = key is None or writers.producer(record, tensor.slot) is None  # first step wrote it
-                exact = exact and (not is_float(tensor.dtype) or (leaf and record.step == 0))
+                exact = exact and (not is_float(tensor.dtype) or tensor.stats.count == 0 or  # (empty: no values)
+                                   (leaf and record.step == 0))
                 value = target_dump.tensor(record.step, record.exec_index, tensor.slot) if tensor.has_data else None
             inputs.append(value)
+        narrowing = widened and is_copy(record.type) and len(record.outputs) == 1 and inputs and \
+            inputs[0] is not None and _narrower(record.outputs[0].dtype, record.inputs[0].dtype)
         try:
-            outputs = replay(record, inputs, device="golden")
+            outputs = [np.asarray(inputs[0])] if narrowing else \
+                replay_as_recorded(record, inputs, target_dump.metadata)[0] if as_recorded else \
+                replay(record, inputs, device="golden")
         except (NotReplayable, RuntimeError, ValueError, TypeError):
             return None
         for tensor, array in zip(record.outputs, outputs):
             if tensor.stats.count:
-                written[fingerprint(tensor)] = array
-    return written, exact
+                written[fingerprint(tensor)] = (array, record, tensor.slot)
+    return {key: array for key, (array, _, _) in written.items()}, exact
 
 
 class _Pairing:
@@ -151,7 +171,8 @@ def _golden_value(record: OpRecord, tensor, writers: Consumers, readers, golden_
 
 def as_read(value: np.ndarray, written: np.ndarray, read: np.ndarray) -> np.ndarray | None:
     """``value`` (shaped as ``written``) through the view that makes ``written`` into ``read``: none, a transpose
-    (a square matrix's too, told by the values) or a reshape; None where none does."""
+    (a square matrix's too, told by the values), a reshape, or a reshape and a permutation of up to 4 axes; None
+    where none does."""
     written, read = np.asarray(written), np.asarray(read)
     if written.shape == read.shape and np.array_equal(written, read, equal_nan=True):
         return value
@@ -159,7 +180,22 @@ def as_read(value: np.ndarray, written: np.ndarray, read: np.ndarray) -> np.ndar
         return np.ascontiguousarray(np.asarray(value).T)  # (kernels such as _fused_sgd_ read memory in order)
     if written.size == read.size and np.array_equal(written.reshape(read.shape), read, equal_nan=True):
         return np.reshape(value, read.shape)
+    if written.size == read.size and 2 < read.ndim <= 4:  # a reshape, then a permutation of the axes (attention
+        for order in itertools.permutations(range(read.ndim)):  # heads split off and moved before the sequence)
+            laid = [read.shape[i] for i in np.argsort(order)]
+            if np.array_equal(written.reshape(laid).transpose(order), read, equal_nan=True):
+                return np.ascontiguousarray(np.reshape(value, laid).transpose(order))
     return None
+
+
+def permuted(values, shape: tuple):
+    """``values`` (as many as ``shape`` holds) laid out in ``shape``, with its axes in each other order. Up to 4
+    axes."""
+    if len(shape) > 4:
+        return
+    for order in itertools.permutations(range(len(shape))):
+        if order != tuple(range(len(shape))):
+            yield values.reshape(shape).transpose(order)
 
 
 def _partner_value(partner: OpRecord, slot: str, tensor, golden_dump):
@@ -233,3 +269,36 @@ def _update_error(replayed: np.ndarray, golden: np.ndarray, before: np.ndarray |
             return split_error(replayed - np.reshape(before, np.shape(golden)).astype(np.float64), step,
                                "float64").error
     return split_error(replayed, golden, dtype).error
+
+
+def module_on_golden_inputs(members: list[OpRecord], target_module: OpRecord, golden_module: OpRecord,
+                            step_records: list[OpRecord], golden_of, target_dump, golden_dump,
+                            golden_records: list[OpRecord] = (), widened: bool = False) -> float | None:
+    """The largest relative error of golden's module outputs against what the target's ops of that module call
+    (``members``, in order) write when run again on golden's inputs (`replay_group`) with the numerics the target
+    recorded, or None where that cannot be told (an input without golden's counterpart, an output the replay does
+    not write). A module whose replay writes golden's outputs computes golden's function: what it departs by is
+    its inputs' error (parameters included), amplified by that function. State it carries from its last call
+    (an LSTM's hidden state clamped between steps) is its own, not golden's input. ``widened``: in plain PyTorch, its casts
+    to narrower dtypes left out: a module that then writes golden's outputs computes golden's function in another
+    precision."""
+    replayed = replay_group(members, step_records, golden_of, target_dump, golden_dump, golden_records, widened,
+                            as_recorded=not widened, own_state=True)
+    if replayed is None or not replayed[1]:
+        return None
+    written = replayed[0]
+    errors = []
+    for tensor, golden in zip(target_module.outputs, golden_module.outputs):
+        if not (is_float(tensor.dtype) and tensor.stats.count and golden.has_data):
+            continue
+        array = written.get(fingerprint(tensor))
+        value = golden_dump.tensor(golden_module.step, golden_module.exec_index, golden.slot)
+        if array is None or np.size(array) != np.size(value):
+            return None
+        errors.append(split_error(np.reshape(array, np.shape(value)), value, golden.dtype).error)
+    return max(errors, default=None)
+
+
+def _narrower(compute: str, dtype: str) -> bool:
+    bits = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
+    return bits.get(compute, 0) < bits.get(dtype, 0) and compute in bits

@@ -25,3 +25,20 @@ def test_equal_calls_and_engine_attributes():
     assert argument_changes({"epsilon": 1e-5, "axis": -1}, {"epsilon": 1e-5, "axis": -1}) == []
     assert argument_changes({"epsilon": 1e-5}, {"epsilon": 1e-3}) == ["epsilon: 1e-05 in golden, 0.001 in target"]
     assert argument_changes(None, {}) == []
+
+
+def test_a_torch_ops_flags_that_say_what_it_computes_are_compared_and_dtype_flags_are_not():
+    from precision_tool.analysis.arguments import flag_paths
+
+    tensors = [{"tensor": i, "dtype": "float32"} for i in range(5)]
+    training = {"overload": "default", "args": tensors + [True, 0.1, 1e-05], "kwargs": {}}
+    evaluating = {"overload": "default", "args": tensors + [False, 0.1, 1e-05], "kwargs": {}}
+    assert flag_paths("aten.native_batch_norm", training) == {"args[5]"}
+    assert argument_changes(training, evaluating, "aten.native_batch_norm") == [
+        "args[5]: True in golden, False in target"]
+    assert argument_changes(training, evaluating) == []  # without the op's type (an engine op): no flags
+    # softmax's half_to_float follows the target's dtype
+    assert argument_changes({"overload": "default", "args": [{"tensor": 0}, -1, False], "kwargs": {}},
+                            {"overload": "default", "args": [{"tensor": 0}, -1, True], "kwargs": {}},
+                            "aten._softmax") == []
+    assert flag_paths("aten.not_an_op", training) == frozenset()

@@ -197,3 +197,28 @@ def test_a_result_laid_out_batch_first_and_flattened_is_found_among_the_axis_ord
     assert len(orders) == 5  # every order of the 3 axes but the one already tried
     assert sum(np.array_equal(laid, time_major) for laid in orders) == 1
     assert list(relaid(np.zeros(32), (2, 2, 2, 2, 2))) == []  # more than 4 axes: not tried
+
+
+def test_a_result_laid_out_in_another_order_of_the_targets_own_axes_is_found_among_its_permutations():
+    import numpy as np
+
+    from precision_tool.analysis.rewrites import permuted
+
+    heads_first = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)  # (batch, heads, seq, dim)
+    seq_first = heads_first.transpose(0, 2, 1, 3).reshape(2, 4, 15)  # golden's (batch, seq, heads * dim)
+    orders = list(permuted(heads_first.reshape(-1), (2, 3, 4, 5)))
+    assert len(orders) == 23
+    assert sum(np.array_equal(laid.reshape(seq_first.shape), seq_first) for laid in orders) == 1
+    assert list(permuted(np.zeros(32), (2, 2, 2, 2, 2))) == []
+
+
+def test_a_constant_asked_for_as_infinity_did_not_overflow_and_one_its_format_turned_into_inf_did():
+    from precision_tool.analysis.errors import starts_nonfinite
+
+    out = TensorRecord("output_0", "float32", (), TensorStats(1, math.nan, math.nan, math.nan, math.nan, math.nan,
+                                                                inf=1))
+    asked = replace(op(0, "attn/aten.scalar_tensor_0", "aten.scalar_tensor", "forward", (out,)),
+                    attrs={"args": [{"float": "-inf"}], "kwargs": {}})
+    assert starts_nonfinite(asked) is None
+    rounded = replace(asked, attrs={"args": [1e39], "kwargs": {}})
+    assert starts_nonfinite(rounded) is False

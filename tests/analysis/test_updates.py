@@ -46,3 +46,14 @@ def test_a_replayed_update_is_judged_against_the_step_golden_took_not_the_parame
     # no update (a parameter without gradient): against the value
     assert _update_error(golden + 1e-6, golden, golden, "float32") == _update_error(golden + 1e-6, golden, None,
                                                                                     "float32")
+
+
+def test_a_read_that_splits_and_moves_an_axis_is_followed_through_its_permutation():
+    # a Linear's (batch * seq, heads * dim) output read by attention as (batch, heads, seq, dim)
+    written = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(6, 20)
+    read = written.reshape(2, 3, 4, 5).transpose(0, 2, 1, 3).copy()
+    golden = written * 2 + 1
+    laid = as_read(golden, written, read)
+    assert laid.shape == (2, 4, 3, 5) and laid.flags.c_contiguous
+    np.testing.assert_array_equal(laid, golden.reshape(2, 3, 4, 5).transpose(0, 2, 1, 3))
+    assert as_read(golden, written, np.ones((2, 4, 3, 5), np.float32)) is None
