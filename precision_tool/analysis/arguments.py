@@ -14,12 +14,12 @@ float32 golden run and a low-precision target, so they are left out. A torch
 op's other flags say what it computes (``native_batch_norm``'s ``training``:
 a BatchNorm left in eval mode normalises with its running statistics;
 ``native_dropout``'s ``train``, ``embedding``'s ``scale_grad_by_freq``): those
-the op's schema names are compared too (`flag_paths`), positional or keyword.
+the op's schema names (recorded by the capture in ``attrs["flags"]``) are compared too
+(`flag_paths`), positional or keyword.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Iterator
 
@@ -27,7 +27,7 @@ import ml_dtypes
 import numpy as np
 
 _SKIPPED_KEYS = {"overload", "dtype", "layout", "device", "memory_format", "pin_memory", "non_blocking", "copy",
-                 "half_to_float", "out_dtype"}
+                 "half_to_float", "out_dtype", "flags"}
 
 
 def _dtype_constants() -> frozenset[float]:
@@ -63,19 +63,15 @@ def _at(attrs: dict, path: str):
     return (attrs.get("kwargs") or {}).get(path.removeprefix("kwargs."))
 
 
-@functools.lru_cache(maxsize=None)
-def _schema_flags(op_type: str, overload: str) -> tuple[tuple[int, str], ...]:
-    """(position, name) of each bool argument of a torch op's schema, dtype flags left out; () for an op this
-    process has no torch or no schema of."""
-    namespace, _, name = op_type.partition(".")
-    try:
-        import torch
-
-        schema = getattr(getattr(getattr(torch.ops, namespace), name), overload)._schema
-    except (ImportError, AttributeError, RuntimeError):
+def _schema_flags(attrs: dict) -> tuple[tuple[int, str], ...]:
+    """(position, name) of each bool argument of a torch op's schema, as the capture recorded them in its attrs
+    (``"flags"``), dtype flags left out; () where none were recorded (dumps written before 2026-11-26)."""
+    flags = attrs.get("flags")
+    if not isinstance(flags, list):
         return ()
-    return tuple((i, a.name) for i, a in enumerate(schema.arguments)
-                 if str(a.type) in ("bool", "Optional[bool]") and a.name not in _SKIPPED_KEYS)
+    return tuple((int(flag[0]), str(flag[1])) for flag in flags
+                 if isinstance(flag, list) and len(flag) == 2 and isinstance(flag[0], int)
+                 and flag[1] not in _SKIPPED_KEYS)
 
 
 def flag_paths(op_type: str, *attrs: dict | None) -> frozenset[str]:
@@ -84,7 +80,7 @@ def flag_paths(op_type: str, *attrs: dict | None) -> frozenset[str]:
     calls = [a for a in attrs if a and "args" in a]
     if not calls or "." not in op_type:
         return frozenset()
-    flags = _schema_flags(op_type, str(calls[0].get("overload") or "default"))
+    flags = _schema_flags(calls[0])
     names = {name for _, name in flags}
     paths = {f"args[{i}]" for i, _ in flags}
     paths |= {f"kwargs.{key}" for a in calls for key in (a.get("kwargs") or {}) if key in names}

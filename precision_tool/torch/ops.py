@@ -141,6 +141,7 @@ class AtenOp:
     collective: bool = False  # a torch.distributed collective (c10d): its result arrives when its Work completes
     hidden_writes: tuple[int, ...] = ()  # positions of arguments it writes undeclared (`_HIDDEN_WRITES`)
     step_tail: bool = False  # concludes the optimizer step just ended (`_STEP_TAIL`)
+    flags: tuple[tuple[int, str], ...] = ()  # (position, name) of every bool argument (`OpCall.attrs`' "flags")
 
     def mutated_args(self, args: tuple, kwargs: dict) -> list:
         """The tensors (or tensor lists) this call writes to."""
@@ -179,7 +180,9 @@ def _describe(func) -> AtenOp:
                   _FLOAT32_OUTPUTS.get(opname, ()), _FLOAT32_INPUTS.get(opname, ()), opname in _OVERWRITES,
                   opname in _SAME_VALUES, collective,
                   tuple(i for i, arg in enumerate(func._schema.arguments) if arg.name in _HIDDEN_WRITES.get(opname, ())),
-                  opname in _STEP_TAIL)
+                  opname in _STEP_TAIL,
+                  tuple((i, arg.name) for i, arg in enumerate(func._schema.arguments)
+                        if str(arg.type) in ("bool", "Optional[bool]")))
 
 
 def lookup(op_type: str, overload: str = "default"):

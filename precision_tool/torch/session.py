@@ -69,6 +69,8 @@ class OpCall:
         if self._attrs is None:
             encoded_args, encoded_kwargs, _ = encode_args(self.args, self.kwargs)
             self._attrs = {"overload": self.info.overload, "args": encoded_args, "kwargs": encoded_kwargs}
+            if self.info.flags:  # what the analysis compares as flags (`analysis.arguments.flag_paths`)
+                self._attrs["flags"] = [list(flag) for flag in self.info.flags]
             if self.direction == BACKWARD:
                 self._attrs["autograd_node"] = self.node.name()
                 if self.forward_op:

@@ -31,14 +31,18 @@ def test_a_torch_ops_flags_that_say_what_it_computes_are_compared_and_dtype_flag
     from precision_tool.analysis.arguments import flag_paths
 
     tensors = [{"tensor": i, "dtype": "float32"} for i in range(5)]
-    training = {"overload": "default", "args": tensors + [True, 0.1, 1e-05], "kwargs": {}}
-    evaluating = {"overload": "default", "args": tensors + [False, 0.1, 1e-05], "kwargs": {}}
+    flags = [[5, "training"]]  # as the torch capture records native_batch_norm's schema
+    training = {"overload": "default", "args": tensors + [True, 0.1, 1e-05], "kwargs": {}, "flags": flags}
+    evaluating = {"overload": "default", "args": tensors + [False, 0.1, 1e-05], "kwargs": {}, "flags": flags}
     assert flag_paths("aten.native_batch_norm", training) == {"args[5]"}
     assert argument_changes(training, evaluating, "aten.native_batch_norm") == [
         "args[5]: True in golden, False in target"]
     assert argument_changes(training, evaluating) == []  # without the op's type (an engine op): no flags
     # softmax's half_to_float follows the target's dtype
-    assert argument_changes({"overload": "default", "args": [{"tensor": 0}, -1, False], "kwargs": {}},
-                            {"overload": "default", "args": [{"tensor": 0}, -1, True], "kwargs": {}},
-                            "aten._softmax") == []
-    assert flag_paths("aten.not_an_op", training) == frozenset()
+    assert argument_changes({"overload": "default", "args": [{"tensor": 0}, -1, False], "kwargs": {},
+                             "flags": [[2, "half_to_float"]]},
+                            {"overload": "default", "args": [{"tensor": 0}, -1, True], "kwargs": {},
+                             "flags": [[2, "half_to_float"]]}, "aten._softmax") == []
+    # a dump written before the capture recorded flags: none are compared
+    unrecorded = {key: value for key, value in training.items() if key != "flags"}
+    assert flag_paths("aten.native_batch_norm", unrecorded) == frozenset()

@@ -276,6 +276,18 @@ def test_a_write_through_data_gives_later_readers_new_statistics(tmp_path, mode)
     assert backward and all(t.stats.max == 0.5 for op in backward for t in op.inputs[1:])
 
 
+def test_an_ops_bool_arguments_are_recorded_with_its_call_for_the_analysis(tmp_path):
+    bn = torch.nn.BatchNorm1d(4)
+    with ptt.dump(tmp_path / "bn.h5", mode="stats"):
+        bn(torch.arange(12.0).reshape(3, 4))
+        torch.ones(3).softmax(0)
+    with open_dump(tmp_path / "bn.h5") as dump:
+        ops = {op.type: op for op in dump.ops(0)}
+    assert ops["aten.native_batch_norm"].attrs["flags"] == [[5, "training"]]
+    assert ops["aten.native_batch_norm"].attrs["args"][5] is True
+    assert ops["aten._softmax"].attrs["flags"] == [[2, "half_to_float"]]
+
+
 def test_inputs_an_op_writes_without_declaring_it_are_recorded_as_it_read_them(tmp_path):
     """native_batch_norm updates its running statistics though its schema does not say so: the recorded
     input_3/input_4 hold the values before the update, and their statistics agree with that data."""
