@@ -19,6 +19,7 @@ produce still raises the status.
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import torch
@@ -122,7 +123,9 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
                 overflow |= saturate_in_place(out, mode)
                 if out.dtype is _FLOAT32 and getattr(out, FORMAT_ATTR, None) is not None:
                     setattr(out, FORMAT_ATTR, None)  # `set_logical_format(out, None)`
-        call.overflow = overflow
+        # a constant asked for as infinite (``scalar_tensor(-inf)``, an attention mask) computes nothing that
+        # overflows: the float status stays as it was
+        call.overflow = overflow and (bool(floats) or not _asks_infinity(call.args, call.kwargs))
         return result
 
     def _run_movement(self, call: OpCall, floats: list, before):
@@ -198,6 +201,11 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         self.status.raise_(ref)
         if len(self.overflow_ops) < OVERFLOW_OPS_LIMIT:
             self.overflow_ops.append(ref)
+
+
+def _asks_infinity(args: tuple, kwargs: dict) -> bool:
+    """Whether a call's Python-number arguments include an infinity (a constant asked for as +-inf)."""
+    return any(isinstance(value, float) and math.isinf(value) for value in (*args, *kwargs.values()))
 
 
 class _RoundedParameters:

@@ -157,3 +157,15 @@ def test_a_parameter_rounded_once_a_step_is_rounded_again_after_every_kind_of_wr
             w.add_(1.0)  # a new version
         assert float(x @ w.t()) == 4.0 + 2.0**-8
     assert w.tolist() == [[4.0 + 2.0**-8]]
+
+
+def test_a_constant_asked_for_as_infinite_raises_no_float_status():
+    """An attention mask made by ``scalar_tensor(-inf)`` computes nothing that overflows; a value that overflows
+    the format still raises the status."""
+    with ptt.simulate_npu("allow_mix_precision") as sim:
+        mask = torch.scalar_tensor(float("-inf"))
+        torch.full((2,), float("inf"))
+    assert float(mask) == float("-inf") and sim.overflow_ops == []
+    with ptt.simulate_npu("force_fp16") as sim:
+        torch.ones(3) * 1e5
+    assert [ref.name for ref in sim.overflow_ops] == ["aten.mul_0"]
