@@ -12,15 +12,16 @@ import numpy as np
 from precision_tool.dump import layout
 
 
-def describe_tensors(entries: list, counts: list) -> tuple[np.ndarray, dict[int, list[int]]]:
+def describe_tensors(columns: list, counts: list) -> tuple[np.ndarray, dict[int, list[int]]]:
     """An ``index`` table with the columns that describe each tensor filled, statistics zero; and the
-    shapes of rank above ``layout.MAX_RANK`` by row (they go to a step attribute)."""
-    table = np.zeros(len(entries), dtype=layout.tensor_row_dtype())
+    shapes of rank above ``layout.MAX_RANK`` by row (they go to a step attribute). ``columns`` are the
+    tensors' kinds, slots, dtypes and shapes (`describing_columns`), ``counts`` each op's number of tensors."""
+    kinds, slots, dtypes, shapes = columns
+    table = np.zeros(len(kinds), dtype=layout.tensor_row_dtype())
     long_shapes: dict[int, list[int]] = {}
-    if not entries:
+    if not kinds:
         return table, long_shapes
     table["op"] = np.repeat(np.arange(len(counts)), counts)
-    kinds, slots, dtypes, shapes = list(zip(*entries))[:4]
     table["kind"] = kinds
     table["slot"] = slots
     # a step has a few dozen distinct shapes and dtypes among hundreds of rows: convert each once
@@ -33,6 +34,48 @@ def describe_tensors(entries: list, counts: list) -> tuple[np.ndarray, dict[int,
         if len(shape) > layout.MAX_RANK:
             long_shapes.update({row: list(shape) for row in np.flatnonzero(positions == which).tolist()})
     return table, long_shapes
+
+
+def describing_columns(entries: list) -> list:
+    """The kinds, slots, dtypes and shapes of the writer's tensor rows (kind, index, dtype, shape, stats, ...),
+    one tuple each: a training step's are its previous step's, and tuples compare in C."""
+    if not entries:
+        return [(), (), (), ()]
+    return list(zip(*entries))[:4]
+
+
+def op_table(rows: list, previous: tuple | None) -> np.ndarray:
+    """A step's ``op_index`` table from its rows (`DumpWriter._op_row`).
+
+    ``previous`` is (rows, table) of the step written before. A training loop
+    repeats its ops every step: equal rows give the very same table, and rows
+    of which a few changed (an optimizer's bias correction, a scalar argument
+    of the step) a copy of it with those rows replaced, as long as their text
+    fits its columns. Otherwise the table is built, its text columns as wide
+    as their longest value.
+    """
+    if previous is not None:
+        old_rows, old_table = previous
+        if old_rows == rows:
+            return old_table
+        if len(old_rows) == len(rows):
+            changed = [i for i, (old, new) in enumerate(zip(old_rows, rows)) if old != new]
+            if len(changed) * 8 <= len(rows) and all(_fits(rows[i], old_table.dtype) for i in changed):
+                table = copy_table(old_table)
+                for i in changed:
+                    table[i] = rows[i]
+                return table
+    columns = list(zip(*rows))
+    widths = tuple(max(map(len, columns[column])) for column in _TEXT_COLUMNS)
+    return np.array(rows, dtype=layout.op_row_dtype(widths))
+
+
+_TEXT_COLUMNS = (7, 8, 10, 11)  # name, type, fusion, attrs: as wide as their longest value
+
+
+def _fits(row: tuple, dtype: np.dtype) -> bool:
+    """Whether the text of an op row fits the columns of a table of ``dtype`` (numpy would cut it short)."""
+    return all(len(row[column]) <= dtype[column].itemsize for column in _TEXT_COLUMNS)
 
 
 def copy_table(table: np.ndarray) -> np.ndarray:

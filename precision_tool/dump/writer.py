@@ -48,7 +48,8 @@ import numpy as np
 from precision_tool import __version__
 from precision_tool.dump import layout
 from precision_tool.dump.h5low import LowLevel, error_reason
-from precision_tool.dump.index_tables import JsonColumns, copy_table, describe_tensors, op_group_attrs
+from precision_tool.dump.index_tables import (JsonColumns, copy_table, describe_tensors, describing_columns,
+                                             op_group_attrs, op_table)
 from precision_tool.dump.packs import StepPacks
 from precision_tool.dump.partial import PartialFile
 from precision_tool.dump.records import SCHEMA_VERSION, OpRecord, StepRecord
@@ -93,7 +94,7 @@ class DumpWriter:
         self._previous_op_table: tuple | None = None  # (op rows, op_index table) of the last step written
         self._previous_ops: tuple | None = None  # (first index row, ops, their op rows) of a statistics-only add_ops
         self._previous_op_group: tuple | None = None  # (op_index table, the committed step group holding it)
-        self._previous_index: tuple | None = None  # (tensor rows, op counts, described index table, long shapes)
+        self._previous_index: tuple | None = None  # (describing columns, op counts, described table, long shapes)
         self._long_shapes: dict[int, list[int]] = {}
         self._with_data: list[int] = []  # index rows whose tensor has a dataset
         self._stored: dict[int, tuple] = {}  # id(array) -> (weakref, dtype, group, slot) written this step
@@ -393,18 +394,9 @@ class DumpWriter:
             self._loose_from = len(rows)
 
     def _op_table(self) -> np.ndarray:
-        """The step's ``op_index`` table, its text columns as wide as their longest value.
-
-        A training loop repeats its ops every step: when the rows equal the
-        previous step's, so does the table, and it is not built again.
-        """
+        """The step's ``op_index`` table (`index_tables.op_table`: the previous step's, where the rows are)."""
         rows = self._op_rows
-        previous = self._previous_op_table
-        if previous is not None and previous[0] == rows:
-            return previous[1]
-        columns = list(zip(*rows))
-        widths = tuple(max(map(len, columns[column])) for column in (7, 8, 10, 11))
-        table = np.array(rows, dtype=layout.op_row_dtype(widths))
+        table = op_table(rows, self._previous_op_table)
         self._previous_op_table = (rows, table)
         return table
 
@@ -417,14 +409,15 @@ class DumpWriter:
         """
         entries = self._tensor_rows
         counts = [row[6] for row in self._op_rows]
+        columns = describing_columns(entries)
         previous = self._previous_index
-        if previous is not None and previous[1] == counts and previous[0] == entries:
+        if previous is not None and previous[1] == counts and previous[0] == columns:
             table = copy_table(previous[2])
             self._long_shapes.update(previous[3])
         else:
-            table, long_shapes = describe_tensors(entries, counts)
+            table, long_shapes = describe_tensors(columns, counts)
             self._long_shapes.update(long_shapes)
-            self._previous_index = (entries, counts, copy_table(table), dict(self._long_shapes))
+            self._previous_index = (columns, counts, copy_table(table), dict(self._long_shapes))
         if not entries:
             return table
         self._seal_loose_stats()
