@@ -35,6 +35,8 @@ except ImportError:  # not POSIX: dumps are written unlocked
     fcntl = None
 
 PARTIAL_SUFFIX = ".partial"
+_HELD: set[str] = set()  # the .partial files this process writes now (their real paths)
+ALREADY_OURS = "is already being written by this process (a dump to it is still open); give each dump its own file"
 
 
 def partial_path(path) -> str:
@@ -50,6 +52,8 @@ class PartialFile:
         self.partial = partial_path(self.path)
         _check_target(self.path, overwrite)
         self._fd = _claim(self.path, self.partial)
+        self._held = os.path.realpath(self.partial)
+        _HELD.add(self._held)
         try:
             left = os.fstat(self._fd).st_size
             if left and not overwrite:
@@ -85,6 +89,7 @@ class PartialFile:
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor releases its flock
             self._fd = None
+            _HELD.discard(self._held)
 
 
 def check_target(path, overwrite: bool) -> None:
@@ -92,6 +97,8 @@ def check_target(path, overwrite: bool) -> None:
     path = output_target(path)
     _check_target(path, overwrite)
     partial = partial_path(path)
+    if os.path.realpath(partial) in _HELD:
+        raise InputError(path, ALREADY_OURS)
     try:
         fd = os.open(partial, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -134,6 +141,8 @@ def _check_target(path: str, overwrite: bool) -> None:
 
 def _claim(path: str, partial: str) -> int:
     """An open descriptor of ``partial``, created if needed, exclusively flock'ed by this process."""
+    if os.path.realpath(partial) in _HELD:  # its own lock would be taken for another process's
+        raise InputError(path, ALREADY_OURS)
     for _ in range(5):
         try:
             fd = os.open(partial, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)

@@ -27,6 +27,7 @@ import sys
 import torch
 
 from precision_tool.dump.layout import INPUT, OUTPUT, dumps
+from precision_tool.dump.partial import check_target
 from precision_tool.dump.records import StepRecord
 from precision_tool.dump.writer import REPEAT
 from precision_tool.engine.formats import FORMATS
@@ -129,6 +130,8 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
 
     def __enter__(self) -> "dump":
         self._join_run()
+        if self._writer is None:  # a file that cannot be written is said at the ``with``, not at the first op
+            check_target(self.path, overwrite=True)
         self._autocast = _autocast_dtype()  # autocast is off inside dispatch, where the metadata is written
         SESSION.attach(recorder=self)
         return self

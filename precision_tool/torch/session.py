@@ -138,7 +138,12 @@ class Session:
             self._start()
         if recorder is not None:
             self.recorders.append(recorder)
-            if self.step_open and recorder.begin_step(self.step):
+            try:
+                began = self.step_open and recorder.begin_step(self.step)
+            except BaseException:  # its file could not be opened: not attached, or every later op fails again
+                self.detach(recorder=recorder)
+                raise
+            if began:
                 self._watching.append(recorder)
                 self._told_autocast = False
         if simulator is not None:

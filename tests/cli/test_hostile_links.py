@@ -118,10 +118,10 @@ def test_a_dump_being_written_through_a_link_is_seen_as_being_written(tmp_path):
     writer = DumpWriter(link, {"role": "golden"})
     try:
         assert os.path.exists(f"{target}.partial")
-        for spelling in (link, target):  # a second writer, through the link or not, finds the one lock
-            with pytest.raises(InputError, match="is being written by another process"):
+        for spelling in (link, target):  # a second writer, through the link or not, finds the one file
+            with pytest.raises(InputError, match="is already being written by this process"):
                 check_target(spelling, overwrite=True)
-            with pytest.raises(InputError, match="is being written by another process"):
+            with pytest.raises(InputError, match="is already being written by this process"):
                 DumpWriter(spelling, {"role": "golden"})
     finally:
         writer.close()

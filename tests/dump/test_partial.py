@@ -56,8 +56,8 @@ def test_a_second_writer_of_a_path_is_refused_even_with_overwrite(tmp_path):
     path = tmp_path / "run.h5"
     first = DumpWriter(path, {})
     _step(first, 0)
-    with pytest.raises(InputError, match="being written by another process"):
-        DumpWriter(path, {}, overwrite=True)
+    with pytest.raises(InputError, match="is already being written by this process"):  # (another process's
+        DumpWriter(path, {}, overwrite=True)  # writer: tests/faults/test_writes_dumps.py)
     _step(first, 1)
     first.close()
     with open_dump(path) as dump:
@@ -139,3 +139,14 @@ def test_a_left_behind_partial_open_in_a_reader_is_named_as_read_not_written(tmp
     writer = DumpWriter(path, {"role": "target"}, overwrite=True)  # once it is closed, --force replaces it
     writer.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.h5"]
+
+
+def test_a_path_is_free_again_once_its_writer_closes(tmp_path):
+    path = tmp_path / "run.h5"
+    first = DumpWriter(path, {})
+    _step(first, 0)
+    first.close()
+    with DumpWriter(path, {}, overwrite=True) as second:  # the same process, one writer after the other
+        _step(second, 0)
+    with open_dump(path) as dump:
+        assert dump.complete and dump.steps_complete == 1

@@ -165,6 +165,45 @@ def test_a_dump_without_steps_is_still_complete(tmp_path):
         assert dump.complete and dump.steps() == []
 
 
+def test_a_dump_opened_inside_one_to_the_same_file_says_this_process_writes_it(tmp_path):
+    """Not "being written by another process": the writer is this process's own open dump."""
+    from precision_tool.errors import InputError
+
+    run = make_mlp()
+    with ptt.dump(tmp_path / "g.h5", mode="stats"):
+        train(run, steps=1)
+        with pytest.raises(InputError, match="g.h5: is already being written by this process"):
+            with ptt.dump(tmp_path / "g.h5", mode="stats"):
+                pass
+        train(run, steps=1)
+    with open_dump(tmp_path / "g.h5") as dump:
+        assert dump.complete and [s.step for s in dump.steps()] == [0, 1]
+
+
+def test_a_dump_whose_file_fails_to_open_mid_step_is_not_left_attached(tmp_path):
+    """Entered while a step is open, a dump opens its file at once; when that fails, the error reaches the
+    ``with`` and the dump is not left attached (every later op would fail on it again)."""
+    from precision_tool.errors import InputError
+
+    run = make_mlp()
+    with ptt.dump(tmp_path / "g.h5", mode="stats"):
+        train(run, steps=1)
+        run[0](run[2])  # a forward op: the next step is open
+        inner = ptt.dump(tmp_path / "other.h5", mode="stats")
+
+        def cannot_open():
+            raise InputError(str(tmp_path / "other.h5"), "cannot create the dump: disk full")
+
+        inner._open_writer = cannot_open
+        with pytest.raises(InputError, match="disk full"):
+            with inner:
+                pass
+        train(run, steps=1)
+    with open_dump(tmp_path / "g.h5") as dump:
+        assert dump.complete and [s.step for s in dump.steps()] == [0, 1]
+    assert not (tmp_path / "other.h5").exists()
+
+
 def test_an_interrupted_run_keeps_the_completed_steps(tmp_path):
     run = make_mlp()
     with pytest.raises(KeyboardInterrupt):
