@@ -4,7 +4,8 @@ modules whose backward golden runs and the target does not run at all.
 Mixed into `scan.Scanner` (it reads the scan's step records, partner lookups and cached attributions):
 
 * A **rewritten** module call or backward group (`structure.rewritten_modules`, `rewritten_backward`) is the
-  culprit when its output diverges beyond its inputs and its dtype's noise: **precision_loss** at the first op
+  culprit when its output diverges beyond its inputs and its dtype's noise, or run again on golden's inputs
+  still departs (`updates.module_on_golden_inputs`, `backward_on_golden_inputs`): **precision_loss** at the first op
   inside that is ill-conditioned in its dtype or writes values its dtype cannot hold (below its normal range), an
   overflow or invalid operation at the first op inside that
   makes one, else **kernel_bug**. A backward group that computes fewer gradients than golden's (a weight
@@ -41,7 +42,8 @@ from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.scaling import loss_scale_ratios
-from precision_tool.analysis.updates import introduced_by_group, module_on_golden_inputs, permuted
+from precision_tool.analysis.updates import (backward_on_golden_inputs, introduced_by_group, module_on_golden_inputs,
+                                             permuted, relaid)
 from precision_tool.analysis.structure import (Consumers, MissingBackward, Rewritten, fingerprint, group_results,
                                                module_path, under)
 from precision_tool.compare.judged import gradient_scale
@@ -122,6 +124,9 @@ class RewriteJudge:
         if computes == "inherited":
             return None
         introduced = departs if departs is not None else introduced  # another function, whatever its inputs carry
+        if rewrite.direction == "backward" and introduced is None and floor <= observed <= INTRODUCED_EXCESS * \
+                inherited and not stats_only(record):  # a change under the incoming gradient's noise: on golden's
+            introduced = self._backward_departs(rewrite, floor)  # gradient it stands alone
         if observed < floor or (introduced is None and observed <= INTRODUCED_EXCESS * inherited):
             return None
         where = {"forward": "module", "backward": "backward of"}.get(rewrite.direction, "the update of")
@@ -400,6 +405,16 @@ class RewriteJudge:
 
     # -- backward groups that compute fewer gradients, modules whose backward is missing -----------------
 
+    def _backward_departs(self, rewrite: Rewritten, floor: float) -> float | None:
+        """What a backward group's results depart from golden's by when it runs on golden's inputs, as the target
+        recorded it and with its casts left out (`updates.backward_on_golden_inputs`): another function where
+        both reach ``floor``; else None."""
+        members = [r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module]
+        errors = [backward_on_golden_inputs(members, self._golden_group(rewrite), self.step_records, self._golden_of,
+                                            self.target, self.golden, self.golden_records, widened)
+                  for widened in (False, True)]
+        return None if None in errors or min(errors) < floor else min(errors)
+
     def _golden_group(self, rewrite: Rewritten) -> list[OpRecord]:
         return [r for r in self.golden_records if r.direction == rewrite.direction and not r.is_module
                 and module_path(r.name) == rewrite.name]
@@ -472,16 +487,6 @@ class RewriteJudge:
 
 def _squeezed(shape) -> tuple:
     return tuple(n for n in shape if n != 1)
-
-
-def relaid(values, shape: tuple):
-    """``values`` (as many as ``shape`` holds) read in each order of ``shape``'s axes and put back in ``shape``'s
-    order: what a tensor laid out with those axes permuted holds at each of ``shape``'s positions. Up to 4 axes."""
-    if len(shape) > 4:
-        return
-    for order in itertools.permutations(range(len(shape))):
-        if order != tuple(range(len(shape))):
-            yield values.reshape([shape[i] for i in order]).transpose(np.argsort(order))
 
 
 def _incoming_size(rewrite: Rewritten) -> int:

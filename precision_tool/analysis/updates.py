@@ -299,6 +299,43 @@ def module_on_golden_inputs(members: list[OpRecord], target_module: OpRecord, go
     return max(errors, default=None)
 
 
+def backward_on_golden_inputs(members: list[OpRecord], golden_group: list[OpRecord], step_records: list[OpRecord],
+                              golden_of, target_dump, golden_dump, golden_records: list[OpRecord] = (),
+                              widened: bool = False) -> float | None:
+    """The largest relative error of the gradients a module's backward ops hand on (`group_results`) when the
+    target's ops of it (``members``, in order) run again on golden's inputs (`replay_group`, with the numerics
+    the target recorded, or ``widened``: in plain PyTorch with its casts to narrower dtypes left out), each
+    against the closest of golden's results of its size; None where that cannot be told (an input without
+    golden's counterpart, a result without a golden one of its size). Under a float16 run the gradient a group
+    reads can carry more rounding noise than a change the group makes to it (a 5 % scale): on golden's
+    gradient the change stands alone."""
+    replayed = replay_group(members, step_records, golden_of, target_dump, golden_dump, golden_records, widened,
+                            as_recorded=not widened)
+    if replayed is None or not replayed[1]:
+        return None
+    golden = [(record, tensor, golden_dump.tensor(record.step, record.exec_index, tensor.slot))
+              for record, tensor in group_results(golden_group) if tensor.has_data]
+    errors = []
+    for _, tensor in group_results(members):
+        array = replayed[0].get(fingerprint(tensor))
+        candidates = [split_error(np.reshape(array, np.shape(value)), value, tensor.dtype).error
+                      for _, other, value in golden if array is not None and np.size(value) == np.size(array)]
+        if not candidates:
+            return None
+        errors.append(min(candidates))
+    return max(errors, default=None)
+
+
+def relaid(values, shape: tuple):
+    """``values`` (as many as ``shape`` holds) read in each order of ``shape``'s axes and put back in ``shape``'s
+    order: what a tensor laid out with those axes permuted holds at each of ``shape``'s positions. Up to 4 axes."""
+    if len(shape) > 4:
+        return
+    for order in itertools.permutations(range(len(shape))):
+        if order != tuple(range(len(shape))):
+            yield values.reshape([shape[i] for i in order]).transpose(np.argsort(order))
+
+
 def _narrower(compute: str, dtype: str) -> bool:
     bits = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
     return bits.get(compute, 0) < bits.get(dtype, 0) and compute in bits

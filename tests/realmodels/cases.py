@@ -121,6 +121,11 @@ def fault_cases() -> list[Case]:
         cases.append(Case(model, "fp32", "backward_only", "act", "kernel_bug", "backward"))
     for model in ("bert-eager", "resnet"):
         cases.append(Case(model, "fp32", "sqrt_act", "act", "invalid_operation"))
+    # a 5 % gradient change in a low-precision run, under the noise its incoming gradient carries there (float16
+    # convolutions' backward: the group's inputs 17 % from golden's); on golden's gradient it stands alone
+    cases.append(Case("resnet", "bf16", "backward_only", "act", "kernel_bug", "backward"))
+    for target in ("fp16", "amp16"):
+        cases.append(Case("resnet-bottleneck", target, "backward_only", "act", "kernel_bug", "backward"))
     # model families the cases above do not hold: RMSNorm and rotary (llama), encoder-decoder (t5), depthwise
     # convolutions (convnext), a GRU
     for model in ("llama", "convnext", "t5", "gru"):

@@ -223,7 +223,8 @@ _ROLES = {
     "bert-mlm-relu": {"act": "bert.encoder.layer.0.intermediate.intermediate_act_fn"}, "bert-token-skip": {},
     "vit-p8": {"act": "vit.layers.0.mlp.activation_fn"}, "vit-p8-eager": {"attn": "vit.layers.1.attention"},
     "vit-p8-growing-data": {},
-    "resnet-bottleneck": {"bn": f"{_S}.1.layers.0.layer.1.normalization"}, "resnet-amsgrad": {},
+    "resnet-bottleneck": {"bn": f"{_S}.1.layers.0.layer.1.normalization", "act": f"{_S}.0.layers.0.layer.0.activation"},
+    "resnet-amsgrad": {},
     "lstm-bi": {"rnn": "rnn"}, "lstm-proj": {"head": "head"}, "gru-bi": {"head": "head"},
 }
 MODELS: dict = {}  # filled by register (the builders need cases.py)
