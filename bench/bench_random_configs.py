@@ -121,7 +121,33 @@ FAMILIES = {  # builder, the module the faults are planted in, the faults that a
 }
 
 
-def draw(rng: random.Random, index: int, faults: bool) -> C.Case:
+# ``--wider``: faults drawn at any layer, in activations, LayerNorms and Linears: (kind, module template with
+# {i} for the layer, class the verdict must have, its direction); the first block's LayerNorm of a layer is
+# drawn as the layer is
+WIDER = {
+    "gpt2": (("scale", "transformer.h.{i}.mlp.act"), ("backward_only", "transformer.h.{i}.mlp.act"),
+             ("sqrt_act", "transformer.h.{i}.mlp.act"), ("dropout_on", "transformer.h.{i}.mlp.act"),
+             ("ln_eps", "transformer.h.{i}.ln_2"), ("summed_var", "transformer.h.{i}.ln_1")),
+    "bert": (("scale", "bert.encoder.layer.{i}.intermediate.intermediate_act_fn"),
+             ("backward_only", "bert.encoder.layer.{i}.intermediate.intermediate_act_fn"),
+             ("sqrt_act", "bert.encoder.layer.{i}.intermediate.intermediate_act_fn"),
+             ("ln_eps", "bert.encoder.layer.{i}.output.LayerNorm"),
+             ("summed_var", "bert.encoder.layer.{i}.attention.output.LayerNorm"),
+             ("drop_bias", "bert.encoder.layer.{i}.output.dense"), ("weight_grad", "bert.encoder.layer.{i}.output.dense"),
+             ("dropout_on", "bert.encoder.layer.{i}.attention.self.query")),
+    "vit": (("scale", "vit.layers.{i}.mlp.activation_fn"), ("backward_only", "vit.layers.{i}.mlp.activation_fn"),
+            ("ln_eps", "vit.layers.{i}.layernorm_after"), ("summed_var", "vit.layers.{i}.layernorm_before"),
+            ("drop_bias", "vit.layers.{i}.mlp.fc2"), ("weight_grad", "vit.layers.{i}.mlp.fc1")),
+    "resnet": (("scale", "resnet.encoder.stages.{i}.layers.0.layer.0.activation"),
+               ("backward_only", "resnet.encoder.stages.{i}.layers.0.layer.0.activation"),
+               ("sqrt_act", "resnet.encoder.stages.{i}.layers.0.layer.0.activation"),
+               ("scale", "resnet.encoder.stages.{i}.layers.0.layer.0.convolution")),
+    "rnn": (("scale", "head"), ("drop_bias", "head"), ("weight_grad", "head")),
+}
+_CLASS = {"sqrt_act": "invalid_operation"}
+
+
+def draw(rng: random.Random, index: int, faults: bool, wider: bool = False) -> C.Case:
     """One random case, registered in the suite's MODELS under a name of its own."""
     family = rng.choice(list(FAMILIES))
     builder, role, kinds = FAMILIES[family]
@@ -134,6 +160,12 @@ def draw(rng: random.Random, index: int, faults: bool) -> C.Case:
     target = rng.choice(["bf16", "mix", "fp16", "amp16"])
     if not faults:
         return C.Case(name, target)
+    if wider:
+        fault, where = rng.choice(WIDER[family])
+        C.MODELS[name] = (builder, config, {"at": where.format(i=rng.randrange(config["layers"]))})
+        fp32 = rng.random() < 0.5 or fault == "weight_grad"  # (its hand-written backward is not autocast's)
+        return C.Case(name, "fp32" if fp32 else target, fault, "at", _CLASS.get(fault, "kernel_bug"),
+                      "backward" if fault in ("backward_only", "weight_grad") else "")
     fault = rng.choice(kinds)
     return C.Case(name, "fp32" if rng.random() < 0.5 else target, fault, "act", "kernel_bug",
                   "backward" if fault == "backward_only" else "")
@@ -144,6 +176,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cases", type=int, default=20)
     parser.add_argument("--faults", action="store_true", help="planted faults instead of clean ports")
+    parser.add_argument("--wider", action="store_true",
+                        help="with --faults: faults at any layer, in activations, LayerNorms, Linears, attention")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -152,7 +186,7 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="random_configs_"))
     try:
         for index in range(args.cases):
-            case = draw(rng, index, args.faults)
+            case = draw(rng, index, args.faults, args.wider)
             config = C.MODELS[case.model][1]
             shutil.rmtree(work / "case", ignore_errors=True)
             start = time.perf_counter()
