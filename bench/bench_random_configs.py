@@ -144,6 +144,26 @@ WIDER = {
                ("scale", "resnet.encoder.stages.{i}.layers.0.layer.0.convolution")),
     "rnn": (("scale", "head"), ("drop_bias", "head"), ("weight_grad", "head")),
 }
+# and families the suite builds at one config (tests/realmodels/models.py): RMSNorm and rotary positions, an
+# encoder-decoder, depthwise convolutions, windowed attention; drawn with --wider only, layer 0 or 1
+FIXED = {
+    "llama": (("scale", "model.layers.{i}.mlp.act_fn"), ("backward_only", "model.layers.{i}.mlp.act_fn"),
+              ("sqrt_act", "model.layers.{i}.mlp.act_fn"), ("dropout_on", "model.layers.{i}.mlp.act_fn")),
+    "distilbert": (("scale", "distilbert.transformer.layer.{i}.ffn.activation"),
+                   ("backward_only", "distilbert.transformer.layer.{i}.ffn.activation"),
+                   ("ln_eps", "distilbert.transformer.layer.{i}.output_layer_norm"),
+                   ("summed_var", "distilbert.transformer.layer.{i}.sa_layer_norm"),
+                   ("drop_bias", "distilbert.transformer.layer.{i}.ffn.lin2")),
+    "convnext": (("scale", "convnext.encoder.stages.{i}.layers.0.act"),
+                 ("backward_only", "convnext.encoder.stages.{i}.layers.0.act"),
+                 ("sqrt_act", "convnext.encoder.stages.{i}.layers.0.act")),
+    "t5": (("scale", "encoder.block.{i}.layer.1.DenseReluDense.act"),
+           ("backward_only", "encoder.block.{i}.layer.1.DenseReluDense.act"),
+           ("sqrt_act", "encoder.block.{i}.layer.1.DenseReluDense.act")),
+    "swin": (("scale", "swin.encoder.layers.{i}.blocks.0.mlp.activation_fn"),
+             ("backward_only", "swin.encoder.layers.{i}.blocks.0.mlp.activation_fn"),
+             ("ln_eps", "swin.encoder.layers.{i}.blocks.0.layernorm_before")),
+}
 _CLASS = {"sqrt_act": "invalid_operation"}
 
 
@@ -160,6 +180,14 @@ def draw(rng: random.Random, index: int, faults: bool, wider: bool = False) -> C
     target = rng.choice(["bf16", "mix", "fp16", "amp16"])
     if not faults:
         return C.Case(name, target)
+    if wider and rng.random() < 0.3:  # a family of fixed config
+        family = rng.choice(sorted(FIXED))
+        fault, where = rng.choice(FIXED[family])
+        name = f"random{index}-{family}"
+        C.MODELS[name] = (C.MODELS[family][0], {}, {"at": where.format(i=rng.randrange(2))})
+        target = rng.choice(["bf16", "mix", "amp16"] + ([] if (family, "fp16") in C.NOT_CLEAN else ["fp16"]))
+        return C.Case(name, "fp32" if rng.random() < 0.5 else target, fault, "at", _CLASS.get(fault, "kernel_bug"),
+                      "backward" if fault == "backward_only" else "")
     if wider:
         fault, where = rng.choice(WIDER[family])
         C.MODELS[name] = (builder, config, {"at": where.format(i=rng.randrange(config["layers"]))})
