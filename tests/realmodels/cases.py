@@ -132,6 +132,7 @@ def fault_cases() -> list[Case]:
         cases.append(Case(model, "fp32", "scale", "act", "kernel_bug"))
     for model in ("llama", "distilbert", "gru"):
         cases.append(Case(model, "fp32", "backward_only", "act", "kernel_bug", "backward"))
+    cases.append(Case("swin", "bf16", "backward_only", "act", "kernel_bug", "backward"))  # windowed attention
     for model in ("distilbert", "convnext"):
         cases.append(Case(model, "fp32", "handwritten", "act", "kernel_bug"))
     cases.append(Case("distilbert", "fp16", "onepass_ln", "ln", "precision_loss", model_kwargs=(("offset", 16.0),)))

@@ -275,7 +275,7 @@ MODELS: dict[str, tuple[Callable, dict, dict]] = {
     "convnext": (convnext, {}, {"act": "convnext.encoder.stages.1.layers.0.act"}),
     "t5": (t5, {}, {"act": "encoder.block.1.layer.1.DenseReluDense.act"}),
     "gru": (gru, {}, {"act": "act", "embed": "embed"}),
-    "swin": (swin, {}, {"act": "swin.encoder.layers.1.blocks.0.intermediate.intermediate_act_fn"}),
+    "swin": (swin, {}, {"act": "swin.encoder.layers.1.blocks.0.mlp.activation_fn"}),
     "mlp": (mlp, {}, {"act": "act", "ln": "norm", "fc": "fc2"}),
     "cnn": (cnn, {}, {"act": "act2", "bn": "bn1"}),
 }
