@@ -34,7 +34,7 @@ import numpy as np
 from precision_tool.analysis.actions import INVALID_ACTION as _INVALID_ACTION
 from precision_tool.analysis.actions import keep_fp32 as _keep_fp32
 from precision_tool.analysis.actions import listing_short as _listing_short
-from precision_tool.analysis.attribution import input_sensitivity, output_rounding
+from precision_tool.analysis.attribution import input_sensitivity, makes_nan_hidden, output_rounding
 from precision_tool.analysis.errors import (noise_floor, split_error, starts_nonfinite, stats_only,
                                            stats_sensitivity, stats_split)
 from precision_tool.analysis.omissions import fewer_updates
@@ -388,6 +388,8 @@ class RewriteJudge:
             if (record.direction, record.name) not in rewrite.members:
                 continue
             started = starts_nonfinite(record)
+            if started is None and makes_nan_hidden(self.target, record):  # (a saturation mode's 0 for NaN)
+                started = True
             partner = self._golden_of(record)
             if started is not None and (partner is None or starts_nonfinite(partner) != started):
                 return record, "invalid" if started else "overflow", None
