@@ -240,6 +240,24 @@ def self_consistency(target_dump, record: OpRecord, device: str = "npu") -> tupl
             max(split_error(i, r, dtype).error for r, i, _, dtype in pairs))
 
 
+def makes_nan_hidden(target_dump, record: OpRecord) -> bool:
+    """Whether ``record`` raised the float status with no NaN, inf or saturated value in its outputs and, run again
+    on its own recorded inputs in golden's numerics (NaN and inf kept), makes NaN from finite inputs: an invalid
+    operation (the square root of negative values, 0/0) whose NaN a saturation mode wrote as numbers (0)."""
+    if record.is_module or not record.overflow or not record.tensors or \
+            not all(t.has_data for t in record.inputs) or \
+            any(t.stats.nan or t.stats.inf or t.stats.saturated for t in record.tensors):
+        return False
+    inputs = [target_dump.tensor(record.step, record.exec_index, t.slot) for t in record.inputs]
+    try:
+        replayed, _ = _replays(record, inputs, target_dump, "golden")
+    except NotReplayable:
+        return False
+    with np.errstate(invalid="ignore"):
+        return any(np.isnan(np.asarray(r, dtype=np.float64)).any()
+                   for r, t in zip(replayed, record.outputs) if is_float(t.dtype))
+
+
 def _replays(record: OpRecord, inputs: list[np.ndarray], target_dump, device: str):
     """(the op replayed with the target's numerics, the op as its dtype alone explains it)."""
     numerics = _numerics(record, target_dump, device)

@@ -10,10 +10,14 @@ _EXP_LIKE = {"Exp", "Pow", "Square"}
 _SOFTMAX_LIKE = {"Softmax", "ScaledMaskedSoftmax", "LogSoftmax", "RealDiv", "ReduceSum"}
 
 
-def overflow_hint(record: OpRecord, loss_scale: float | None) -> str:
-    """One sentence on how to stop this op overflowing."""
+def overflow_hint(record: OpRecord, loss_scale: float | None, invalid: bool = False) -> str:
+    """One sentence on how to stop this op overflowing (``invalid``: it makes NaN from finite inputs, which a
+    saturation mode wrote as numbers: `attribution.makes_nan_hidden`)."""
     if record.inherited_nonfinite:
         return "propagates an earlier overflow: fix the first one"
+    if invalid:
+        return (f"{record.type} makes NaN from these finite inputs (an invalid operation: the square root or log "
+                "of a negative value, 0/0), which the saturation mode wrote as numbers: check its inputs' range")
     keep_fp32 = (f'keep {record.type} in float32 through the mix list '
                  f'({{"black-list": {{"to-add": ["{record.type}"]}}}})')
     if record.direction == "backward" and loss_scale and loss_scale > 1.0:
@@ -43,8 +47,8 @@ def _range(tensor) -> Range:
     return Range(tensor.stats.min, tensor.stats.max)
 
 
-def overflow_entry(record: OpRecord, loss_scale: float | None) -> OverflowEntry:
-    """The report entry of one overflowing op record."""
+def overflow_entry(record: OpRecord, loss_scale: float | None, invalid: bool = False) -> OverflowEntry:
+    """The report entry of one overflowing op record (``invalid``: see `overflow_hint`)."""
     outputs = [t for t in record.outputs if t.stats.count]
     return OverflowEntry(
         step=record.step, exec_index=record.exec_index, name=record.name, type=record.type,
@@ -55,7 +59,7 @@ def overflow_entry(record: OpRecord, loss_scale: float | None) -> OverflowEntry:
         nan=sum(t.stats.nan for t in outputs),
         input_ranges=tuple(_range(t) for t in record.inputs if t.stats.count),
         output_ranges=tuple(_range(t) for t in outputs),
-        hint=overflow_hint(record, loss_scale),
+        hint=overflow_hint(record, loss_scale, invalid),
     )
 
 
@@ -68,9 +72,10 @@ def overflow_report(dump, limit: int | None = None) -> OverflowReport:
     steps = dump.steps()
     scales = {s.step: s.loss_scale for s in steps}
     records = [r for r in dump.ops() if r.overflow]
-    entries = [overflow_entry(r, scales.get(r.step)) for r in records]
-    if limit is not None:
-        entries = entries[:limit]
+    from precision_tool.analysis.attribution import makes_nan_hidden
+
+    shown = records if limit is None else records[:limit]
+    entries = [overflow_entry(r, scales.get(r.step), makes_nan_hidden(dump, r)) for r in shown]
     return OverflowReport(
         entries=entries,
         total=len(records),

@@ -5,7 +5,7 @@ Mixed into `scan.Scanner` (it reads the scan's step records, partner lookups and
 
 * A **rewritten** module call or backward group (`structure.rewritten_modules`, `rewritten_backward`) is the
   culprit when its output diverges beyond its inputs and its dtype's noise, or run again on golden's inputs
-  still departs (`updates.module_on_golden_inputs`, `backward_on_golden_inputs`): **precision_loss** at the first op
+  still departs (`updates.module_on_golden_inputs`, `backward_departs`): **precision_loss** at the first op
   inside that is ill-conditioned in its dtype or writes values its dtype cannot hold (below its normal range), an
   overflow or invalid operation at the first op inside that
   makes one, else **kernel_bug**. A backward group that computes fewer gradients than golden's (a weight
@@ -34,7 +34,7 @@ import numpy as np
 from precision_tool.analysis.actions import INVALID_ACTION as _INVALID_ACTION
 from precision_tool.analysis.actions import keep_fp32 as _keep_fp32
 from precision_tool.analysis.actions import listing_short as _listing_short
-from precision_tool.analysis.attribution import input_sensitivity, output_rounding
+from precision_tool.analysis.attribution import input_sensitivity, makes_nan_hidden, output_rounding
 from precision_tool.analysis.errors import (noise_floor, split_error, starts_nonfinite, stats_only,
                                            stats_sensitivity, stats_split)
 from precision_tool.analysis.omissions import fewer_updates
@@ -42,7 +42,7 @@ from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.scaling import loss_scale_ratios
-from precision_tool.analysis.updates import (backward_on_golden_inputs, introduced_by_group, module_on_golden_inputs,
+from precision_tool.analysis.updates import (backward_departs, introduced_by_group, module_on_golden_inputs,
                                              permuted, relaid)
 from precision_tool.analysis.structure import (Consumers, MissingBackward, Rewritten, fingerprint, group_results,
                                                module_path, under)
@@ -126,7 +126,10 @@ class RewriteJudge:
         introduced = departs if departs is not None else introduced  # another function, whatever its inputs carry
         if rewrite.direction == "backward" and introduced is None and floor <= observed <= INTRODUCED_EXCESS * \
                 inherited and not stats_only(record):  # a change under the incoming gradient's noise: on golden's
-            introduced = self._backward_departs(rewrite, floor)  # gradient it stands alone
+            departs = introduced = backward_departs(  # gradient it stands alone
+                [r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module],
+                self._golden_group(rewrite), self.step_records, self._golden_of, self.target, self.golden,
+                self.golden_records, floor)
         if observed < floor or (introduced is None and observed <= INTRODUCED_EXCESS * inherited):
             return None
         where = {"forward": "module", "backward": "backward of"}.get(rewrite.direction, "the update of")
@@ -152,7 +155,8 @@ class RewriteJudge:
             scale = {s.step: s.loss_scale for s in self.target.steps()}.get(op.step)
             verdict = self.overflow_verdict(overflow_entry(op, scale), op, tuple(evidence))
             return with_module(verdict, rewrite.name)
-        if found is not None:
+        if found is not None and (departs is None or departs * INTRODUCED_EXCESS < observed):  # (departing as far
+            # in golden's precision, it is not the precision: a LayerNorm's variance summed, not averaged)
             op, kind, sensitivity = found[0], found[1], found[2]
             evidence.append(f"{op.name} ({op.type}, in {op.compute_dtype}) is ill-conditioned: rounding its own "
                             f"inputs to {op.compute_dtype} moves its output by {sensitivity:.3g}"
@@ -388,6 +392,8 @@ class RewriteJudge:
             if (record.direction, record.name) not in rewrite.members:
                 continue
             started = starts_nonfinite(record)
+            if started is None and makes_nan_hidden(self.target, record):  # (a saturation mode's 0 for NaN)
+                started = True
             partner = self._golden_of(record)
             if started is not None and (partner is None or starts_nonfinite(partner) != started):
                 return record, "invalid" if started else "overflow", None
@@ -404,16 +410,6 @@ class RewriteJudge:
         return None
 
     # -- backward groups that compute fewer gradients, modules whose backward is missing -----------------
-
-    def _backward_departs(self, rewrite: Rewritten, floor: float) -> float | None:
-        """What a backward group's results depart from golden's by when it runs on golden's inputs, as the target
-        recorded it and with its casts left out (`updates.backward_on_golden_inputs`): another function where
-        both reach ``floor``; else None."""
-        members = [r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module]
-        errors = [backward_on_golden_inputs(members, self._golden_group(rewrite), self.step_records, self._golden_of,
-                                            self.target, self.golden, self.golden_records, widened)
-                  for widened in (False, True)]
-        return None if None in errors or min(errors) < floor else min(errors)
 
     def _golden_group(self, rewrite: Rewritten) -> list[OpRecord]:
         return [r for r in self.golden_records if r.direction == rewrite.direction and not r.is_module

@@ -326,6 +326,16 @@ def backward_on_golden_inputs(members: list[OpRecord], golden_group: list[OpReco
     return max(errors, default=None)
 
 
+def backward_departs(members: list[OpRecord], golden_group: list[OpRecord], step_records: list[OpRecord], golden_of,
+                     target_dump, golden_dump, golden_records: list[OpRecord], floor: float) -> float | None:
+    """What a backward group's results depart from golden's by when it runs on golden's inputs, as the target
+    recorded it and with its casts left out (`backward_on_golden_inputs`): another function where both reach
+    ``floor``; else None."""
+    errors = [backward_on_golden_inputs(members, golden_group, step_records, golden_of, target_dump, golden_dump,
+                                        golden_records, widened) for widened in (False, True)]
+    return None if None in errors or min(errors) < floor else min(errors)
+
+
 def relaid(values, shape: tuple):
     """``values`` (as many as ``shape`` holds) read in each order of ``shape``'s axes and put back in ``shape``'s
     order: what a tensor laid out with those axes permuted holds at each of ``shape``'s positions. Up to 4 axes."""
