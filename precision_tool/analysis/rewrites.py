@@ -392,7 +392,7 @@ class RewriteJudge:
             if (record.direction, record.name) not in rewrite.members:
                 continue
             started = starts_nonfinite(record)
-            if started is None and makes_nan_hidden(self.target, record):  # (a saturation mode's 0 for NaN)
+            if started is None and record.overflow and makes_nan_hidden(self.target, record):  # (saturated NaN)
                 started = True
             partner = self._golden_of(record)
             if started is not None and (partner is None or starts_nonfinite(partner) != started):
