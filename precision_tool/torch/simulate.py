@@ -35,6 +35,7 @@ from precision_tool.torch.tensors import (FORMAT_ATTR, has_nonfinite, round_in_p
                                           saturate_in_place, set_logical_format)
 
 _FLOAT32 = torch.float32
+_TENSOR = torch.Tensor
 _ROUND16 = getattr(native.extension, "round16", None)  # None: `round_in_place` does every rounding
 _KINDS = {"float16": 0, "bfloat16": 1, "float32": 2} if _ROUND16 is not None else {}  # round16's kinds
 OVERFLOW_OPS_LIMIT = 10_000  # `overflow_ops` keeps the first this many
@@ -66,7 +67,7 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         self.status = FloatStatus()
         self.overflow_ops: list[OpRef] = []
         self._parameters = _RoundedParameters()
-        self._decisions: dict = {}  # ids of (op info, float input count, inputs' formats) -> `_Plan`
+        self._plans: dict = {}  # ids of (op info, float input count, inputs' formats) -> `_Plan`
 
     def __enter__(self) -> "simulate_npu":
         SESSION.attach(simulator=self)
@@ -84,31 +85,30 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
     def run(self, call: OpCall, before):
         """Run ``call`` with simulated numerics; ``before()`` is called just before the kernel."""
         info = call.info
-        floats, all_float32 = _float_tensors(call.args, call.kwargs)
+        floats, formats, all_float32 = _float_inputs(call.args, call.kwargs)
         if (info.mutated or info.hidden_writes) and self._parameters:
             self._parameters.written(call)
-        native = (not all_float32 or info.collective or call.direction == "optimizer" or _accumulates_grad(call)
-                  or (info.cast and call.kwargs.get("dtype", torch.float32) != torch.float32))
-        if native:
+        if (not all_float32 or info.collective or call.direction == "optimizer"
+                or (call.node is not None and _accumulates_grad(call))
+                or (info.cast and call.kwargs.get("dtype", torch.float32) != torch.float32)):
             result = self._run_native(call, floats, before, saturate=bool(floats) and call.direction != "optimizer")
-        elif info.category == MOVEMENT:
-            result = self._run_movement(call, floats, before)
         else:
-            result = self._run_compute(call, floats, before)
+            key = (id(info), len(floats), *map(id, formats))  # (hashing the frozen dataclasses costs more)
+            plan = self._plans.get(key) or self._plan(key, info, len(floats), formats)
+            if plan.movement:
+                result = self._run_movement(call, plan, before)
+            else:
+                result = self._run_compute(call, plan, before)
         if call.overflow:
             self._raise(call, floats)
         return result
 
-    def _precision(self, call: OpCall, floats: list) -> "_Plan":
-        """`decide` for the op, and what follows from it: a function of its info and its inputs' formats,
-        worked out once for each."""
-        activations = [fmt for t in floats if (fmt := getattr(t, FORMAT_ATTR, None)) is not None]
-        key = (id(call.info), len(floats), *map(id, activations))  # (hashing the frozen dataclasses costs more)
-        plan = self._decisions.get(key)
-        if plan is None:
-            membership = self.mixlists.membership(call.info.type, call.info.amp)
-            precision = decide(call.info.category, membership, self.policy, FLOAT32, activations)
-            plan = self._decisions[key] = _Plan(precision, len(floats), activations, call.info)
+    def _plan(self, key: tuple, info, floats: int, formats: list) -> "_Plan":
+        """`decide` for an op of ``info`` whose float inputs have the logical ``formats`` (the others are
+        float32), and what follows from it; kept under ``key``."""
+        membership = self.mixlists.membership(info.type, info.amp)
+        precision = decide(info.category, membership, self.policy, FLOAT32, formats)
+        plan = self._plans[key] = _Plan(precision, floats, formats, info)
         return plan
 
     def _run_native(self, call: OpCall, floats: list, before, saturate: bool):
@@ -130,8 +130,7 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         call.overflow = overflow and (bool(floats) or not _asks_infinity(call.args, call.kwargs))
         return result
 
-    def _run_movement(self, call: OpCall, floats: list, before):
-        plan = self._precision(call, floats)
+    def _run_movement(self, call: OpCall, plan: "_Plan", before):
         if before is not None:
             before()
         result = call.info.func(*call.args, **call.kwargs)
@@ -148,12 +147,10 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         call.overflow = overflow
         return result
 
-    def _run_compute(self, call: OpCall, floats: list, before):
-        plan = self._precision(call, floats)
-        compute = plan.compute
+    def _run_compute(self, call: OpCall, plan: "_Plan", before):
         overflow = False
         if not plan.inputs_ready:  # some input is not yet in the compute format: round it
-            overflow = self._cast_inputs(call, compute)
+            overflow = self._cast_inputs(call, plan.compute)
         if before is not None:
             before()
         result = call.info.func(*call.args, **call.kwargs)
@@ -168,7 +165,7 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
                 else:
                     overflow |= _round_output(out, plan.output, plan.output_kind, mode)
                     _tag(out, plan.output_tag)
-        call.compute_dtype = compute.name
+        call.compute_dtype = plan.compute.name
         call.overflow = overflow
         return result
 
@@ -219,7 +216,8 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
 class _Plan:
     """`decide`'s formats for one op info and its inputs' formats, with what the op's path asks of them."""
 
-    __slots__ = ("compute", "output", "output_tag", "output_kind", "inputs_ready", "movement_exact", "_kept")
+    __slots__ = ("compute", "output", "output_tag", "output_kind", "inputs_ready", "movement", "movement_exact",
+                 "_kept")
 
     def __init__(self, precision, floats: int, activations: list, info) -> None:
         compute, output = self.compute, self.output = precision.compute, precision.output
@@ -230,25 +228,37 @@ class _Plan:
         self.inputs_ready = compute.bits >= 32 or (tagged_all and all(
             fmt is compute or fmt.bits < compute.bits for fmt in activations))
         # every float input in the output format already (untagged ones are float32): a movement rounds nothing
+        self.movement = info.category == MOVEMENT
         self.movement_exact = all(fmt is output for fmt in activations) and (tagged_all or output is FLOAT32)
         self._kept = (info, activations)  # (the key holds their ids: they stay theirs)
 
 
-def _float_tensors(args: tuple, kwargs: dict) -> tuple[list, bool]:
-    """The floating-point tensors among a call's arguments (in lists too), and whether there are some and all
-    are float32."""
-    floats = []
-    for values in (args, kwargs.values()) if kwargs else (args,):
-        for value in values:
-            if isinstance(value, torch.Tensor):
-                if value.is_floating_point():
-                    floats.append(value)
-            elif isinstance(value, (list, tuple)):
-                floats.extend(v for v in value if isinstance(v, torch.Tensor) and v.is_floating_point())
-    for t in floats:
-        if t.dtype is not _FLOAT32:
-            return floats, False
-    return floats, bool(floats)
+def _float_inputs(args: tuple, kwargs: dict) -> tuple[list, list, bool]:
+    """A call's floating-point tensor arguments (in lists too), in order; the logical formats of those that
+    have one (`FORMAT_ATTR`); and whether there are some and all are float32. One pass: every op asks."""
+    floats, formats, all_float32 = [], [], True
+    for value in ((*args, *kwargs.values()) if kwargs else args):
+        if isinstance(value, _TENSOR):
+            dtype = value.dtype
+            if dtype is not _FLOAT32:
+                if not dtype.is_floating_point:
+                    continue
+                all_float32 = False
+            floats.append(value)
+            if (fmt := getattr(value, FORMAT_ATTR, None)) is not None:
+                formats.append(fmt)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, _TENSOR):
+                    dtype = item.dtype
+                    if dtype is not _FLOAT32:
+                        if not dtype.is_floating_point:
+                            continue
+                        all_float32 = False
+                    floats.append(item)
+                    if (fmt := getattr(item, FORMAT_ATTR, None)) is not None:
+                        formats.append(fmt)
+    return floats, formats, all_float32 and bool(floats)
 
 
 def _outputs(call: OpCall, result) -> list:
@@ -259,11 +269,19 @@ def _outputs(call: OpCall, result) -> list:
 
 
 def _round_output(out: torch.Tensor, fmt, kind, overflow_mode: str) -> bool:
-    """`round_in_place`, a contiguous float32 CPU tensor in range straight by the C extension (its first case)."""
-    if kind is not None and out.is_contiguous() and out.is_cpu and not out.is_neg():
-        address = out.data_ptr()
-        if _ROUND16(address, address, out.numel(), kind):
-            return False  # (else nothing was written: `round_in_place` checks again, then applies the mode)
+    """`round_in_place`, its common cases straight by the C extension: a contiguous float32 CPU tensor, and a
+    matrix of rows inside wider ones (an LSTM's gates); in range, each is what `round_in_place` would do."""
+    if kind is not None and out.is_cpu and not out.is_neg():
+        if out.is_contiguous():
+            address = out.data_ptr()
+            if _ROUND16(address, address, out.numel(), kind):
+                return False  # (else nothing was written: `round_in_place` checks again, then applies the mode)
+        elif out.dim() == 2:
+            (rows, cols), (row_stride, col_stride) = out.shape, out.stride()
+            if col_stride == 1 and row_stride > cols >= 2 and rows > 1:  # `_row_layout`'s (cols, row_stride)
+                address = out.data_ptr()
+                if _ROUND16(address, address, out.numel(), kind, cols, row_stride, row_stride):
+                    return False
     return round_in_place(out, fmt, overflow_mode)
 
 
