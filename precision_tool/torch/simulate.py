@@ -349,7 +349,11 @@ class _RoundedParameters:
         written = flat_tensors(call.info.mutated_args(call.args, call.kwargs))
         written += [call.args[i] for i in call.info.hidden_writes
                     if i < len(call.args) and isinstance(call.args[i], torch.Tensor)]
-        storages = {t.untyped_storage().data_ptr() for t in written if t.layout is _STRIDED} & self._storages
+        # where each one's storage starts, as its storage's data_ptr says, without a Python storage object for it
+        # (asked of every activation an in-place op writes, it would live as long as theirs); an empty tensor
+        # may answer another address, and writes nothing
+        storages = {t.data_ptr() - t.storage_offset() * t.element_size() for t in written
+                    if t.layout is _STRIDED} & self._storages
         if storages:
             self._entries = {key: entry for key, entry in self._entries.items() if entry[1] not in storages}
             self._storages -= storages
