@@ -85,7 +85,7 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
     def run(self, call: OpCall, before):
         """Run ``call`` with simulated numerics; ``before()`` is called just before the kernel."""
         info = call.info
-        floats, formats, all_float32 = _float_inputs(call.args, call.kwargs)
+        floats, format_ids, all_float32 = _float_inputs(call.args, call.kwargs)
         if (info.mutated or info.hidden_writes) and self._parameters:
             self._parameters.written(call)
         if (not all_float32 or info.collective or call.direction == "optimizer"
@@ -93,8 +93,8 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
                 or (info.cast and call.kwargs.get("dtype", torch.float32) != torch.float32)):
             result = self._run_native(call, floats, before, saturate=bool(floats) and call.direction != "optimizer")
         else:
-            key = (id(info), len(floats), *map(id, formats))  # (hashing the frozen dataclasses costs more)
-            plan = self._plans.get(key) or self._plan(key, info, len(floats), formats)
+            key = (id(info), len(floats), *format_ids)  # (hashing the frozen dataclasses costs more)
+            plan = self._plans.get(key) or self._plan(key, info, floats)
             if plan.movement:
                 result = self._run_movement(call, plan, before)
             else:
@@ -103,12 +103,13 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
             self._raise(call, floats)
         return result
 
-    def _plan(self, key: tuple, info, floats: int, formats: list) -> "_Plan":
-        """`decide` for an op of ``info`` whose float inputs have the logical ``formats`` (the others are
+    def _plan(self, key: tuple, info, floats: list) -> "_Plan":
+        """`decide` for an op of ``info`` on the float tensors ``floats`` (their logical formats; the others are
         float32), and what follows from it; kept under ``key``."""
+        formats = [fmt for t in floats if (fmt := getattr(t, FORMAT_ATTR, None)) is not None]
         membership = self.mixlists.membership(info.type, info.amp)
         precision = decide(info.category, membership, self.policy, FLOAT32, formats)
-        plan = self._plans[key] = _Plan(precision, floats, formats, info)
+        plan = self._plans[key] = _Plan(precision, len(floats), formats, info)
         return plan
 
     def _run_native(self, call: OpCall, floats: list, before, saturate: bool):
@@ -154,8 +155,22 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         if before is not None:
             before()
         result = call.info.func(*call.args, **call.kwargs)
-        call.outputs = outputs = _outputs(call, result)
         keep = call.info.float32_outputs
+        if isinstance(result, _TENSOR) and not keep:  # the common case, `_outputs`' first, without a loop
+            call.outputs = [result]
+            if result.dtype is _FLOAT32:
+                kind = plan.output_kind
+                if not (kind is not None and result.is_contiguous() and result.is_cpu and not result.is_neg()
+                        and _ROUND16(address := result.data_ptr(), address, result.numel(), kind)):
+                    overflow |= _round_output(result, plan.output, kind, self.overflow_mode)
+                if (tag := plan.output_tag) is not None:  # `_tag`
+                    setattr(result, FORMAT_ATTR, tag)
+                elif getattr(result, FORMAT_ATTR, None) is not None:
+                    setattr(result, FORMAT_ATTR, None)
+            call.compute_dtype = plan.compute.name
+            call.overflow = overflow
+            return result
+        call.outputs = outputs = _outputs(call, result)
         mode = self.overflow_mode
         for i, out in enumerate(outputs):
             if out.dtype is _FLOAT32:
@@ -234,9 +249,10 @@ class _Plan:
 
 
 def _float_inputs(args: tuple, kwargs: dict) -> tuple[list, list, bool]:
-    """A call's floating-point tensor arguments (in lists too), in order; the logical formats of those that
-    have one (`FORMAT_ATTR`); and whether there are some and all are float32. One pass: every op asks."""
-    floats, formats, all_float32 = [], [], True
+    """A call's floating-point tensor arguments (in lists too), in order; the ids of the logical formats of
+    those that have one (`FORMAT_ATTR`); and whether there are some and all are float32. One pass: every op
+    asks."""
+    floats, format_ids, all_float32 = [], [], True
     for value in ((*args, *kwargs.values()) if kwargs else args):
         if isinstance(value, _TENSOR):
             dtype = value.dtype
@@ -246,7 +262,7 @@ def _float_inputs(args: tuple, kwargs: dict) -> tuple[list, list, bool]:
                 all_float32 = False
             floats.append(value)
             if (fmt := getattr(value, FORMAT_ATTR, None)) is not None:
-                formats.append(fmt)
+                format_ids.append(id(fmt))
         elif isinstance(value, (list, tuple)):
             for item in value:
                 if isinstance(item, _TENSOR):
@@ -257,8 +273,8 @@ def _float_inputs(args: tuple, kwargs: dict) -> tuple[list, list, bool]:
                         all_float32 = False
                     floats.append(item)
                     if (fmt := getattr(item, FORMAT_ATTR, None)) is not None:
-                        formats.append(fmt)
-    return floats, formats, all_float32 and bool(floats)
+                        format_ids.append(id(fmt))
+    return floats, format_ids, all_float32 and bool(floats)
 
 
 def _outputs(call: OpCall, result) -> list:
