@@ -329,7 +329,7 @@ class _RoundedParameters:
     LIMIT = 1 << 29
 
     def __init__(self) -> None:
-        self._entries: dict = {}  # (data pointer, shape, strides, version, format) -> (storage ref, pointer, copy)
+        self._entries: dict = {}  # (data pointer, shape, strides, version, format id) -> (storage ref, pointer, copy)
         self._storages: set = set()  # the storage pointers of the entries
         self._step = None
         self._bytes = 0
@@ -345,7 +345,7 @@ class _RoundedParameters:
             return None
         if not self._entries:
             return None
-        entry = self._entries.get((tensor.data_ptr(), tensor.shape, tensor.stride(), tensor._version, fmt))
+        entry = self._entries.get((tensor.data_ptr(), tensor.shape, tensor.stride(), tensor._version, id(fmt)))
         if entry is None or entry[0]() is None:
             return None
         return entry[2]
@@ -355,7 +355,7 @@ class _RoundedParameters:
         if not (base.requires_grad and base.is_leaf) or self._bytes > self.LIMIT or tensor.layout is not _STRIDED:
             return
         storage = tensor.untyped_storage()
-        self._entries[(tensor.data_ptr(), tensor.shape, tensor.stride(), tensor._version, fmt)] = (
+        self._entries[(tensor.data_ptr(), tensor.shape, tensor.stride(), tensor._version, id(fmt))] = (
             weakref.ref(storage), storage.data_ptr(), rounded)
         self._storages.add(storage.data_ptr())
         self._bytes += rounded.numel() * 4
