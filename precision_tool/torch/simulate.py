@@ -185,7 +185,8 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         return result
 
     def _cast_inputs(self, call: OpCall, compute) -> bool:
-        """Round ``call``'s float inputs into ``compute`` (`compute`'s 16-bit format); whether that overflowed."""
+        """Round ``call``'s float inputs that are not yet in the 16-bit format ``compute`` into it (a parameter's
+        copy kept for the step, an in-place op's destination where it lies); whether that overflowed."""
         overflow = False
         written = {id(t) for t in flat_tensors(call.info.mutated_args(call.args, call.kwargs))} \
             if call.info.mutated else _NOTHING
