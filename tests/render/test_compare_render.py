@@ -370,3 +370,33 @@ def test_inspect_at_80_columns_keeps_each_overflowing_op_on_one_line():
         "   0 7 norm/LayerNormFused LayerNormFused bwd float16 here   0.211426",
         "   1 7 norm/LayerNormFused LayerNormFused bwd float16 here      62592"]
     assert lines[start - 2] == "recorded        28 ops, 110 tensors"
+
+
+def _long_chart(ops: int, flagged_at: int, name: str):
+    from precision_tool.render.chart import ExecutionChart
+
+    rng = np.random.default_rng(11)
+    golden, target = MemoryDump("g.h5", role="golden"), MemoryDump("t.h5", role="target")
+    for i in range(ops):
+        op = name if i == flagged_at else f"layer{i}/Mul"
+        noise = np.float32(1e-6 * (i + 1)) * rng.standard_normal(X.size).astype(np.float32)
+        golden.add(op, "Mul", {"output_0": X}, step=i * 3 // ops)
+        target.add(op, "Mul", {"output_0": -X if i == flagged_at else X + noise}, step=i * 3 // ops)
+    return ExecutionChart(compare_sources(golden, target), 0.98)
+
+
+def test_the_chart_at_80_columns_keeps_each_scale_on_its_sparklines_line():
+    lines = _console_text(_long_chart(200, 20, "head/MatMul"), 80)  # 200 ops: the sparklines fill the width
+    assert max(len(line) for line in lines) <= 80
+    assert lines[1].startswith("1-cosine    ") and lines[1].endswith("  8.4e-12..2.0e+00")
+    assert lines[2].startswith("max abs     ") and lines[2].endswith("  9.3e-06..4.9e+00")
+    assert lines[3] == "steps                       ┊               ┊                 0..2"
+    assert lines[4] == "                ^ first flagged: step 0 #20 head/MatMul (forward)"
+
+
+def test_a_long_first_flagged_label_goes_before_its_caret_or_below_it():
+    late = _console_text(_long_chart(200, 190, "attn/mm_0"), 80)
+    assert late[4] == f"{' ' * 11}first flagged: step 2 #56 attn/mm_0 (forward) ^"
+    name = "Model/encoder/layers.11/self_attn/aten.mm_0"
+    early = _console_text(_long_chart(200, 10, name), 80)
+    assert early[4:6] == [" " * 14 + "^", f"first flagged: step 0 #10 {name} (forward)"]
