@@ -19,9 +19,10 @@ from rich.text import Text
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.errors import printable
 from precision_tool.render.diagnosis_parts import diagnosis_dict  # noqa: F401  (the JSON twin, for callers)
-from precision_tool.render.diagnosis_parts import (attribution_path, fusion_summary, overflow_summary, section,
-                                                   verdict)
+from precision_tool.render.diagnosis_parts import (attribution_path, fusion_summary, overflow_summary, plural,
+                                                   section, verdict)
 from precision_tool.render.compare_view import SHORT_DIRECTIONS, SHORT_DTYPES, fmt_cosine, row_notes, rows_table
+from precision_tool.render.fit_table import Column, FitTable
 
 VALUES_PER_ROW = 8
 
@@ -354,26 +355,38 @@ def diagnosis(d, overflow_limit: int | None = None, flagged_rows=None, show_all:
     if d.fusion and d.fusion.passes:
         parts.append(fusion_report(d.fusion))
     first = f"; first: {d.first_flagged}" if d.first_flagged else ""
-    parts.append(section("Comparison", f"{d.flagged} ops at or below the cosine threshold{first}"))
+    parts.append(section("Comparison", f"{plural(d.flagged, 'op')} at or below the cosine threshold{first}"))
     if getattr(d, "first_module", None):
         parts.append(Text(f"first module whose output diverges beyond its inputs: {d.first_module}"))
     if flagged_rows is not None:
         parts.append(flagged(flagged_rows))
     if d.attributions:
         shown = attribution_path(d, show_all)
-        what = (f"{len(d.attributions)} ops scored" if len(shown) == len(d.attributions) else
-                f"{len(d.attributions)} ops scored; the {len(shown)} up to the culprit shown (--all: every one)")
+        scored = plural(len(d.attributions), "op")
+        what = (f"{scored} scored" if len(shown) == len(d.attributions) else
+                f"{scored} scored; {_which(d, shown)} shown (--all: every one)")
         parts.append(section("Attribution", what))
-        table = _table(None, "Op", "Step", "Dir", "Observed", "Inherited", "Introduced", "Expected")
-        _keep_whole(table, 0, [a.name for a in shown])
-        for a in shown:
-            table.add_row(a.name, str(a.step), SHORT_DIRECTIONS.get(a.direction, a.direction), num(a.observed, 4),
-                          num(a.inherited, 4), num(a.introduced, 4), num(a.expected, 4))
-        parts.append(table)
+        rows = [[a.name, str(a.step), SHORT_DIRECTIONS.get(a.direction, a.direction), num(a.observed, 4),
+                 num(a.inherited, 4), num(a.introduced, 4), num(a.expected, 4)] for a in shown]
+        parts.append(FitTable(ATTRIBUTION_COLUMNS, rows, name_column=0))  # never wider than the terminal
     if d.notes:
         parts.append(section("Notes", f"{len(d.notes)}"))
         parts += [Text(f"  - {note}") for note in d.notes]
     return Group(*parts)
+
+
+ATTRIBUTION_COLUMNS = (Column("Op"), Column("Step", "right"), Column("Dir"), Column("Observed", "right"),
+                       Column("Inherited", "right"), Column("Introduced", "right"), Column("Expected", "right"))
+
+
+def _which(d, shown) -> str:
+    """Which attributions `attribution_path` kept: those up to the culprit, else the worst, else the first."""
+    v = d.verdict
+    if any(a.name == v.op and a.step == v.step for a in shown):
+        return f"the {len(shown)} up to the culprit"
+    if any(a.introduced is not None for a in shown):
+        return f"the {len(shown)} introducing the most error"
+    return f"the first {len(shown)}"
 
 
 def auto_check(check):
