@@ -12,6 +12,7 @@ import math
 
 from rich import box
 from rich.console import Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -25,6 +26,7 @@ from precision_tool.render.compare_view import SHORT_DIRECTIONS, SHORT_DTYPES, f
 from precision_tool.render.fit_table import Column, FitTable
 
 VALUES_PER_ROW = 8
+SLOT_INDENT = 12  # `ni`: "  output_0  " before the side's name
 
 
 
@@ -58,7 +60,7 @@ class _Table(Table):
 
 
 def _table(title: str | None = None, *columns: str, **kwargs) -> Table:
-    table = _Table(box=box.SIMPLE_HEAD, pad_edge=False, **kwargs)
+    table = _Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, **kwargs)  # no blank first and last lines
     table.title_text = title  # shown above the table by `_titled`, so it never wraps to the table width
     for column in columns:
         table.add_column(column, overflow="fold")
@@ -93,13 +95,10 @@ def op_listing(listing):
         table.add_row(Text("total", style="bold"), Text(str(sum(r.count for r in listing.counts)), style="bold"))
         return _titled(table)
     wanted = ", ".join(f"{k}~{v!r}" for k, v in listing.filters.items())
-    table = _table(f"{len(listing.ops)} ops of {step} match {wanted} ({listing.source})",
-                   "#", "Dir", "Name", "Type", "Pass")
-    _keep_whole(table, 2, [op.name for op in listing.ops])
-    for op in listing.ops:
-        table.add_row(str(op.exec_index), SHORT_DIRECTIONS.get(op.direction, op.direction), op.name, op.type,
-                      op.pass_name or "-")
-    return _titled(table)
+    rows = [[str(op.exec_index), SHORT_DIRECTIONS.get(op.direction, op.direction), Text(op.name), Text(op.type),
+             Text(op.pass_name or "-")] for op in listing.ops]
+    return Group(Text(f"{plural(len(listing.ops), 'op')} of {step} match {wanted} ({listing.source})", style="bold"),
+                 FitTable(LISTING_COLUMNS, rows, name_column=2))
 
 
 def candidates(found):
@@ -126,8 +125,8 @@ def op_info(info):
             status += f" in {', '.join(overflowed)}"
         head.add_row(f"Float status, {role}", Text(status, style="red" if overflowed else "green"))
     lines = [Text(f"ni {op.name}", style="bold"), head, Text("Tensors", style="bold")]
-    for view in info.slots:
-        lines.extend(_slot_lines(view))
+    for view in info.slots:  # a line that wraps goes on under the side's name, not at the left edge
+        lines.extend(_hanging(line, SLOT_INDENT) for line in _slot_lines(view))
     return Group(*lines)
 
 
@@ -173,16 +172,18 @@ def tensor_view(view):
     stats = view.stats
     lines = [Text(f"{view.label}  {view.dtype} {_shape(view.shape)}  {view.total} elements"),
              Text(f"min {num(stats.min)}  max {num(stats.max)}  mean {num(stats.mean)}  std {num(stats.std)}  "
-                  f"norm {num(stats.norm)}  nan {stats.nan}  inf {stats.inf}  saturated {stats.saturated}")]
+                  f"norm {num(stats.norm)}"),
+             Text(f"nan {stats.nan}  inf {stats.inf}  saturated {stats.saturated}")]  # a count never wraps apart
     if view.values is None:
         lines.append(Text("values: not kept (stats-only dump)"))
         return _panel(Group(*lines), "pt")
-    table = _table(f"first {view.shown} of {view.total} values (flattened)", "Index",
-                   *[f"+{i}" for i in range(VALUES_PER_ROW)])
     values = view.values.tolist()
-    for start in range(0, len(values), VALUES_PER_ROW):
-        row = [num(v) for v in values[start:start + VALUES_PER_ROW]]
-        table.add_row(str(start), *row, *([""] * (VALUES_PER_ROW - len(row))))
+    per_row = max(1, min(VALUES_PER_ROW, len(values)))  # `pt -p 3`: three value columns, not eight
+    table = _table(f"first {view.shown} of {view.total} values (flattened)", "Index",
+                   *[f"+{i}" for i in range(per_row)])
+    for start in range(0, len(values), per_row):
+        row = [num(v) for v in values[start:start + per_row]]
+        table.add_row(str(start), *row, *([""] * (per_row - len(row))))
     return _panel(Group(*lines, _titled(table)), "pt")
 
 
@@ -245,12 +246,29 @@ def _overflow_entry(number: int, entry, is_first: bool) -> list[Text]:
                          f"  step {entry.step} {entry.direction} #{entry.exec_index}  {entry.name} ({entry.type})"
                          f"  {entry.compute_dtype}")
     if entry.saturated or entry.inf or entry.nan:
-        counts = Text(f"    outputs hold {entry.saturated} saturated, {entry.inf} inf, {entry.nan} nan values")
+        counts = Text(f"outputs hold {entry.saturated} saturated, {entry.inf} inf, {entry.nan} nan values")
     else:
-        counts = Text("    no output holds inf, nan or a saturated value: the overflow is inside the kernel")
-    ranges = Text("    inputs " + (" ".join(_range(r) for r in entry.input_ranges) or "-")
+        counts = Text("no output holds inf, nan or a saturated value: the overflow is inside the kernel")
+    ranges = Text("inputs " + (" ".join(_range(r) for r in entry.input_ranges) or "-")
                   + "  outputs " + (" ".join(_range(r) for r in entry.output_ranges) or "-"))
-    return [head, counts, ranges, Text(f"    hint: {entry.hint}", style="cyan")]
+    return [_hanging(head, 4), *(_indented(line, 4) for line in (counts, ranges, Text(f"hint: {entry.hint}",
+                                                                                        style="cyan")))]
+
+
+def _indented(text: Text, indent: int):
+    """``text`` with every line it wraps to ``indent`` columns in, so that a wrapped line never reads as the
+    start of another entry."""
+    return Padding(text, (0, 0, 0, indent), expand=False)
+
+
+def _hanging(text: Text, indent: int):
+    """``text`` from column 0, the lines it wraps to ``indent`` columns in."""
+    grid = Table.grid()
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    head, rest = text[:indent], text[indent:]
+    grid.add_row(head, rest)
+    return grid
 
 
 def fusion_report(report):
@@ -264,16 +282,14 @@ def fusion_report(report):
                                            "to rank the fused ops."))
     if not report.suspects:
         return Group(_titled(passes), Text("No fused op is clearly worse than its unfused ops.", style="green"))
-    suspects = _table("Fused-op suspects, worst first", "#", "Step", "Fused op", "Pass",
-                      "Introduced err", "Unfused err", "Ratio")
-    for rank, s in enumerate(report.suspects, 1):
-        suspects.add_row(str(rank), str(s.step), f"{s.name} ({s.type})", s.pass_name,
-                         num(s.fused_error, 4), num(s.unfused_error, 4), num(s.ratio, 4))
+    rows = [[str(rank), str(s.step), Text(s.name), Text(s.type), Text(s.pass_name), num(s.fused_error, 4),
+             num(s.unfused_error, 4), num(s.ratio, 4)] for rank, s in enumerate(report.suspects, 1)]
+    suspects = FitTable(SUSPECT_COLUMNS, rows, name_column=2)  # a name is never folded into the next lines
     details = []
     for rank, s in enumerate(report.suspects, 1):
-        details.append(Text(f"  [{rank}] replaces {', '.join(s.original_names)}"))
-        details.append(Text(f"      {s.action}", style="cyan"))
-    return Group(_titled(passes), _titled(suspects), *details)
+        details.append(_hanging(Text(f"  [{rank}] {s.name} replaces {', '.join(s.original_names)}"), 6))
+        details.append(_indented(Text(s.action, style="cyan"), 6))
+    return Group(_titled(passes), Text("Fused-op suspects, worst first", style="bold"), suspects, *details)
 
 
 def attribution(a):
@@ -375,6 +391,10 @@ def diagnosis(d, overflow_limit: int | None = None, flagged_rows=None, show_all:
     return Group(*parts)
 
 
+LISTING_COLUMNS = (Column("#", "right"), Column("Dir"), Column("Name"), Column("Type", drop=2), Column("Pass", drop=1))
+SUSPECT_COLUMNS = (Column("#", "right"), Column("Step", "right"), Column("Fused op"), Column("Type", drop=1),
+                   Column("Pass"), Column("Introduced err", "right"), Column("Unfused err", "right"),
+                   Column("Ratio", "right"))
 ATTRIBUTION_COLUMNS = (Column("Op"), Column("Step", "right"), Column("Dir"), Column("Observed", "right"),
                        Column("Inherited", "right"), Column("Introduced", "right"), Column("Expected", "right"))
 
