@@ -85,6 +85,13 @@ def attribution(a):
     table.add_row("Expected", num(a.expected, 4) + f"  (what {a.compute_dtype} rounding alone explains)")
     if a.excess is not None:
         table.add_row("Excess", f"{num(a.excess, 3)}x expected")
+    if a.overflowed:  # the errors above leave these out: they would only say how far the format's limit is
+        table.add_row("Overflowed", f"{a.overflowed} output values golden holds are beyond the target format's "
+                                    "range (left out of the errors above)")
+    if a.new_nan:
+        table.add_row("New NaN", f"{a.new_nan} output values are NaN where golden's are finite")
+    if a.inputs_off:
+        table.add_row("Inputs off", f"{', '.join(a.inputs_off)} already hold overflowed or NaN values")
     for note in a.notes:
         table.add_row("Note", note)
     table.add_row("Reading", Text(_reading(a), style="bold"))
@@ -93,6 +100,12 @@ def attribution(a):
 
 def _reading(a) -> str:
     """Where the error comes from, and whether the op's dtype explains what it adds."""
+    if a.inputs_off:
+        return "its inputs already hold overflowed or NaN values: look upstream"
+    if a.overflowed or a.new_nan:
+        made = " and ".join(x for x in ("values beyond its format's range" if a.overflowed else "",
+                                        "NaN" if a.new_nan else "") if x)
+        return f"it makes {made} here, from inputs that hold none (ac judges whether the ops reading it suffer)"
     if a.introduced is None:
         return "cannot replay this op; only the inherited error is known"
     where = ("most of its error is introduced here" if a.introduced >= a.inherited

@@ -174,3 +174,20 @@ def test_summaries_count_one_thing_in_the_singular_and_say_which_attributions_th
     none = Diagnosis(Verdict(None, "none", None, None, None, (), "nothing to do"), None, None, unreplayed, [], 0, None)
     out = " ".join(text(shell_views.diagnosis(none), width=200).split())
     assert "Attribution 20 ops scored; the first 8 shown (--all: every one)" in out
+
+
+def test_rerun_says_when_an_op_overflows_here_or_its_inputs_already_did():
+    saturated = Attribution(0, "fc/aten.mm_1", "aten.mm", "backward", "float16", 0.00046, 0.00094, 0.00023, 0.00029,
+                            overflowed=2)
+    out = " ".join(text(shell_views.attribution(saturated), width=200).split("│"))
+    out = " ".join(out.split())
+    assert ("Overflowed 2 output values golden holds are beyond the target format's range (left out of the errors "
+            "above)") in out
+    assert ("Reading it makes values beyond its format's range here, from inputs that hold none (ac judges whether "
+            "the ops reading it suffer)") in out
+    downstream = Attribution(0, "fc/Add", "Add", "forward", "float16", 0.2, 0.2, 0.2, 0.001, new_nan=3,
+                             inputs_off=("input_0",))
+    out = " ".join(" ".join(text(shell_views.attribution(downstream), width=200).split("│")).split())
+    assert "New NaN 3 output values are NaN where golden's are finite" in out
+    assert "Inputs off input_0 already hold overflowed or NaN values" in out
+    assert "Reading its inputs already hold overflowed or NaN values: look upstream" in out
