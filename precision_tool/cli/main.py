@@ -176,8 +176,8 @@ def _run(argv: list[str] | None) -> int:
         return result if isinstance(result, int) and not isinstance(result, bool) else ExitStatus.OK
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:  # click's form of KeyboardInterrupt
-        say(f"precision-tool: {_stopped_by()}")
+    except click.exceptions.Abort as exc:  # click's form of KeyboardInterrupt
+        say(f"precision-tool: {_stopped_by()}{_kept(exc.__context__)}")
         return ExitStatus.INTERRUPTED
     except click.ClickException as exc:
         say(f"precision-tool: error: {click_message(exc)}")
@@ -188,7 +188,7 @@ def _run(argv: list[str] | None) -> int:
         say(f"precision-tool: error: {printable(exc)}")  # one line, whatever a name holds
         return exc.exit_status
     except KeyboardInterrupt as exc:
-        say(f"precision-tool: {_stopped_by(exc)}")
+        say(f"precision-tool: {_stopped_by(exc)}{_kept(exc)}")
         return ExitStatus.INTERRUPTED
     except (BrokenPipeError, ReaderLeft):  # the reader of stdout left (`| head`): the output ends quietly
         from precision_tool.outputs import abandon
@@ -242,6 +242,12 @@ def _flush_stdout() -> None:
 
 
 _TERMINATED: set = set()  # holds True once SIGTERM arrived (a set: cleared in place, no global statement)
+
+
+def _kept(interrupt: BaseException | None) -> str:
+    """What an interrupted command kept (collect: its dump's finished steps), as the end of the one line."""
+    kept = getattr(interrupt, "kept", None)
+    return f"; {kept}" if kept else ""
 
 
 def _stopped_by(exc: BaseException | None = None) -> str:
