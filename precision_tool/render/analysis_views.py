@@ -80,8 +80,8 @@ def attribution(a):
     table.add_row("Op", f"{a.name} ({a.type}), step {a.step}, {a.direction}, computes in {a.compute_dtype}")
     table.add_row("Observed error", num(a.observed, 4) + "  (recorded target output against golden)")
     table.add_row("Inherited", num(a.inherited, 4) + "  (largest error of its inputs)")
-    replay = f"  (replayed on golden inputs, {a.replay_device} numerics)"
-    table.add_row("Introduced", ("not replayable" if a.introduced is None else num(a.introduced, 4)) + replay)
+    table.add_row("Introduced", "not replayable" + (" (see the note)" if a.notes else "") if a.introduced is None else
+                  num(a.introduced, 4) + f"  (replayed on golden inputs, {a.replay_device} numerics)")
     table.add_row("Expected", num(a.expected, 4) + f"  (what {a.compute_dtype} rounding alone explains)")
     if a.excess is not None:
         table.add_row("Excess", f"{num(a.excess, 3)}x expected")
@@ -91,7 +91,8 @@ def attribution(a):
     if a.new_nan:
         table.add_row("New NaN", f"{a.new_nan} output values are NaN where golden's are finite")
     if a.inputs_off:
-        table.add_row("Inputs off", f"{', '.join(a.inputs_off)} already hold overflowed or NaN values")
+        table.add_row("Inputs off", f"{', '.join(a.inputs_off)} already hold{'s' * (len(a.inputs_off) == 1)} "
+                                    "overflowed or NaN values")
     for note in a.notes:
         table.add_row("Note", note)
     table.add_row("Reading", Text(_reading(a), style="bold"))

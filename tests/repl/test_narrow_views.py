@@ -64,3 +64,20 @@ def test_ni_wraps_a_side_under_its_name_and_pt_shows_as_many_columns_as_values(s
     assert "│ nan 0  inf 0  saturated 0" in values[3]
     assert [line.strip("│ ") for line in values[5:8]] == [
         "Index   +0         +1         +2", "─" * 37, "0       0.390625   0.140625   0.90625"]
+
+
+def test_ls_of_a_step_the_dump_lacks_and_a_missing_role_are_errors_that_read_right(run_cli):
+    golden, npu = (s for s in SAMPLES if s.endswith(("golden.h5", "npu.h5")))
+    result = run_cli("shell", golden, npu, "-c", "ls -s 99; inspect overflow")
+    assert (result.status, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        "error: the target dump recorded no op at step 99; steps: 0, 1",
+        "error: inspect needs an overflow dump; start the shell with --overflow FILE or pass an overflow dump "
+        "among FILES",
+        "precision-tool: error: 2 shell commands failed"]
+
+
+def test_rerun_of_an_op_it_cannot_replay_does_not_say_it_replayed_it(run_cli):
+    result = run_cli("shell", *SAMPLES, "-c", "rerun norm/LayerNormFused --direction backward")
+    out = [line.strip("│ ") for line in result.stdout.splitlines()]
+    assert "Introduced       not replayable (see the note)" in out

@@ -189,5 +189,5 @@ def test_rerun_says_when_an_op_overflows_here_or_its_inputs_already_did():
                              inputs_off=("input_0",))
     out = " ".join(" ".join(text(shell_views.attribution(downstream), width=200).split("│")).split())
     assert "New NaN 3 output values are NaN where golden's are finite" in out
-    assert "Inputs off input_0 already hold overflowed or NaN values" in out
+    assert "Inputs off input_0 already holds overflowed or NaN values" in out
     assert "Reading its inputs already hold overflowed or NaN values: look upstream" in out
