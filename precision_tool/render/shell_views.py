@@ -178,7 +178,8 @@ def flagged(selection):
         title = f"All {len(rows)} compared ops"
     parts = [Text(title, style="bold")]
     parts += [rows_table(rows, threshold), *row_notes(rows, threshold)] if rows else [Text("  (none)")]
-    parts.append(Text(f"compared {report.compared_tensors} tensors in {report.compared_ops} ops | flagged {selection.total} ops at "
+    parts.append(Text(f"compared {plural(report.compared_tensors, 'tensor')} in {plural(report.compared_ops, 'op')} | "
+                      f"flagged {plural(selection.total, 'op')} at "
                       f"cosine <= {threshold:g} | unmatched: {len(report.unmatched_golden)} golden, "
                       f"{len(report.unmatched_target)} target"))
     if rows:
@@ -284,7 +285,8 @@ def delivered(result):
 
 
 def baseline_saved(saved):
-    return Text(f"baseline of {saved.tensors} tensors in {saved.ops} ops written to {printable(saved.output)}", no_wrap=True,
+    return Text(f"baseline of {plural(saved.tensors, 'tensor')} in {plural(saved.ops, 'op')} written to "
+                f"{printable(saved.output)}", no_wrap=True,
                 overflow="ignore")
 
 

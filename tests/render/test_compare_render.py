@@ -402,3 +402,18 @@ def test_a_long_first_flagged_label_goes_before_its_caret_or_below_it():
     name = "Model/encoder/layers.11/self_attn/aten.mm_0"
     early = _console_text(_long_chart(200, 10, name), 80)
     assert early[4:6] == [" " * 14 + "^", f"first flagged: step 0 #10 {name} (forward)"]
+
+
+def test_a_note_shared_by_tensors_of_an_op_is_one_line_and_wrapped_lines_stay_indented():
+    golden, target = MemoryDump("g.h5", role="golden"), MemoryDump("t.h5", role="target")
+    golden.add("block/Split", "Split", {"output_0": X, "output_1": X})
+    target.add("block/Split", "Split", {"output_0": np.zeros_like(X), "output_1": np.zeros_like(X)})
+    golden.add("optimizer/weight/ApplyGradientDescent", "ApplyGradientDescent", {"output_0": X})
+    report = compare_sources(golden, target)
+    lines = _console_text(compare_view(report, select_flagged(report, 0.98, 10), 0.98, 10, chart=False), 60)
+    assert "  step 0 #0 block/Split output_0, output_1: one side is all" in lines
+    at = lines.index("Unmatched golden (1):")
+    assert lines[at + 1:at + 4] == ["  step 0 #1 optimizer/weight/ApplyGradientDescent",
+                                    "    (ApplyGradientDescent, forward): no target op of this",
+                                    "    name"]
+    assert lines[at + 4] == "compared 2 tensors in 1 op | flagged 1 op at cosine <= 0.98"
