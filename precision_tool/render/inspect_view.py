@@ -97,6 +97,8 @@ def summary_view(summary: DumpSummary):
     from rich.table import Table
     from rich.text import Text
 
+    from precision_tool.render.diagnosis_parts import plural
+
     data = summary_json(summary)
     state = "complete" if summary.complete else f"INCOMPLETE ({summary.steps_complete} steps readable)"
     meta = summary.metadata
@@ -110,7 +112,7 @@ def summary_view(summary: DumpSummary):
     for label, key in (("model", "model"), ("device", "device"), ("precision mode", "precision_mode"),
                        ("overflow mode", "overflow_mode"), ("mode", "modes"), ("role", "role"),
                        ("seed", "seed"), ("created", "created"), ("command", "command")):
-        value = data.get(key)
+        value = data.get(key) or (data.get("mode") if key == "modes" else None)  # a torch dump records mode alone
         if value not in (None, "", []):
             run.add_row(label, ",".join(map(str, value)) if isinstance(value, list) else str(value))
     if meta.get("loss_scale"):
@@ -125,7 +127,8 @@ def summary_view(summary: DumpSummary):
                 + (f", resumed from the checkpoint of step {resumed}" if resumed is not None else ""))
     run.add_row("recorded", f"{summary.ops:,} ops, {summary.tensors:,} tensors")
     steps = ", ".join(map(str, summary.overflow_steps[:20])) + (" ..." if len(summary.overflow_steps) > 20 else "")
-    run.add_row("overflow", f"{summary.overflow_ops:,} op executions in {len(summary.overflow_steps)} steps"
+    executions = f"{summary.overflow_ops:,} op execution" + ("" if summary.overflow_ops == 1 else "s")
+    run.add_row("overflow", f"{executions} in {plural(len(summary.overflow_steps), 'step')}"
                 + (f" ({steps})" if steps else ""))
     evaluations = meta.get("evaluations") or []
     if evaluations:

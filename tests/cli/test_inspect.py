@@ -52,8 +52,20 @@ def test_table(run_cli, tmp_path):
     assert result.status == 0, result.stderr
     text = result.stdout
     for expected in ("schema 2, complete", "synthetic", "saturation", "9 ops, 24 tensors",
-                     "1 op executions in 1 steps (1)", "block/FusedThing", "loss and loss scale", "4096"):
+                     "1 op execution in 1 step (1)", "block/FusedThing", "loss and loss scale", "4096"):
         assert expected in text
+
+
+def test_a_dump_that_records_its_mode_alone_shows_it(run_cli, tmp_path):
+    from precision_tool.dump.records import StepRecord
+    from precision_tool.dump.writer import DumpWriter
+
+    path = tmp_path / "torch.h5"  # precision_tool.torch writes "mode", not the collector's "modes"
+    with DumpWriter(path, {"mode": "stats", "framework": "torch"}) as writer:
+        writer.begin_step(0)
+        writer.end_step(StepRecord(0, 1.0, 1.0, False))
+    lines = run_cli("inspect", path).stdout.splitlines()
+    assert "mode      stats" in [line.rstrip() for line in lines]
 
 
 def test_incomplete_dump_says_so(run_cli, tmp_path):
