@@ -62,8 +62,8 @@ COSINE_OPTION = (("-c", "--cosine"), {"type": COSINE, "default": None,
                                       "help": "Flag an op when an output's cosine is at or below this "
                                               f"(default {COSINE_THRESHOLD})."})
 LIMIT_OPTION = (("-l", "--limit"), {"type": click.IntRange(min=0), "default": None,
-                                    "help": f"Show at most this many flagged ops, first first (default {LIST_LIMIT}; "
-                                            "0: all)."})
+                                    "help": f"Show at most this many flagged ops, in execution order "
+                                            f"(default {LIST_LIMIT}; 0: all)."})
 
 
 def listing_params() -> list[click.Option]:

@@ -128,7 +128,7 @@ CHECK = CommandSpec(
     delivered=("fmt", "junit"), outputs=("junit",), reads=("baseline_file",),
     shell_summary="The CI gate's judgement of the loaded comparison: failing tensors, PASSED/FAILED.",
     shell_help="""Judge every matched op output of the comparison as `precision-tool check` does: cosine, max abs
-    error, NaN/inf golden lacks, shape; failing tensors first first, then PASSED or FAILED. (The shell goes
+    error, NaN/inf golden lacks, shape; failing tensors in execution order, then PASSED or FAILED. (The shell goes
     on either way; the batch command exits 1 on a failure.)
     """,
 )
@@ -212,7 +212,7 @@ RANKS = CommandSpec(
     """,
     f"{_HANDLERS}:ranks",
     params=(option("-l", "--limit", type=click.IntRange(min=0), default=None,
-                   help="Show at most this many inconsistent tensors, first first (default 10; 0: all)."),
+                   help="Show at most this many inconsistent tensors, in execution order (default 10; 0: all)."),
             format_param(help_text="A table with a CONSISTENT/INCONSISTENT footer, or JSON.")),
     inputs=(("run", click.Argument(["run"], type=click.Path(file_okay=False, path_type=str))),),
     front_ends=frozenset({BATCH}), delivered=("fmt",),

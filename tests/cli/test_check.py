@@ -142,3 +142,9 @@ def test_a_selection_that_picks_nothing_is_named_with_the_steps_the_dump_holds(r
     other.add("elsewhere/Add", "Add", {"output_0": X})
     result = run_cli("check", golden, other.save(tmp_path / "other.h5"))
     assert result.stderr.endswith(f"no tensor matches the golden dump {golden}: nothing to check\n")
+
+
+def test_the_failing_tensors_are_said_to_be_in_execution_order(run_cli, golden, tmp_path):
+    result = run_cli("check", golden, build(tmp_path / "t.h5", (0.0, 0.5, 1.0)))
+    assert result.stdout.splitlines()[0] == "Failing tensors, in execution order:"  # was "first first"
+    assert "in execution order (default 10; 0: all)" in " ".join(run_cli("compare", "-h").stdout.split())
