@@ -168,9 +168,13 @@ def _overflow_table(records: list[OpRecord]):
 
 
 def _loss_table(summary: DumpSummary):
+    from rich import box
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title="loss and loss scale", title_justify="left")
+    # drawn as the overflow table above it is: a bold title, a rule under the header, no frame
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for column in ("step", "loss", "loss scale", "overflow"):
         table.add_column(column, justify="right")
     overflow = set(summary.overflow_steps)
@@ -185,4 +189,4 @@ def _loss_table(summary: DumpSummary):
         position, (loss, scale) = row
         step = summary.step_numbers[position] if position < len(summary.step_numbers) else position
         table.add_row(str(step), f"{loss:.6g}", f"{scale:g}", "yes" if step in overflow else "")
-    return table
+    return Group(Text("loss and loss scale", style="bold"), table)

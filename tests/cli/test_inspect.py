@@ -128,3 +128,11 @@ def test_bad_inputs(run_cli, tmp_path):
         f.attrs["schema_version"] = 3
     _one_line_error(run_cli, future, "unknown dump schema version 3")
     _one_line_error(run_cli, tmp_path, "is a directory")
+
+
+def test_the_loss_table_is_drawn_like_the_overflow_table_above_it(run_cli, tmp_path):
+    path = tmp_path / "d.h5"
+    write_synthetic(path)
+    lines = [line.rstrip() for line in run_cli("inspect", path).stdout.splitlines()]
+    at = lines.index("loss and loss scale")  # a bold title, a rule under the header, no heavy frame
+    assert lines[at + 1:at + 4] == ["step   loss   loss scale   overflow", "─" * 35, "   0      2         1024"]
