@@ -112,7 +112,9 @@ def summary_view(summary: DumpSummary):
     for label, key in (("model", "model"), ("device", "device"), ("precision mode", "precision_mode"),
                        ("overflow mode", "overflow_mode"), ("mode", "modes"), ("role", "role"),
                        ("seed", "seed"), ("created", "created"), ("command", "command")):
-        value = data.get(key) or (data.get("mode") if key == "modes" else None)  # a torch dump records mode alone
+        value = data.get(key)
+        if key == "modes" and not value:  # a torch dump records "mode" alone
+            value = data.get("mode")
         if value not in (None, "", []):
             run.add_row(label, ",".join(map(str, value)) if isinstance(value, list) else str(value))
     if meta.get("loss_scale"):

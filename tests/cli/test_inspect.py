@@ -61,11 +61,11 @@ def test_a_dump_that_records_its_mode_alone_shows_it(run_cli, tmp_path):
     from precision_tool.dump.writer import DumpWriter
 
     path = tmp_path / "torch.h5"  # precision_tool.torch writes "mode", not the collector's "modes"
-    with DumpWriter(path, {"mode": "stats", "framework": "torch"}) as writer:
+    with DumpWriter(path, {"mode": "stats", "framework": "torch", "seed": 0}) as writer:
         writer.begin_step(0)
         writer.end_step(StepRecord(0, 1.0, 1.0, False))
-    lines = run_cli("inspect", path).stdout.splitlines()
-    assert "mode      stats" in [line.rstrip() for line in lines]
+    lines = [line.rstrip() for line in run_cli("inspect", path).stdout.splitlines()]
+    assert "mode      stats" in lines and "seed      0" in lines
 
 
 def test_incomplete_dump_says_so(run_cli, tmp_path):
