@@ -75,11 +75,22 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx):
         with _reader_left():
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            except KeyboardInterrupt as exc:  # past click, which would print a blank line on any stderr first
+                raise Stopped(exc) from exc
 
 
 class ReaderLeft(Exception):
     """The reader of stdout left (``| head``): no OSError, so that click passes it on to the boundary."""
+
+
+class Stopped(BaseException):
+    """A command stopped by Ctrl-C or SIGTERM (the KeyboardInterrupt it carries), on its way to the boundary."""
+
+    @property
+    def interrupt(self) -> BaseException:
+        return self.args[0]
 
 
 @contextlib.contextmanager
@@ -187,8 +198,11 @@ def _run(argv: list[str] | None) -> int:
             traceback.print_exc()
         say(f"precision-tool: error: {printable(exc)}")  # one line, whatever a name holds
         return exc.exit_status
-    except KeyboardInterrupt as exc:
-        say(f"precision-tool: {_stopped_by(exc)}{_kept(exc)}")
+    except (KeyboardInterrupt, Stopped) as exc:
+        interrupt = exc.interrupt if isinstance(exc, Stopped) else exc
+        if _terminal(sys.stderr):  # end the line the terminal echoed ^C on
+            say("")
+        say(f"precision-tool: {_stopped_by(interrupt)}{_kept(interrupt)}")
         return ExitStatus.INTERRUPTED
     except (BrokenPipeError, ReaderLeft):  # the reader of stdout left (`| head`): the output ends quietly
         from precision_tool.outputs import abandon
@@ -242,6 +256,13 @@ def _flush_stdout() -> None:
 
 
 _TERMINATED: set = set()  # holds True once SIGTERM arrived (a set: cleared in place, no global statement)
+
+
+def _terminal(stream) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def _kept(interrupt: BaseException | None) -> str:
