@@ -190,6 +190,10 @@ def _run(argv: list[str] | None) -> int:
     except click.exceptions.Abort as exc:  # click's form of KeyboardInterrupt
         say(f"precision-tool: {_stopped_by()}{_kept(exc.__context__)}")
         return ExitStatus.INTERRUPTED
+    except click.exceptions.NoArgsIsHelpError as exc:  # no command: the help as it reads, not folded into one line
+        if sys.stderr is not None:
+            sys.stderr.write(exc.ctx.get_help() + "\n")
+        return ExitStatus.USAGE
     except click.ClickException as exc:
         say(f"precision-tool: error: {click_message(exc)}")
         return ExitStatus.USAGE if exc.exit_code == 2 else exc.exit_code

@@ -59,3 +59,11 @@ def test_the_console_script_keeps_freed_memory_for_the_next_step(monkeypatch):
         assert cli_main.keep_freed_memory()  # both mallopt settings accepted
     monkeypatch.setattr(sys, "platform", "darwin")
     assert not cli_main.keep_freed_memory()  # elsewhere: nothing to tune, nothing raised
+
+
+def test_no_command_prints_the_help_as_it_reads_and_exits_2(run_cli):
+    result = run_cli()
+    assert (result.status, result.stdout) == (2, "")
+    lines = result.stderr.splitlines()  # was one line: "precision-tool: error: Usage: ... Commands: demo Run ..."
+    assert lines[0] == "Usage: precision-tool [OPTIONS] COMMAND [ARGS]..."
+    assert "  compare   Score every op of a target dump against a golden dump." in lines
