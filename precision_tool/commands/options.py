@@ -117,6 +117,22 @@ class OutputFolder(click.Path):
         return super().convert(value, param, ctx)
 
 
+class RunFolder(click.Path):
+    """The run directory `ranks` reads; a single dump file given instead is named as such (click said only
+    "Directory 'x.h5' is a file")."""
+
+    def __init__(self):
+        super().__init__(path_type=str)
+
+    def convert(self, value, param, ctx):
+        import os
+
+        if isinstance(value, str) and os.path.isfile(value):
+            self.fail(f"{value} is one dump; ranks reads a run directory (rank0.h5, rank1.h5, ... and run.json, "
+                      "as collect --ranks writes it)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 # -- what the dump-reading commands share -------------------------------------------------------------------
 DUMP = click.Path(path_type=str)  # a dump the batch command reads: a file, or an msprobe directory or dump.json
 READ_FILE = click.Path(dir_okay=False, path_type=str)  # another file a command reads (check --baseline)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import click
 
 from precision_tool.commands.options import (COSINE, COSINE_OPTION, DUMP, LIMIT_OPTION, OUT_FILE, READ_FILE,
-                                             TOLERANCE, allow_incomplete_param, format_param, option, output_param,
-                                             plot_param, scheduler_param, selection_params)
+                                             TOLERANCE, RunFolder, allow_incomplete_param, format_param, option,
+                                             output_param, plot_param, scheduler_param, selection_params)
 from precision_tool.commands.spec import BATCH, CommandSpec, Registry
 from precision_tool.defaults import CHECK_MIN_COSINE, OVERFLOW_LIMIT
 
@@ -214,7 +214,7 @@ RANKS = CommandSpec(
     params=(option("-l", "--limit", type=click.IntRange(min=0), default=None,
                    help="Show at most this many inconsistent tensors, in execution order (default 10; 0: all)."),
             format_param(help_text="A table with a CONSISTENT/INCONSISTENT footer, or JSON.")),
-    inputs=(("run", click.Argument(["run"], type=click.Path(file_okay=False, path_type=str))),),
+    inputs=(("run", click.Argument(["run"], type=RunFolder())),),
     front_ends=frozenset({BATCH}), delivered=("fmt",),
 )
 
