@@ -72,13 +72,15 @@ def demo(workdir, steps, force):
 
 
 def _refuse_existing(workdir, paths, force: bool) -> None:
-    """Without --force: InputError when the demo's dumps are in ``workdir`` already, saying the two ways on."""
+    """Without --force: InputError naming the files of the demo's names already in ``workdir`` (a demo's, or the
+    user's own), and the two ways on."""
     from precision_tool.errors import InputError
 
     there = [Path(p).name for p in paths if os.path.isfile(p)]  # anything else: check_target says what it is
     if there and not force:
-        raise InputError(workdir, f"holds the demo's dumps already ({', '.join(there)}): "
-                                  "precision-tool shell explores them; --force makes them again")
+        held = ", ".join(there) + (" already exists" if len(there) == 1 else " already exist")
+        raise InputError(workdir, f"{held} there, under the names the demo writes; --force replaces "
+                                  f"{'it' if len(there) == 1 else 'them'}, or give another --workdir")
 
 
 def _make_workdir(workdir) -> Path:

@@ -38,5 +38,5 @@ def test_a_second_demo_in_the_same_workdir_says_how_to_go_on(run_cli, tmp_path):
     (tmp_path / "golden.h5").write_bytes(b"an earlier demo's")
     result = run_cli("demo", "--workdir", tmp_path, "--steps", "1")
     assert (result.status, result.stdout) == (2, "")
-    assert result.stderr == (f"precision-tool: error: {tmp_path}: holds the demo's dumps already (golden.h5): "
-                             "precision-tool shell explores them; --force makes them again\n")
+    assert result.stderr == (f"precision-tool: error: {tmp_path}: golden.h5 already exists there, under the names "
+                             "the demo writes; --force replaces it, or give another --workdir\n")
