@@ -6,6 +6,7 @@ import os
 import shlex
 import signal
 import sys
+import time
 
 import click
 
@@ -205,13 +206,30 @@ def run_with_progress(plan):
     """Run a checked collection: a progress bar on a terminal, Ctrl-C stopping at the next step boundary."""
     from precision_tool.collect.run import run_collect
 
-    hooks = [StepProgress(plan.config.steps - (plan.request.restore_model_version or 0))] if _is_tty() else []
+    total = plan.config.steps - (plan.request.restore_model_version or 0)
+    hooks = [StepProgress(total)] if _is_tty() else []
+    started = time.time()
+    stop = StopOnInterrupt()
     try:
-        with StopOnInterrupt() as stop:
+        with stop:
             return run_collect(plan, [*hooks, stop])
+    except KeyboardInterrupt as exc:  # the error boundary adds what the dump kept to its one line
+        exc.kept = _what_was_kept(plan.request.output, stop.finished, total, started)
+        raise
     finally:
         for hook in hooks:
             hook.close()
+
+
+def _what_was_kept(output: str, finished: int, total: int, started: float) -> str | None:
+    """After Ctrl-C: what the dump at ``output`` holds, when this run wrote it (None when it did not)."""
+    try:
+        if os.stat(output).st_mtime < started - 1:  # a dump an earlier run left there
+            return None
+    except OSError:
+        return None
+    steps = f"the {finished} of {total} steps it finished" if finished else f"none of its {total} steps"
+    return f"{printable(output)} keeps {steps}, marked incomplete"
 
 
 class StopOnInterrupt:
@@ -224,6 +242,7 @@ class StopOnInterrupt:
 
     def __init__(self) -> None:
         self.requested = False
+        self.finished = 0  # steps that ended: what an interrupted dump keeps
         self._previous = None
 
     def __enter__(self) -> "StopOnInterrupt":
@@ -244,6 +263,7 @@ class StopOnInterrupt:
         self._stop_if_asked()
 
     def on_step_end(self, result) -> None:
+        self.finished += 1
         self._stop_if_asked()
 
     def _stop_if_asked(self) -> None:

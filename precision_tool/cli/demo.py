@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -42,8 +43,9 @@ def demo(workdir, steps, force):
     from precision_tool.render.shell_views import diagnosis as diagnosis_view
 
     console = pipe_console()
-    if workdir and Path(workdir).is_dir():
-        for path in demo_paths(workdir):  # before anything is printed or run
+    if workdir and Path(workdir).is_dir():  # before anything is printed or run
+        _refuse_existing(workdir, demo_paths(workdir), force)
+        for path in demo_paths(workdir):
             check_target(path, force)
     workdir = _make_workdir(workdir)
     console.print(Text(f"precision-tool demo: model {DEMO_MODEL}, {steps} steps, dumps in {workdir}", style="bold"))
@@ -67,6 +69,18 @@ def demo(workdir, steps, force):
     console.print(Text("\nExplore it:", style="bold"))
     console.print(f"  precision-tool shell {files}")
     console.print(f"  precision-tool compare {runs['golden']} {runs['target']} --all")
+
+
+def _refuse_existing(workdir, paths, force: bool) -> None:
+    """Without --force: InputError naming the files of the demo's names already in ``workdir`` (a demo's, or the
+    user's own), and the two ways on."""
+    from precision_tool.errors import InputError
+
+    there = [Path(p).name for p in paths if os.path.isfile(p)]  # anything else: check_target says what it is
+    if there and not force:
+        held = ", ".join(there) + (" already exists" if len(there) == 1 else " already exist")
+        raise InputError(workdir, f"{held} there, under the names the demo writes; --force replaces "
+                                  f"{'it' if len(there) == 1 else 'them'}, or give another --workdir")
 
 
 def _make_workdir(workdir) -> Path:

@@ -75,11 +75,22 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx):
         with _reader_left():
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            except KeyboardInterrupt as exc:  # past click, which would print a blank line on any stderr first
+                raise Stopped(exc) from exc
 
 
 class ReaderLeft(Exception):
     """The reader of stdout left (``| head``): no OSError, so that click passes it on to the boundary."""
+
+
+class Stopped(BaseException):
+    """A command stopped by Ctrl-C or SIGTERM (the KeyboardInterrupt it carries), on its way to the boundary."""
+
+    @property
+    def interrupt(self) -> BaseException:
+        return self.args[0]
 
 
 @contextlib.contextmanager
@@ -176,9 +187,13 @@ def _run(argv: list[str] | None) -> int:
         return result if isinstance(result, int) and not isinstance(result, bool) else ExitStatus.OK
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:  # click's form of KeyboardInterrupt
-        say(f"precision-tool: {_stopped_by()}")
+    except click.exceptions.Abort as exc:  # click's form of KeyboardInterrupt
+        say(f"precision-tool: {_stopped_by()}{_kept(exc.__context__)}")
         return ExitStatus.INTERRUPTED
+    except click.exceptions.NoArgsIsHelpError as exc:  # no command: the help as it reads, not folded into one line
+        if sys.stderr is not None:
+            sys.stderr.write(exc.ctx.get_help() + "\n")
+        return ExitStatus.USAGE
     except click.ClickException as exc:
         say(f"precision-tool: error: {click_message(exc)}")
         return ExitStatus.USAGE if exc.exit_code == 2 else exc.exit_code
@@ -187,8 +202,11 @@ def _run(argv: list[str] | None) -> int:
             traceback.print_exc()
         say(f"precision-tool: error: {printable(exc)}")  # one line, whatever a name holds
         return exc.exit_status
-    except KeyboardInterrupt as exc:
-        say(f"precision-tool: {_stopped_by(exc)}")
+    except (KeyboardInterrupt, Stopped) as exc:
+        interrupt = exc.interrupt if isinstance(exc, Stopped) else exc
+        if _terminal(sys.stderr):  # end the line the terminal echoed ^C on
+            say("")
+        say(f"precision-tool: {_stopped_by(interrupt)}{_kept(interrupt)}")
         return ExitStatus.INTERRUPTED
     except (BrokenPipeError, ReaderLeft):  # the reader of stdout left (`| head`): the output ends quietly
         from precision_tool.outputs import abandon
@@ -242,6 +260,19 @@ def _flush_stdout() -> None:
 
 
 _TERMINATED: set = set()  # holds True once SIGTERM arrived (a set: cleared in place, no global statement)
+
+
+def _terminal(stream) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _kept(interrupt: BaseException | None) -> str:
+    """What an interrupted command kept (collect: its dump's finished steps), as the end of the one line."""
+    kept = getattr(interrupt, "kept", None)
+    return f"; {kept}" if kept else ""
 
 
 def _stopped_by(exc: BaseException | None = None) -> str:

@@ -103,8 +103,7 @@ def check(source, min_cosine=None, max_abs_err=None, baseline_file=None, judge_i
     streamed = _stream(source, options, judge=judge)  # judged as it streams
     report = streamed if streamed is not None else source.compare(options)
     if not report.compared_ops:
-        raise InputError(source.path("target"), f"no tensor matches the golden dump {source.path('golden')}: "
-                                                "nothing to check")
+        raise _nothing_to(source, "check", steps, op_glob)
     return judge.result(streamed) if streamed is not None else check_report(report, criteria)
 
 
@@ -118,12 +117,35 @@ def baseline(source, output, steps=None, op_glob=None, jobs=None, scheduler=None
 
     report = source.compare(compare_options(steps, op_glob, jobs, scheduler))
     if not report.ops:
-        raise InputError(source.path("target"), f"no tensor matches the golden dump {source.path('golden')}: "
-                                                "nothing to save")
+        raise _nothing_to(source, "save", steps, op_glob)
     saved = baseline_from_report(report)
     with replacing(output, source.inputs) as temporary:  # save_baseline writes the file in place
         save_baseline(saved, temporary)
     return BaselineSaved(len(saved.entries), len(report.ops), output)
+
+
+def _nothing_to(source, verb: str, steps=None, op_glob=None) -> InputError:
+    """The error of a comparison that compared nothing: what --steps/--ops selected, when they did, else that the
+    two dumps share no tensor."""
+    chosen = [f"--steps {_ranges(steps)}" if steps is not None else "", f"--ops {op_glob!r}" if op_glob else ""]
+    if not any(chosen):
+        return InputError(source.path("target"), f"no tensor matches the golden dump {source.path('golden')}: "
+                                                 f"nothing to {verb}")
+    recorded = getattr(source.dump("golden"), "steps_complete", None) if steps is not None else None
+    held = f" (it holds steps {_ranges(range(recorded))})" if recorded else ""
+    return InputError(source.path("golden"), f"no op in {' and '.join(c for c in chosen if c)}{held}: "
+                                             f"nothing to {verb}")
+
+
+def _ranges(steps) -> str:
+    """{0, 1, 2, 5} -> "0-2,5": a step selection as --steps takes it."""
+    parts, ordered = [], sorted(steps)
+    for i, step in enumerate(ordered):
+        if i and step == ordered[i - 1] + 1:
+            parts[-1][1] = step
+        else:
+            parts.append([step, step])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
 
 
 def _runs(source) -> dict | None:

@@ -62,8 +62,8 @@ COSINE_OPTION = (("-c", "--cosine"), {"type": COSINE, "default": None,
                                       "help": "Flag an op when an output's cosine is at or below this "
                                               f"(default {COSINE_THRESHOLD})."})
 LIMIT_OPTION = (("-l", "--limit"), {"type": click.IntRange(min=0), "default": None,
-                                    "help": f"Show at most this many flagged ops, first first (default {LIST_LIMIT}; "
-                                            "0: all)."})
+                                    "help": f"Show at most this many flagged ops, in execution order "
+                                            f"(default {LIST_LIMIT}; 0: all)."})
 
 
 def listing_params() -> list[click.Option]:
@@ -114,6 +114,22 @@ class OutputFolder(click.Path):
     def convert(self, value, param, ctx):
         if isinstance(value, str) and not value:
             self.fail("the folder name is empty; give the folder to write into", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class RunFolder(click.Path):
+    """The run directory `ranks` reads; a single dump file given instead is named as such (click said only
+    "Directory 'x.h5' is a file")."""
+
+    def __init__(self):
+        super().__init__(path_type=str)
+
+    def convert(self, value, param, ctx):
+        import os
+
+        if isinstance(value, str) and os.path.isfile(value):
+            self.fail(f"{value} is one dump; ranks reads a run directory (rank0.h5, rank1.h5, ... and run.json, "
+                      "as collect --ranks writes it)", param, ctx)
         return super().convert(value, param, ctx)
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import click
 
 from precision_tool.commands.options import (COSINE, COSINE_OPTION, DUMP, LIMIT_OPTION, OUT_FILE, READ_FILE,
-                                             TOLERANCE, allow_incomplete_param, format_param, option, output_param,
-                                             plot_param, scheduler_param, selection_params)
+                                             TOLERANCE, RunFolder, allow_incomplete_param, format_param, option,
+                                             output_param, plot_param, scheduler_param, selection_params)
 from precision_tool.commands.spec import BATCH, CommandSpec, Registry
 from precision_tool.defaults import CHECK_MIN_COSINE, OVERFLOW_LIMIT
 
@@ -128,7 +128,7 @@ CHECK = CommandSpec(
     delivered=("fmt", "junit"), outputs=("junit",), reads=("baseline_file",),
     shell_summary="The CI gate's judgement of the loaded comparison: failing tensors, PASSED/FAILED.",
     shell_help="""Judge every matched op output of the comparison as `precision-tool check` does: cosine, max abs
-    error, NaN/inf golden lacks, shape; failing tensors first first, then PASSED or FAILED. (The shell goes
+    error, NaN/inf golden lacks, shape; failing tensors in execution order, then PASSED or FAILED. (The shell goes
     on either way; the batch command exits 1 on a failure.)
     """,
 )
@@ -212,9 +212,9 @@ RANKS = CommandSpec(
     """,
     f"{_HANDLERS}:ranks",
     params=(option("-l", "--limit", type=click.IntRange(min=0), default=None,
-                   help="Show at most this many inconsistent tensors, first first (default 10; 0: all)."),
+                   help="Show at most this many inconsistent tensors, in execution order (default 10; 0: all)."),
             format_param(help_text="A table with a CONSISTENT/INCONSISTENT footer, or JSON.")),
-    inputs=(("run", click.Argument(["run"], type=click.Path(file_okay=False, path_type=str))),),
+    inputs=(("run", click.Argument(["run"], type=RunFolder())),),
     front_ends=frozenset({BATCH}), delivered=("fmt",),
 )
 

@@ -141,11 +141,16 @@ class DumpFiles:
     def _compared_dumps(self):
         """Golden and target, checked once by the preflight when asked (its warnings shown once)."""
         golden, target = self.dump("golden"), self.dump("target")
-        if self.allow_incomplete is not None and not self._preflighted:
+        if not self._preflighted:
             from precision_tool.compare.preflight import raise_for_errors, run_problems
 
-            for problem in raise_for_errors(run_problems(golden, target, self.allow_incomplete)):
-                self.warn(problem.message)
+            if self.allow_incomplete is not None:
+                for problem in raise_for_errors(run_problems(golden, target, self.allow_incomplete)):
+                    self.warn(problem.message)
+            else:  # compare shows whatever it is given; two dumps given the wrong way round are worth a word
+                for problem in run_problems(golden, target, True):
+                    if problem.code == "swapped":
+                        self.warn(problem.message)
             self._preflighted = True
         return golden, target
 

@@ -25,6 +25,7 @@ UNDEFINED = "×"
 ZERO = "·"  # an exact zero: no bar, since a log scale has no place for it
 STEP = "┊"
 LABEL_WIDTH = 12
+SCALE_WIDTH = 20  # "  1.2e-07..1.5e+00" beside a sparkline, with room for a three-digit exponent
 FLOOR = 1e-12  # nonzero values at or below this draw the lowest bar
 
 
@@ -86,6 +87,16 @@ def sparkline(values, width: int) -> tuple[str, float, float]:
     return "".join(chars), min(drawn), max(drawn)
 
 
+def _caret(at: int, label: str, max_width: int) -> list[Text]:
+    """``^`` under column ``at`` with ``label`` beside it: after it when that fits, else before it, else below."""
+    caret = Text("^", style="bold red")
+    if at + 2 + len(label) <= max_width:
+        return [Text(" " * at) + caret + Text(" " + label)]
+    if len(label) + 1 <= at:
+        return [Text(" " * (at - len(label) - 1) + label + " ") + caret]
+    return [Text(" " * at) + caret, Text(label)]
+
+
 def _one_minus(cosine: float | None) -> float | None:
     if cosine is None or math.isnan(cosine):
         return cosine
@@ -129,7 +140,7 @@ class ExecutionChart:
         n = self.n
         if not n:
             return
-        width = max(8, min(n, options.max_width - LABEL_WIDTH - 2))
+        width = max(8, min(n, options.max_width - LABEL_WIDTH - SCALE_WIDTH))  # the scale fits on the line
         yield Text(f"along execution order: {n} ops, log scale, taller is worse", style="dim")
         marks = set()
         for label, values in self.lines:
@@ -149,8 +160,8 @@ class ExecutionChart:
             yield Text(f"{'steps':<{LABEL_WIDTH}}") + Text("".join(row), style="dim") + Text(
                 f"  {self.first_step}..{last_step}", style="dim")
         if self.first is not None:
-            yield Text(" " * (LABEL_WIDTH + column(self.first)) + "^ ", style="bold red") + Text(
-                f"first flagged: {self.first_label}")
+            yield from _caret(LABEL_WIDTH + column(self.first), f"first flagged: {self.first_label}",
+                              options.max_width)
         legend = [f"{UNDEFINED} undefined (one side all zeros)" if UNDEFINED in marks else "",
                   f"{ZERO} exact zero" if ZERO in marks else "",
                   f"{STEP} a step begins" if self.step_starts else ""]

@@ -41,7 +41,7 @@ def check_view(result: CheckResult) -> Group:
                  f.tensor, dtype_pair(f.target_dtype, f.golden_dtype), f.metric, fmt_err(f.value), fmt_err(f.limit),
                  Text(f.message)] for f in result.failures]
         table = FitTable(FAILURE_COLUMNS, rows, name_column=2)
-        parts += [Text("Failing tensors, first first:", style="bold"), table]
+        parts += [Text("Failing tensors, in execution order:", style="bold"), table]
     if result.baseline_missing:
         parts.append(Text(f"note: {result.baseline_missing} baseline tensors were not in this comparison",
                           style="yellow"))

@@ -13,12 +13,15 @@ from rich.console import Group
 from rich.text import Text
 
 from precision_tool.compare.report import CompareReport, OpComparison, TensorRow, row_flags
+from precision_tool.render.cells import hanging
 from precision_tool.render.chart import ExecutionChart
+from precision_tool.render.diagnosis_parts import plural
 from precision_tool.render.fit_table import Column, FitTable
 
 SHORT_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
 SHORT_DIRECTIONS = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 LEFTOVERS_SHOWN = 10
+NOTE_INDENT = 4  # the lines a note or a leftover wraps to start here, under its "step"
 
 
 def dtype_pair(target: str, golden: str) -> str:
@@ -109,14 +112,19 @@ def rows_table(ops: list[OpComparison], cosine_threshold: float) -> RowsTable:
     return RowsTable(ops, cosine_threshold)
 
 
-def row_notes(ops: list[OpComparison], cosine_threshold: float) -> list[Text]:
-    """One line per listed tensor the table's numbers do not explain."""
+def row_notes(ops: list[OpComparison], cosine_threshold: float) -> list:
+    """What the table's numbers do not explain: a line per op and note, naming its tensors (a loss scale divided
+    out of four tensors is one line, not four); a line that wraps stays indented."""
     lines = []
     for op in ops:
+        tensors: dict[str, list[str]] = {}
         for row in op.rows:
             note = row_note(row, cosine_threshold)
             if note:
-                lines.append(Text(f"  step {row.step} #{row.exec_index} {row.op} {row.tensor}: {note}", style="yellow"))
+                tensors.setdefault(note, []).append(row.tensor)
+        for note, names in tensors.items():
+            lines.append(hanging(Text(f"  step {op.step} #{op.exec_index} {op.name} {', '.join(names)}: {note}",
+                                      style="yellow"), NOTE_INDENT))
     return lines
 
 
@@ -129,8 +137,8 @@ def _leftovers(report: CompareReport, show_all: bool) -> list[Text]:
         shown = items if show_all else items[:LEFTOVERS_SHOWN]
         for item in shown:
             what = f"{item.name}:{item.slot}" if item.slot else item.name
-            lines.append(Text(f"  step {item.step} #{item.exec_index} {what} ({item.type}, {item.direction}): "
-                              f"{item.reason}"))
+            lines.append(hanging(Text(f"  step {item.step} #{item.exec_index} {what} ({item.type}, "
+                                      f"{item.direction}): {item.reason}"), NOTE_INDENT))
         if len(shown) < len(items):
             lines.append(Text(f"  ... and {len(items) - len(shown)} more (--all, or --format json, lists them)",
                               style="dim"))
@@ -140,8 +148,8 @@ def _leftovers(report: CompareReport, show_all: bool) -> list[Text]:
 def summary_line(report: CompareReport, cosine_threshold: float) -> Text:
     """Counts, and the first flagged op."""
     s = report.summary(cosine_threshold)
-    parts = [f"compared {s.compared_tensors} tensors in {s.compared_ops} ops",
-             f"flagged {s.flagged_ops} ops at cosine <= {cosine_threshold:g}"]
+    parts = [f"compared {plural(s.compared_tensors, 'tensor')} in {plural(s.compared_ops, 'op')}",
+             f"flagged {plural(s.flagged_ops, 'op')} at cosine <= {cosine_threshold:g}"]
     leftovers = [f"unmatched: {s.unmatched_golden} golden, {s.unmatched_target} target"]
     if s.covered_by_fusion:
         leftovers.append(f"{s.covered_by_fusion} golden ops covered by fusion")

@@ -49,6 +49,11 @@ def attribution_path(d, show_all: bool = False) -> list:
     return rows[max(0, end - ATTRIBUTION_SHOWN):end]
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 op``, ``2 ops``: a count and its noun, which takes an s unless the count is one."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def section(title: str, summary: str):
     return Text.assemble((title, "bold underline"), f"  {summary}" if summary else "")
 
@@ -57,7 +62,7 @@ def overflow_summary(report) -> str:
     if not report or not report.total:
         return "no op raised the float status" if report else "no overflow data"
     first = report.first
-    return (f"{report.total} op executions raised the float status"
+    return (f"{plural(report.total, 'op execution')} raised the float status"
             + (f", the first {first.name} (step {first.step} {first.direction})" if first is not None else ""))
 
 
@@ -67,8 +72,9 @@ def fusion_summary(report) -> str:
     if not report.passes:
         return "no fusion pass was applied"
     suspects = len(report.suspects) if report.compared else 0
-    return (f"{len(report.passes)} passes applied; " +
-            (f"{suspects} fused ops worse than their unfused ops" if suspects else
+    return (f"{len(report.passes)} pass{'' if len(report.passes) == 1 else 'es'} applied; " +
+            (f"{plural(suspects, 'fused op')} worse than {'its' if suspects == 1 else 'their'} unfused ops"
+             if suspects else
              "no fused op worse than its unfused ops" if report.compared else "no fusion-off dump to rank them"))
 
 

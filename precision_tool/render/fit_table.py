@@ -14,7 +14,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-NAME_MIN_WIDTH = 12  # a name column narrower than this says too little: drop other columns first
+NAME_MIN_WIDTH = 20  # a name column narrower than this says too little: drop other columns first
 
 
 @dataclass(frozen=True)

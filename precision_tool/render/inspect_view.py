@@ -97,6 +97,8 @@ def summary_view(summary: DumpSummary):
     from rich.table import Table
     from rich.text import Text
 
+    from precision_tool.render.diagnosis_parts import plural
+
     data = summary_json(summary)
     state = "complete" if summary.complete else f"INCOMPLETE ({summary.steps_complete} steps readable)"
     meta = summary.metadata
@@ -111,6 +113,8 @@ def summary_view(summary: DumpSummary):
                        ("overflow mode", "overflow_mode"), ("mode", "modes"), ("role", "role"),
                        ("seed", "seed"), ("created", "created"), ("command", "command")):
         value = data.get(key)
+        if key == "modes" and not value:  # a torch dump records "mode" alone
+            value = data.get("mode")
         if value not in (None, "", []):
             run.add_row(label, ",".join(map(str, value)) if isinstance(value, list) else str(value))
     if meta.get("loss_scale"):
@@ -125,7 +129,8 @@ def summary_view(summary: DumpSummary):
                 + (f", resumed from the checkpoint of step {resumed}" if resumed is not None else ""))
     run.add_row("recorded", f"{summary.ops:,} ops, {summary.tensors:,} tensors")
     steps = ", ".join(map(str, summary.overflow_steps[:20])) + (" ..." if len(summary.overflow_steps) > 20 else "")
-    run.add_row("overflow", f"{summary.overflow_ops:,} op executions in {len(summary.overflow_steps)} steps"
+    executions = f"{summary.overflow_ops:,} op execution" + ("" if summary.overflow_ops == 1 else "s")
+    run.add_row("overflow", f"{executions} in {plural(len(summary.overflow_steps), 'step')}"
                 + (f" ({steps})" if steps else ""))
     evaluations = meta.get("evaluations") or []
     if evaluations:
@@ -165,9 +170,13 @@ def _overflow_table(records: list[OpRecord]):
 
 
 def _loss_table(summary: DumpSummary):
+    from rich import box
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title="loss and loss scale", title_justify="left")
+    # drawn as the overflow table above it is: a bold title, a rule under the header, no frame
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for column in ("step", "loss", "loss scale", "overflow"):
         table.add_column(column, justify="right")
     overflow = set(summary.overflow_steps)
@@ -182,4 +191,4 @@ def _loss_table(summary: DumpSummary):
         position, (loss, scale) = row
         step = summary.step_numbers[position] if position < len(summary.step_numbers) else position
         table.add_row(str(step), f"{loss:.6g}", f"{scale:g}", "yes" if step in overflow else "")
-    return table
+    return Group(Text("loss and loss scale", style="bold"), table)

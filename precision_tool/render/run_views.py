@@ -151,7 +151,7 @@ def consistency(report):
                  d.slot or "-", ", ".join(map(str, d.departing)),
                  "-" if d.max_abs_diff is None else f"{d.max_abs_diff:.6g}", Text(d.reason)] for d in report.departures]
         more = report.total_departures - len(report.departures)
-        parts += [Text("Tensors that differ across ranks, first first:", style="bold"),
+        parts += [Text("Tensors that differ across ranks, in execution order:", style="bold"),
                   FitTable(DEPARTURE_COLUMNS, rows, name_column=2)]
         if more:
             parts.append(Text(f"... and {more} more (-l 0: all)"))

@@ -8,23 +8,22 @@ rich renderable; `render` picks the view by the result's type (`RENDERERS`).
 from __future__ import annotations
 
 import json
-import math
 
-from rich import box
 from rich.console import Group
-from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
-from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.errors import printable
 from precision_tool.render.diagnosis_parts import diagnosis_dict  # noqa: F401  (the JSON twin, for callers)
-from precision_tool.render.diagnosis_parts import (attribution_path, fusion_summary, overflow_summary, section,
-                                                   verdict)
+from precision_tool.render.diagnosis_parts import (attribution_path, fusion_summary, overflow_summary, plural,
+                                                   section, verdict)
 from precision_tool.render.compare_view import SHORT_DIRECTIONS, SHORT_DTYPES, fmt_cosine, row_notes, rows_table
+from precision_tool.render.analysis_views import attribution, fusion_report, overflow_report
+from precision_tool.render.cells import hanging as _hanging, num, panel as _panel, shape as _shape, table as _table
+from precision_tool.render.cells import titled as _titled
+from precision_tool.render.fit_table import Column, FitTable
 
 VALUES_PER_ROW = 8
-
+SLOT_INDENT = 12  # `ni`: "  output_0  " before the side's name
 
 
 def render(result):
@@ -38,50 +37,6 @@ def render(result):
     raise TypeError(f"no renderer for {type(result).__name__}")
 
 
-def num(value, digits: int = 6) -> str:
-    """A number in a table cell: ``-`` for missing, ``nan``/``inf`` spelled out."""
-    if value is None:
-        return "-"
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    return f"{value:.{digits}g}"
-
-
-class _Table(Table):
-    """A table whose string cells are plain text: op names like ``a[0]`` are never read as markup."""
-
-    def add_row(self, *cells, **kwargs) -> None:
-        super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kwargs)
-
-
-def _table(title: str | None = None, *columns: str, **kwargs) -> Table:
-    table = _Table(box=box.SIMPLE_HEAD, pad_edge=False, **kwargs)
-    table.title_text = title  # shown above the table by `_titled`, so it never wraps to the table width
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    return table
-
-
-def _keep_whole(table: Table, column: int, values, cap: int = 48) -> None:
-    """Give a column of names room for its longest value (up to ``cap``) before others fold."""
-    table.columns[column].min_width = min(max((len(v) for v in values), default=0), cap)
-
-
-def _titled(table: Table):
-    title = getattr(table, "title_text", None)
-    return Group(Text(title, style="bold"), table) if title else table
-
-
-def _panel(body, title: str):
-    return Panel(body, title=Text(title), title_align="left", box=box.ROUNDED, expand=False)
-
-
-def _shape(shape) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
 # -- ls, ni --------------------------------------------------------------------
 def op_listing(listing):
     step = "no step" if listing.step is None else f"step {listing.step}"
@@ -92,13 +47,10 @@ def op_listing(listing):
         table.add_row(Text("total", style="bold"), Text(str(sum(r.count for r in listing.counts)), style="bold"))
         return _titled(table)
     wanted = ", ".join(f"{k}~{v!r}" for k, v in listing.filters.items())
-    table = _table(f"{len(listing.ops)} ops of {step} match {wanted} ({listing.source})",
-                   "#", "Dir", "Name", "Type", "Pass")
-    _keep_whole(table, 2, [op.name for op in listing.ops])
-    for op in listing.ops:
-        table.add_row(str(op.exec_index), SHORT_DIRECTIONS.get(op.direction, op.direction), op.name, op.type,
-                      op.pass_name or "-")
-    return _titled(table)
+    rows = [[str(op.exec_index), SHORT_DIRECTIONS.get(op.direction, op.direction), Text(op.name), Text(op.type),
+             Text(op.pass_name or "-")] for op in listing.ops]
+    return Group(Text(f"{plural(len(listing.ops), 'op')} of {step} match {wanted} ({listing.source})", style="bold"),
+                 FitTable(LISTING_COLUMNS, rows, name_column=2))
 
 
 def candidates(found):
@@ -125,8 +77,8 @@ def op_info(info):
             status += f" in {', '.join(overflowed)}"
         head.add_row(f"Float status, {role}", Text(status, style="red" if overflowed else "green"))
     lines = [Text(f"ni {op.name}", style="bold"), head, Text("Tensors", style="bold")]
-    for view in info.slots:
-        lines.extend(_slot_lines(view))
+    for view in info.slots:  # a line that wraps goes on under the side's name, not at the left edge
+        lines.extend(_hanging(line, SLOT_INDENT) for line in _slot_lines(view))
     return Group(*lines)
 
 
@@ -172,16 +124,18 @@ def tensor_view(view):
     stats = view.stats
     lines = [Text(f"{view.label}  {view.dtype} {_shape(view.shape)}  {view.total} elements"),
              Text(f"min {num(stats.min)}  max {num(stats.max)}  mean {num(stats.mean)}  std {num(stats.std)}  "
-                  f"norm {num(stats.norm)}  nan {stats.nan}  inf {stats.inf}  saturated {stats.saturated}")]
+                  f"norm {num(stats.norm)}"),
+             Text(f"nan {stats.nan}  inf {stats.inf}  saturated {stats.saturated}")]  # a count never wraps apart
     if view.values is None:
         lines.append(Text("values: not kept (stats-only dump)"))
         return _panel(Group(*lines), "pt")
-    table = _table(f"first {view.shown} of {view.total} values (flattened)", "Index",
-                   *[f"+{i}" for i in range(VALUES_PER_ROW)])
     values = view.values.tolist()
-    for start in range(0, len(values), VALUES_PER_ROW):
-        row = [num(v) for v in values[start:start + VALUES_PER_ROW]]
-        table.add_row(str(start), *row, *([""] * (VALUES_PER_ROW - len(row))))
+    per_row = max(1, min(VALUES_PER_ROW, len(values)))  # `pt -p 3`: three value columns, not eight
+    table = _table(f"first {view.shown} of {view.total} values (flattened)", "Index",
+                   *[f"+{i}" for i in range(per_row)])
+    for start in range(0, len(values), per_row):
+        row = [num(v) for v in values[start:start + per_row]]
+        table.add_row(str(start), *row, *([""] * (per_row - len(row))))
     return _panel(Group(*lines, _titled(table)), "pt")
 
 
@@ -209,104 +163,6 @@ def tensor_comparison(result):
     return _panel(Group(*parts), "cp")
 
 
-# -- of, fu, rerun -------------------------------------------------------------
-def _range(r) -> str:
-    return f"[{num(r.min, 5)}, {num(r.max, 5)}]"
-
-
-def overflow_report(report, limit: int | None = None):
-    entries = report.entries if limit is None else report.entries[:limit]
-    if not report.total:
-        return Text(f"No op raised the float status{_source(report)}.", style="green")
-    first = report.first
-    executions = "1 op execution" if report.total == 1 else f"{report.total} op executions"
-    summary = Text(f"{executions} raised the float status in step{'s' if len(report.steps) > 1 else ''} "
-                   f"{_list(report.steps)}{_source(report)}")
-    if first is not None:
-        summary.append(f"; the first: {first.name} ({first.type}), step {first.step} {first.direction}")
-    skipped = report.skipped_steps
-    summary.append(f"; updates skipped at step{'s' if len(skipped) > 1 else ''} {_list(skipped)}" if skipped
-                   else "; no update was skipped")
-    if report.loss_scale:
-        low, high = report.loss_scale[0], report.loss_scale[-1]
-        summary.append(f"; loss scale {num(low)} -> {num(high)}" if low != high
-                       else f"; loss scale stayed {num(low)}")
-    lines = [summary, Text(f"showing {len(entries)} of {report.total}, in execution order", style="bold")]
-    for number, entry in enumerate(entries, 1):
-        lines.extend(_overflow_entry(number, entry, entry is first))
-    return Group(*lines)
-
-
-def _overflow_entry(number: int, entry, is_first: bool) -> list[Text]:
-    """One overflowing op as a few short lines: readable at any terminal width."""
-    status = ("inherited", "yellow") if entry.inherited else (("FIRST", "bold red") if is_first else ("overflow", "red"))
-    head = Text.assemble(f"[{number}] ", (status[0], status[1]),
-                         f"  step {entry.step} {entry.direction} #{entry.exec_index}  {entry.name} ({entry.type})"
-                         f"  {entry.compute_dtype}")
-    if entry.saturated or entry.inf or entry.nan:
-        counts = Text(f"    outputs hold {entry.saturated} saturated, {entry.inf} inf, {entry.nan} nan values")
-    else:
-        counts = Text("    no output holds inf, nan or a saturated value: the overflow is inside the kernel")
-    ranges = Text("    inputs " + (" ".join(_range(r) for r in entry.input_ranges) or "-")
-                  + "  outputs " + (" ".join(_range(r) for r in entry.output_ranges) or "-"))
-    return [head, counts, ranges, Text(f"    hint: {entry.hint}", style="cyan")]
-
-
-def fusion_report(report):
-    if not report.passes:
-        return Text("No fusion pass was applied in the target run.")
-    passes = _table("Fusion passes applied", "Pass", "Count")
-    for name, count in report.passes.items():
-        passes.add_row(name, str(count))
-    if not report.compared:
-        return Group(_titled(passes), Text("Load golden and fusion-off dumps (--golden, --fusion-off) "
-                                           "to rank the fused ops."))
-    if not report.suspects:
-        return Group(_titled(passes), Text("No fused op is clearly worse than its unfused ops.", style="green"))
-    suspects = _table("Fused-op suspects, worst first", "#", "Step", "Fused op", "Pass",
-                      "Introduced err", "Unfused err", "Ratio")
-    for rank, s in enumerate(report.suspects, 1):
-        suspects.add_row(str(rank), str(s.step), f"{s.name} ({s.type})", s.pass_name,
-                         num(s.fused_error, 4), num(s.unfused_error, 4), num(s.ratio, 4))
-    details = []
-    for rank, s in enumerate(report.suspects, 1):
-        details.append(Text(f"  [{rank}] replaces {', '.join(s.original_names)}"))
-        details.append(Text(f"      {s.action}", style="cyan"))
-    return Group(_titled(passes), _titled(suspects), *details)
-
-
-def attribution(a):
-    table = _table(None, "Field", "Value", show_header=False)
-    table.add_row("Op", f"{a.name} ({a.type}), step {a.step}, {a.direction}, computes in {a.compute_dtype}")
-    table.add_row("Observed error", num(a.observed, 4) + "  (recorded target output against golden)")
-    table.add_row("Inherited", num(a.inherited, 4) + "  (largest error of its inputs)")
-    replay = f"  (replayed on golden inputs, {a.replay_device} numerics)"
-    table.add_row("Introduced", ("not replayable" if a.introduced is None else num(a.introduced, 4)) + replay)
-    table.add_row("Expected", num(a.expected, 4) + f"  (what {a.compute_dtype} rounding alone explains)")
-    if a.excess is not None:
-        table.add_row("Excess", f"{num(a.excess, 3)}x expected")
-    for note in a.notes:
-        table.add_row("Note", note)
-    table.add_row("Reading", Text(_reading(a), style="bold"))
-    return _panel(table, f"rerun {a.name}")
-
-
-def _reading(a) -> str:
-    """Where the error comes from, and whether the op's dtype explains what it adds."""
-    if a.introduced is None:
-        return "cannot replay this op; only the inherited error is known"
-    where = ("most of its error is introduced here" if a.introduced >= a.inherited
-             else "most of its error is inherited from its inputs: look upstream")
-    dtype = a.compute_dtype
-    if a.introduced >= SIGNIFICANT_ERROR and a.excess is not None and a.excess > INTRODUCED_EXCESS:
-        why = f"it computes {a.excess:.3g}x worse than {dtype} allows"
-    elif a.introduced >= SIGNIFICANT_ERROR:
-        why = f"{dtype} rounding explains it: the op is ill-conditioned in {dtype}"
-    else:
-        why = f"what it adds is small and within what {dtype} explains"
-    return f"{where}; {why}"
-
-
 # -- vcs, ac / diagnose ----------------------------------------------------------
 def flagged(selection):
     """`vcs`: compare's own table for the selected ops, then a summary from counts already known.
@@ -322,7 +178,8 @@ def flagged(selection):
         title = f"All {len(rows)} compared ops"
     parts = [Text(title, style="bold")]
     parts += [rows_table(rows, threshold), *row_notes(rows, threshold)] if rows else [Text("  (none)")]
-    parts.append(Text(f"compared {report.compared_tensors} tensors in {report.compared_ops} ops | flagged {selection.total} ops at "
+    parts.append(Text(f"compared {plural(report.compared_tensors, 'tensor')} in {plural(report.compared_ops, 'op')} | "
+                      f"flagged {plural(selection.total, 'op')} at "
                       f"cosine <= {threshold:g} | unmatched: {len(report.unmatched_golden)} golden, "
                       f"{len(report.unmatched_target)} target"))
     if rows:
@@ -354,26 +211,39 @@ def diagnosis(d, overflow_limit: int | None = None, flagged_rows=None, show_all:
     if d.fusion and d.fusion.passes:
         parts.append(fusion_report(d.fusion))
     first = f"; first: {d.first_flagged}" if d.first_flagged else ""
-    parts.append(section("Comparison", f"{d.flagged} ops at or below the cosine threshold{first}"))
+    parts.append(section("Comparison", f"{plural(d.flagged, 'op')} at or below the cosine threshold{first}"))
     if getattr(d, "first_module", None):
         parts.append(Text(f"first module whose output diverges beyond its inputs: {d.first_module}"))
     if flagged_rows is not None:
         parts.append(flagged(flagged_rows))
     if d.attributions:
         shown = attribution_path(d, show_all)
-        what = (f"{len(d.attributions)} ops scored" if len(shown) == len(d.attributions) else
-                f"{len(d.attributions)} ops scored; the {len(shown)} up to the culprit shown (--all: every one)")
+        scored = plural(len(d.attributions), "op")
+        what = (f"{scored} scored" if len(shown) == len(d.attributions) else
+                f"{scored} scored; {_which(d, shown)} shown (--all: every one)")
         parts.append(section("Attribution", what))
-        table = _table(None, "Op", "Step", "Dir", "Observed", "Inherited", "Introduced", "Expected")
-        _keep_whole(table, 0, [a.name for a in shown])
-        for a in shown:
-            table.add_row(a.name, str(a.step), SHORT_DIRECTIONS.get(a.direction, a.direction), num(a.observed, 4),
-                          num(a.inherited, 4), num(a.introduced, 4), num(a.expected, 4))
-        parts.append(table)
+        rows = [[a.name, str(a.step), SHORT_DIRECTIONS.get(a.direction, a.direction), num(a.observed, 4),
+                 num(a.inherited, 4), num(a.introduced, 4), num(a.expected, 4)] for a in shown]
+        parts.append(FitTable(ATTRIBUTION_COLUMNS, rows, name_column=0))  # never wider than the terminal
     if d.notes:
         parts.append(section("Notes", f"{len(d.notes)}"))
         parts += [Text(f"  - {note}") for note in d.notes]
     return Group(*parts)
+
+
+LISTING_COLUMNS = (Column("#", "right"), Column("Dir"), Column("Name"), Column("Type", drop=2), Column("Pass", drop=1))
+ATTRIBUTION_COLUMNS = (Column("Op"), Column("Step", "right"), Column("Dir"), Column("Observed", "right"),
+                       Column("Inherited", "right"), Column("Introduced", "right"), Column("Expected", "right"))
+
+
+def _which(d, shown) -> str:
+    """Which attributions `attribution_path` kept: those up to the culprit, else the worst, else the first."""
+    v = d.verdict
+    if any(a.name == v.op and a.step == v.step for a in shown):
+        return f"the {len(shown)} up to the culprit"
+    if any(a.introduced is not None for a in shown):
+        return f"the {len(shown)} introducing the most error"
+    return f"the first {len(shown)}"
 
 
 def auto_check(check):
@@ -390,15 +260,6 @@ def help_index(index):
 
 def help_text(entry):
     return Text(entry.text.rstrip(), no_wrap=True, overflow="ignore")
-
-
-def _list(values) -> str:
-    values = list(values)
-    return ", ".join(str(v) for v in values[:10]) + (", ..." if len(values) > 10 else "")
-
-
-def _source(report) -> str:
-    return f" in {report.source}" if getattr(report, "source", "") else ""
 
 
 def dump_summary(result):
@@ -424,7 +285,8 @@ def delivered(result):
 
 
 def baseline_saved(saved):
-    return Text(f"baseline of {saved.tensors} tensors in {saved.ops} ops written to {printable(saved.output)}", no_wrap=True,
+    return Text(f"baseline of {plural(saved.tensors, 'tensor')} in {plural(saved.ops, 'op')} written to "
+                f"{printable(saved.output)}", no_wrap=True,
                 overflow="ignore")
 
 

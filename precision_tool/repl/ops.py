@@ -66,7 +66,13 @@ def list_ops(session, name: str | None, type_: str | None, pass_: str | None, st
     """The ops of one step matching every given substring filter; with none, counts per type."""
     role = session.primary_role
     dump = session.dump(role or "target", "ls")
-    step = session.index(role).first_step if step is None else step
+    index = session.index(role)
+    if step is not None:
+        recorded = sorted({s for steps in index.steps.values() for s in steps})
+        if step not in recorded:  # an empty listing would read as a step without ops
+            raise OpNotFound(f"the {role} dump recorded no op at step {step}; steps: {_short_list(recorded)}"
+                             if recorded else f"the {role} dump recorded no op")
+    step = index.first_step if step is None else step
     ops = dump.ops(step=step) if step is not None else []
     filters = {k: v for k, v in (("name", name), ("type", type_), ("pass", pass_)) if v}
     listing = OpListing(source=f"{role}: {_file_name(dump)}", step=step, filters=filters)

@@ -22,8 +22,9 @@ class MissingDumpError(PrecisionToolError):
 
     def __init__(self, role: str, command: str = ""):
         who = f"{command} needs" if command else "this needs"
-        super().__init__(f"{who} a {role} dump; start the shell with {_ROLE_OPTIONS[role]} FILE "
-                         f"or pass a {role} dump among FILES")
+        article = "an" if role[0] in "aeiou" else "a"  # an overflow dump
+        super().__init__(f"{who} {article} {role} dump; start the shell with {_ROLE_OPTIONS[role]} FILE "
+                         f"or pass {article} {role} dump among FILES")
 
 
 @dataclass

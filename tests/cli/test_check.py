@@ -129,3 +129,22 @@ def test_a_clean_low_precision_run_of_the_readme_flow_passes_check_by_default(ru
     skipped = [row for row in json.loads(shown.stdout)["rows"] if row["skip"]]
     assert skipped and all(row["skip"].startswith("near zero") for row in skipped)
     assert {row["op"] for row in skipped} >= {"blocks/0/attn/k/MatMulBiasAdd", "blocks/1/attn/k/MatMulBiasAdd"}
+
+
+def test_a_selection_that_picks_nothing_is_named_with_the_steps_the_dump_holds(run_cli, golden, tmp_path):
+    target = build(tmp_path / "t.h5", (0.0, 1e-4, 1e-4))
+    result = run_cli("check", golden, target, "--steps", "3-5,9")
+    assert (result.status, result.stdout) == (2, "")
+    assert result.stderr == f"precision-tool: error: {golden}: no op in --steps 3-5,9 (it holds steps 0): nothing to check\n"
+    result = run_cli("baseline", golden, target, "-o", tmp_path / "b.json", "--ops", "head/*")
+    assert result.stderr == f"precision-tool: error: {golden}: no op in --ops 'head/*': nothing to save\n"
+    other = MemoryDump(role="target")
+    other.add("elsewhere/Add", "Add", {"output_0": X})
+    result = run_cli("check", golden, other.save(tmp_path / "other.h5"))
+    assert result.stderr.endswith(f"no tensor matches the golden dump {golden}: nothing to check\n")
+
+
+def test_the_failing_tensors_are_said_to_be_in_execution_order(run_cli, golden, tmp_path):
+    result = run_cli("check", golden, build(tmp_path / "t.h5", (0.0, 0.5, 1.0)))
+    assert result.stdout.splitlines()[0] == "Failing tensors, in execution order:"  # was "first first"
+    assert "in execution order (default 10; 0: all)" in " ".join(run_cli("compare", "-h").stdout.split())

@@ -89,6 +89,8 @@ def test_ctrl_c_leaves_an_incomplete_dump_and_exits_130(run_cli, tmp_path, monke
     out = tmp_path / "int.h5"
     result = run_cli("collect", "mlp", "-o", out, "--steps", "5")
     assert result.status == 130
+    assert result.stderr == (  # one line: no blank one before it when stderr is not a terminal
+        f"precision-tool: interrupted; {out} keeps the 2 of 5 steps it finished, marked incomplete\n")
     with open_dump(out) as dump:
         assert not dump.complete and dump.steps_complete == 2
 

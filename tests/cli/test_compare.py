@@ -137,3 +137,13 @@ def test_corrupt_dump_is_one_line(run_cli, dumps, tmp_path):
     result = run_cli("compare", dumps[0], bad)
     assert result.status == 2
     assert len(result.stderr.strip().splitlines()) == 1 and str(bad) in result.stderr
+
+
+def test_golden_and_target_given_the_wrong_way_round_get_a_warning(run_cli, tmp_path):
+    golden = build(tmp_path / "golden.h5", role="golden")
+    target = build(tmp_path / "npu.h5", noise=1e-3)
+    swapped = run_cli("compare", target, golden)
+    assert swapped.status == 0 and swapped.stdout
+    assert swapped.stderr == (f"precision-tool: warning: golden and target are swapped: {golden} is the golden run "
+                              f"and {target} a target run; give the golden dump first\n")
+    assert run_cli("compare", golden, target).stderr == ""

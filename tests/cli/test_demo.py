@@ -32,3 +32,11 @@ def test_shell_opens_the_sample_dumps_by_role(run_cli):
     assert result.status == 0, result.stderr
     out = " ".join(result.stdout.split())
     assert "LayerNormFusionPass" in out and "norm/LayerNormFused" in out
+
+
+def test_a_second_demo_in_the_same_workdir_says_how_to_go_on(run_cli, tmp_path):
+    (tmp_path / "golden.h5").write_bytes(b"an earlier demo's")
+    result = run_cli("demo", "--workdir", tmp_path, "--steps", "1")
+    assert (result.status, result.stdout) == (2, "")
+    assert result.stderr == (f"precision-tool: error: {tmp_path}: golden.h5 already exists there, under the names "
+                             "the demo writes; --force replaces it, or give another --workdir\n")

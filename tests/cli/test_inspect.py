@@ -52,8 +52,20 @@ def test_table(run_cli, tmp_path):
     assert result.status == 0, result.stderr
     text = result.stdout
     for expected in ("schema 2, complete", "synthetic", "saturation", "9 ops, 24 tensors",
-                     "1 op executions in 1 steps (1)", "block/FusedThing", "loss and loss scale", "4096"):
+                     "1 op execution in 1 step (1)", "block/FusedThing", "loss and loss scale", "4096"):
         assert expected in text
+
+
+def test_a_dump_that_records_its_mode_alone_shows_it(run_cli, tmp_path):
+    from precision_tool.dump.records import StepRecord
+    from precision_tool.dump.writer import DumpWriter
+
+    path = tmp_path / "torch.h5"  # precision_tool.torch writes "mode", not the collector's "modes"
+    with DumpWriter(path, {"mode": "stats", "framework": "torch", "seed": 0}) as writer:
+        writer.begin_step(0)
+        writer.end_step(StepRecord(0, 1.0, 1.0, False))
+    lines = [line.rstrip() for line in run_cli("inspect", path).stdout.splitlines()]
+    assert "mode      stats" in lines and "seed      0" in lines
 
 
 def test_incomplete_dump_says_so(run_cli, tmp_path):
@@ -116,3 +128,11 @@ def test_bad_inputs(run_cli, tmp_path):
         f.attrs["schema_version"] = 3
     _one_line_error(run_cli, future, "unknown dump schema version 3")
     _one_line_error(run_cli, tmp_path, "is a directory")
+
+
+def test_the_loss_table_is_drawn_like_the_overflow_table_above_it(run_cli, tmp_path):
+    path = tmp_path / "d.h5"
+    write_synthetic(path)
+    lines = [line.rstrip() for line in run_cli("inspect", path).stdout.splitlines()]
+    at = lines.index("loss and loss scale")  # a bold title, a rule under the header, no heavy frame
+    assert lines[at + 1:at + 4] == ["step   loss   loss scale   overflow", "─" * 35, "   0      2         1024"]

@@ -59,3 +59,21 @@ def test_the_console_script_keeps_freed_memory_for_the_next_step(monkeypatch):
         assert cli_main.keep_freed_memory()  # both mallopt settings accepted
     monkeypatch.setattr(sys, "platform", "darwin")
     assert not cli_main.keep_freed_memory()  # elsewhere: nothing to tune, nothing raised
+
+
+def test_no_command_prints_the_help_as_it_reads_and_exits_2(run_cli):
+    result = run_cli()
+    assert (result.status, result.stdout) == (2, "")
+    lines = result.stderr.splitlines()  # was one line: "precision-tool: error: Usage: ... Commands: demo Run ..."
+    assert lines[0] == "Usage: precision-tool [OPTIONS] COMMAND [ARGS]..."
+    assert "  compare   Score every op of a target dump against a golden dump." in lines
+
+
+def test_ranks_given_one_dump_file_says_it_wants_a_run_directory(run_cli, tmp_path):
+    dump = tmp_path / "golden.h5"
+    dump.write_bytes(b"")
+    result = run_cli("ranks", dump)
+    assert result.status == 2
+    assert result.stderr == (f"precision-tool: error: Invalid value for 'RUN': {dump} is one dump; ranks reads a run "
+                             "directory (rank0.h5, rank1.h5, ... and run.json, as collect --ranks writes it) "
+                             "(see 'precision-tool ranks --help')\n")  # was "Directory '...' is a file."

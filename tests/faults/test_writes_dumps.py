@@ -108,7 +108,7 @@ def test_demo_keeps_the_users_dumps_in_its_workdir(run_cli, tmp_path):
     notes.write_text("my notes, not a dump\n")
     before = digests(mine, notes)
     result = run_cli("demo", "--workdir", tmp_path, "--steps", "1")
-    assert_outcome(result.status, result.stderr, 2, before, says="already exists")
+    assert_outcome(result.status, result.stderr, 2, before, says="golden.h5, npu.h5 already exist there")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["golden.h5", "npu.h5"]
 
 

@@ -210,18 +210,20 @@ def _sample_view(width: int) -> list[str]:
     return lines[next(i for i, line in enumerate(lines) if line.startswith("  step")):]
 
 
-def test_the_table_at_80_columns_shortens_names_and_drops_columns_but_never_breaks_a_number():
-    lines = _sample_view(80)
+def test_the_table_at_80_columns_drops_columns_before_it_cuts_a_name_and_never_breaks_a_number():
+    lines = _sample_view(80)  # rmse leaves before a name is cut under 20 characters ('…LayerNormFused' said little)
     assert lines[:7] == [
-        "  step op              dir tensor   dtype             cosine   max abs      rmse",
-        "────────────────────────────────────────────────────────────────────────────────",
-        "     0 …LayerNormFused fwd input_0  fp16/fp32 0.999999988939   0.01454  0.004461",
-        "     0 …LayerNormFused fwd input_1  fp16/fp32       1.000000         0         0",
-        "     0 …LayerNormFused fwd input_2  fp16/fp32       1.000000         0         0",
-        "     0 …LayerNormFused fwd input_3  fp16/fp32       1.000000 1.358e-08 1.358e-08",
-        "!    0 …LayerNormFused fwd output_0 fp16/fp32       0.203955     437.5     38.42",
+        "  step op                    dir tensor   dtype             cosine   max abs",
+        "────────────────────────────────────────────────────────────────────────────",
+        "     0 norm/LayerNormFused   fwd input_0  fp16/fp32 0.999999988939   0.01454",
+        "     0 norm/LayerNormFused   fwd input_1  fp16/fp32       1.000000         0",
+        "     0 norm/LayerNormFused   fwd input_2  fp16/fp32       1.000000         0",
+        "     0 norm/LayerNormFused   fwd input_3  fp16/fp32       1.000000 1.358e-08",
+        "!    0 norm/LayerNormFused   fwd output_0 fp16/fp32       0.203955     437.5",
     ]
     assert all(len(line) <= 80 for line in lines)
+    narrow = _sample_view(60)  # every droppable column gone: only then is the name cut, from its start
+    assert narrow[2] == "     0 …LayerNormFused fwd input_0  0.999999988939   0.01454"
 
 
 def test_the_table_at_120_columns_shows_every_column_and_whole_names():
@@ -370,3 +372,48 @@ def test_inspect_at_80_columns_keeps_each_overflowing_op_on_one_line():
         "   0 7 norm/LayerNormFused LayerNormFused bwd float16 here   0.211426",
         "   1 7 norm/LayerNormFused LayerNormFused bwd float16 here      62592"]
     assert lines[start - 2] == "recorded        28 ops, 110 tensors"
+
+
+def _long_chart(ops: int, flagged_at: int, name: str):
+    from precision_tool.render.chart import ExecutionChart
+
+    rng = np.random.default_rng(11)
+    golden, target = MemoryDump("g.h5", role="golden"), MemoryDump("t.h5", role="target")
+    for i in range(ops):
+        op = name if i == flagged_at else f"layer{i}/Mul"
+        noise = np.float32(1e-6 * (i + 1)) * rng.standard_normal(X.size).astype(np.float32)
+        golden.add(op, "Mul", {"output_0": X}, step=i * 3 // ops)
+        target.add(op, "Mul", {"output_0": -X if i == flagged_at else X + noise}, step=i * 3 // ops)
+    return ExecutionChart(compare_sources(golden, target), 0.98)
+
+
+def test_the_chart_at_80_columns_keeps_each_scale_on_its_sparklines_line():
+    lines = _console_text(_long_chart(200, 20, "head/MatMul"), 80)  # 200 ops: the sparklines fill the width
+    assert max(len(line) for line in lines) <= 80
+    assert lines[1].startswith("1-cosine    ") and lines[1].endswith("  8.4e-12..2.0e+00")
+    assert lines[2].startswith("max abs     ") and lines[2].endswith("  9.3e-06..4.9e+00")
+    assert lines[3] == "steps                       ┊               ┊                 0..2"
+    assert lines[4] == "                ^ first flagged: step 0 #20 head/MatMul (forward)"
+
+
+def test_a_long_first_flagged_label_goes_before_its_caret_or_below_it():
+    late = _console_text(_long_chart(200, 190, "attn/mm_0"), 80)
+    assert late[4] == f"{' ' * 11}first flagged: step 2 #56 attn/mm_0 (forward) ^"
+    name = "Model/encoder/layers.11/self_attn/aten.mm_0"
+    early = _console_text(_long_chart(200, 10, name), 80)
+    assert early[4:6] == [" " * 14 + "^", f"first flagged: step 0 #10 {name} (forward)"]
+
+
+def test_a_note_shared_by_tensors_of_an_op_is_one_line_and_wrapped_lines_stay_indented():
+    golden, target = MemoryDump("g.h5", role="golden"), MemoryDump("t.h5", role="target")
+    golden.add("block/Split", "Split", {"output_0": X, "output_1": X})
+    target.add("block/Split", "Split", {"output_0": np.zeros_like(X), "output_1": np.zeros_like(X)})
+    golden.add("optimizer/weight/ApplyGradientDescent", "ApplyGradientDescent", {"output_0": X})
+    report = compare_sources(golden, target)
+    lines = _console_text(compare_view(report, select_flagged(report, 0.98, 10), 0.98, 10, chart=False), 60)
+    assert "  step 0 #0 block/Split output_0, output_1: one side is all" in lines
+    at = lines.index("Unmatched golden (1):")
+    assert lines[at + 1:at + 4] == ["  step 0 #1 optimizer/weight/ApplyGradientDescent",
+                                    "    (ApplyGradientDescent, forward): no target op of this",
+                                    "    name"]
+    assert lines[at + 4] == "compared 2 tensors in 1 op | flagged 1 op at cosine <= 0.98"

@@ -34,7 +34,8 @@ def test_names_with_brackets_are_not_markup():
 def test_type_counts_with_total():
     listing = OpListing("target: t.h5", 0, {}, counts=[TypeCount("MatMul", 3), TypeCount("Relu", 1)])
     out = text(shell_views.op_listing(listing))
-    assert "Op types of step 0 (target: t.h5)" in out and " total " in out and " 4 " in out
+    assert out.splitlines() == ["Op types of step 0 (target: t.h5)", "Type     Count", "─" * 14, "MatMul   3    ",
+                                "Relu     1    ", "total    4    "]  # no blank first and last lines
 
 
 def test_candidates():
@@ -91,7 +92,8 @@ def test_fusion_suspects():
     suspect = FusionSuspect(0, "ln/Fused", "LayerNormFused", "LayerNormFusionPass", ("ln/Mean", "ln/Sub"),
                             0.2, 0.001, 200.0, "switch off LayerNormFusionPass")
     out = text(shell_views.fusion_report(FusionReport({"LayerNormFusionPass": 2}, [suspect], True)), width=160)
-    assert "LayerNormFusionPass   2" in out and "ln/Fused (LayerNormFused)" in out and "switch off" in out
+    assert "LayerNormFusionPass   2" in out and "switch off" in out
+    assert "1    0 ln/Fused LayerNormFused LayerNormFusionPass            0.2       0.001   200" in out
     assert "Load golden" in text(shell_views.fusion_report(FusionReport({"P": 1}, [], False)))
 
 
@@ -141,3 +143,51 @@ def test_the_attribution_table_shows_the_ops_up_to_the_culprit_unless_all():
     assert "layer4/Mul" not in out and "layer13/Mul" not in out
     everything = text(shell_views.auto_check(AutoCheck(diagnosis, None, 1, show_all=True)), width=120)
     assert "layer0/Mul" in everything and "layer19/Mul" in everything
+
+
+def test_the_attribution_table_fits_80_columns_with_every_column():
+    long = "GPT2LMHeadModel/transformer/h.1/mlp/c_fc/aten.addmm_0/aten.mm_1"
+    scored = [Attribution(0, long, "aten.mm", "backward", "float16", 0.0004596, 0.0009419, 0.0002298, 0.0002905)]
+    verdict = Verdict(long, "overflow", 0, "backward", "aten.mm", ("evidence",), "lower the loss scale")
+    out = text(shell_views.diagnosis(Diagnosis(verdict, None, None, scored, [], 1, long)), width=80)
+    table = out[out.index("Attribution"):].splitlines()
+    assert table[:4] == [
+        "Attribution  1 op scored",
+        "Op                             Step Dir  Observed Inherited Introduced  Expected",
+        "─" * 80,
+        "…/c_fc/aten.addmm_0/aten.mm_1     0 bwd 0.0004596 0.0009419  0.0002298 0.0002905"]
+
+
+def test_summaries_count_one_thing_in_the_singular_and_say_which_attributions_they_show():
+    one = [Attribution(0, "a/Mul", "Mul", "forward", "float16", 0.1, 0.1, None, None)]
+    fused = FusionSuspect(0, "ln/Fused", "LayerNormFused", "LayerNormFusionPass", ("ln/Mean",), 0.2, 0.001, 200.0,
+                          "switch off LayerNormFusionPass")
+    d = Diagnosis(Verdict("ln/Fused", "fusion", 0, "forward", "LayerNormFused", (), "switch it off"),
+                  OverflowReport([entry("attn/Exp")], 1, [0], [], [1.0], ""),
+                  FusionReport({"LayerNormFusionPass": 1}, [fused], True), one, [], 1, "ln/Fused")
+    out = " ".join(text(shell_views.diagnosis(d), width=200).split())
+    assert "Overflow 1 op execution raised the float status, the first attn/Exp (step 0 forward)" in out
+    assert "Fusion 1 pass applied; 1 fused op worse than its unfused ops" in out
+    assert "Comparison 1 op at or below the cosine threshold; first: ln/Fused" in out
+    assert "Attribution 1 op scored" in out
+    unreplayed = [Attribution(0, f"l{i}/Mul", "Mul", "forward", "float16", 0.1, 0.1, None, None) for i in range(20)]
+    none = Diagnosis(Verdict(None, "none", None, None, None, (), "nothing to do"), None, None, unreplayed, [], 0, None)
+    out = " ".join(text(shell_views.diagnosis(none), width=200).split())
+    assert "Attribution 20 ops scored; the first 8 shown (--all: every one)" in out
+
+
+def test_rerun_says_when_an_op_overflows_here_or_its_inputs_already_did():
+    saturated = Attribution(0, "fc/aten.mm_1", "aten.mm", "backward", "float16", 0.00046, 0.00094, 0.00023, 0.00029,
+                            overflowed=2)
+    out = " ".join(text(shell_views.attribution(saturated), width=200).split("│"))
+    out = " ".join(out.split())
+    assert ("Overflowed 2 output values golden holds are beyond the target format's range (left out of the errors "
+            "above)") in out
+    assert ("Reading it makes values beyond its format's range here, from inputs that hold none (ac judges whether "
+            "the ops reading it suffer)") in out
+    downstream = Attribution(0, "fc/Add", "Add", "forward", "float16", 0.2, 0.2, 0.2, 0.001, new_nan=3,
+                             inputs_off=("input_0",))
+    out = " ".join(" ".join(text(shell_views.attribution(downstream), width=200).split("│")).split())
+    assert "New NaN 3 output values are NaN where golden's are finite" in out
+    assert "Inputs off input_0 already holds overflowed or NaN values" in out
+    assert "Reading its inputs already hold overflowed or NaN values: look upstream" in out
