@@ -152,13 +152,14 @@ class CheckJudge:
 
     def add(self, row: TensorRow) -> None:
         criteria, baseline = self.criteria, self.criteria.baseline
+        entry = baseline.entries.get(row_key(row)) if baseline is not None else None
+        if entry is not None:
+            self.seen.add(entry.key)  # in this comparison, judged or not
         if row.skip or (row.kind == "input" and not criteria.judge_inputs):
             return  # shown, not judged: an input is judged as the output of the op that wrote it
         self.checked += 1
-        entry = baseline.entries.get(row_key(row)) if baseline is not None else None
         found = []
         if entry is not None:
-            self.seen.add(entry.key)
             found.extend(baseline_violations(row, entry))
         if entry is None or criteria.absolute_on_baselined:
             found.extend(v for v in absolute_violations(row, criteria) if v[0] not in {f[0] for f in found})
