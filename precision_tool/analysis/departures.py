@@ -261,12 +261,16 @@ class DepartureFinder:
         departure, the ops only the target runs computed another value than golden's own: the departure is
         theirs. None otherwise (among them, a departure the inputs of that computation already carry)."""
         writer = self.writers()[1].producer(record, slot)
-        if writer is None or is_copy(writer.type) or self.golden_of(writer) is not None \
-                or is_copy(golden_writer.type) or error < SIGNIFICANT_ERROR:
+        if writer is None or self.golden_of(writer) is not None or is_copy(golden_writer.type) \
+                or error < SIGNIFICANT_ERROR:
             return None
         region, boundary = self._unpaired_region(writer)
         if region is None or boundary is None or any(r.pass_name for r in region):
             return None  # a fused op pairs with golden's through its original ops, judged as a fusion
+        computing = [r for r in region if not is_copy(r.type)]
+        if not computing:
+            return None
+        writer = max(computing, key=lambda r: r.exec_index)  # the last that computes (autocast casts after it)
         boundary_error = max(self.measure(p).observed for p in boundary)
         if error <= INTRODUCED_EXCESS * boundary_error:
             return None
