@@ -6,6 +6,26 @@ factorised embeddings); GPT-NeoX with partial rotary (a quarter of each head); M
 convolutions, ReLU6, BatchNorm) under SGD with momentum; Wav2Vec2's encoder (a convolutional front end with group
 norm, a convolutional position embedding, CTC loss); DeBERTa-v2 (disentangled relative attention).
 
+Clean conditions (right verdict "none"): bf16 autocast, simulated mixed precision and force_fp16, float16 autocast
+with a GradScaler on each; simulate_npu's allow_mix_precision_bf16, allow_fp32_to_fp16, allow_fp32_to_bf16 and
+force_fp32 in a float32 target (`CONDITIONS`); the target's loss computed in the training loop from the logits where
+golden's model computes it (``loss-outside``). Mistral and Qwen2 under force_fp16 are not clean: their RMSNorm's
+float32 upcast is computed in float16 and the rsqrt's backward saturates, as llama's does (`NOT_CLEAN`).
+
+Faults (right verdict names the place): repeat_kv tiling the key/value heads (h0 h1 h0 h1) instead of repeating each;
+the rotary embedding computed for positions + 1; a shared ALBERT layer's activation 5 % off on its second use in
+each forward; label smoothing 0.1 in the model's own loss, and in a loss the target computes in its training loop;
+a GroupNorm's eps; the faults of plant.py and probed2.py on these families' activations, attentions (self and cross),
+norms, embeddings, projections, convolutions and BatchNorms.
+
+What the probe first got wrong, and the mechanism that fixed it (precision_tool/analysis): a loss golden's model
+computes and the target's training loop computes with label smoothing was "none" under float32 and bf16 autocast (the
+logits' gradient 10 % off, written in each run by ops with no partner in the other: `departures`, ``_unpaired``); the
+same loss moved out of the model, clean, was kernel_bug at the model (its call returns (loss, logits) in golden and
+logits alone in the target, compared slot by slot: `attribution`, ``_outputs_by_shape``).
+
+Not named, and why: ReLU6's clip dropped in MobileNetV2 (the probed ReLU6 reads at most 3.49: no value changes).
+
 Imports of cases.py happen inside the functions: cases.py imports this module at its end.
 """
 
