@@ -105,8 +105,9 @@ def _outputs_by_shape(record: OpRecord, pairs: list) -> list:
     """A module call's pairs, its outputs paired by shape where golden's call returns another tuple (a model
     given labels returns (loss, logits) in golden, logits alone in a target that computes its loss in the
     training loop): output_0 against golden's output_0 compares a loss with logits. Each output whose partner by
-    name has another shape pairs with golden's one output of its shape; with none or several, it pairs with
-    none."""
+    name has another shape pairs with golden's one output of its shape and dtype (a module call without recorded
+    inputs is judged against inputs "within 0": an autocast output against golden's float32 would count its
+    rounding as the module's); with none or several, it pairs with none."""
     if not pairs or all(tuple(p.target.shape) == tuple(p.golden.shape) for p in pairs if p.target.kind == "output"):
         return pairs
     golden_op = pairs[0].golden_op
@@ -114,7 +115,7 @@ def _outputs_by_shape(record: OpRecord, pairs: list) -> list:
     for tensor in record.outputs:
         if any(p.target.slot == tensor.slot for p in kept):
             continue
-        same = [g for g in golden_op.outputs if tuple(g.shape) == tuple(tensor.shape)]
+        same = [g for g in golden_op.outputs if tuple(g.shape) == tuple(tensor.shape) and g.dtype == tensor.dtype]
         if len(same) == 1:
             kept.append(TensorPair(record, tensor, golden_op, same[0]))
     return kept
