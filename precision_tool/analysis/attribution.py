@@ -32,7 +32,7 @@ from precision_tool.analysis.replay import NotReplayable, Numerics, ideal_forwar
 from precision_tool.analysis.results import Attribution
 from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.compare.judged import gradient_scale
-from precision_tool.compare.matching import match_ops
+from precision_tool.compare.matching import TensorPair, match_ops
 from precision_tool.compare.metrics import compare_arrays
 from precision_tool.defaults import SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
@@ -95,8 +95,30 @@ def golden_views(golden_dump, records: list[OpRecord]) -> dict[int, GoldenView]:
         for pair in match.pairs:
             pairs.setdefault(id(pair.target_op), []).append(pair)
         for record in group:
-            views[id(record)] = GoldenView(golden_dump, pairs.get(id(record), []))
+            found = pairs.get(id(record), [])
+            views[id(record)] = GoldenView(golden_dump, _outputs_by_shape(record, found) if record.is_module
+                                           else found)
     return views
+
+
+def _outputs_by_shape(record: OpRecord, pairs: list) -> list:
+    """A module call's pairs, its outputs paired by shape where golden's call returns another tuple (a model
+    given labels returns (loss, logits) in golden, logits alone in a target that computes its loss in the
+    training loop): output_0 against golden's output_0 compares a loss with logits. Each output whose partner by
+    name has another shape pairs with golden's one output of its shape and dtype (a module call without recorded
+    inputs is judged against inputs "within 0": an autocast output against golden's float32 would count its
+    rounding as the module's); with none or several, it pairs with none."""
+    if not pairs or all(tuple(p.target.shape) == tuple(p.golden.shape) for p in pairs if p.target.kind == "output"):
+        return pairs
+    golden_op = pairs[0].golden_op
+    kept = [p for p in pairs if p.target.kind != "output" or tuple(p.target.shape) == tuple(p.golden.shape)]
+    for tensor in record.outputs:
+        if any(p.target.slot == tensor.slot for p in kept):
+            continue
+        same = [g for g in golden_op.outputs if tuple(g.shape) == tuple(tensor.shape) and g.dtype == tensor.dtype]
+        if len(same) == 1:
+            kept.append(TensorPair(record, tensor, golden_op, same[0]))
+    return kept
 
 
 def pair_errors(golden_dump, target_dump, record: OpRecord, view: GoldenView, kind: str, ratio: float = 1.0):

@@ -45,11 +45,12 @@ from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
 from precision_tool.analysis.structure import Consumers, fingerprint, is_copy, module_path
 from precision_tool.analysis.scaling import loss_scale_ratios
-from precision_tool.defaults import INTRODUCED_EXCESS
+from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 from precision_tool.engine.formats import FORMATS
 
 _LISTED = 6  # target-only ops named in the evidence
+_REGION = 64  # target-only ops walked back from an unpaired writer (`DepartureFinder._unpaired`)
 # A value a computation only the target runs rewrote, judged where its op's error stays under the output's noise
 # floor (16 units of bfloat16's last place are 6 %): the change, in quadrature beyond the error of the op that
 # wrote it, exceeds this many units of the value's format. One rounding adds at most one unit, and the casts
@@ -70,6 +71,7 @@ class Departure:
     writer: OpRecord | None  # the target-only op that wrote what the reader read (float inputs)
     golden_dtype: str = ""  # the dtype golden held the value in (float inputs)
     skipped: OpRecord | None = None  # golden's op that wrote the value and that the target does not run
+    unpaired: OpRecord | None = None  # golden's writer, when neither run's writer has a partner (`_unpaired`)
 
 
 class DepartureFinder:
@@ -199,6 +201,9 @@ class DepartureFinder:
                 skipped = self._skipped(record, slot, error.error, written[0]) if written is not None else None
                 if skipped is not None:
                     return replace(skipped, golden_dtype=golden_tensor.dtype)
+                unpaired = self._unpaired(record, slot, error.error, written[0]) if written is not None else None
+                if unpaired is not None:
+                    return replace(unpaired, golden_dtype=golden_tensor.dtype)
                 continue
             producer_error = self.measure(producer).observed
             if error.error <= INTRODUCED_EXCESS * producer_error:
@@ -249,6 +254,50 @@ class DepartureFinder:
             return None
         return Departure(slot, error, 0, 0, writer, writer_error, None, skipped=golden_writer)
 
+    def _unpaired(self, record: OpRecord, slot: str, error: float, golden_writer: OpRecord) -> Departure | None:
+        """Neither golden's writer of ``slot`` nor the target's has a partner: each run computes the value in ops
+        of its own (a loss computed in the training loop by one and inside a module by the other). When every
+        value those target-only ops read from paired ops matches golden within 1/INTRODUCED_EXCESS of the
+        departure, the ops only the target runs computed another value than golden's own: the departure is
+        theirs. None otherwise (among them, a departure the inputs of that computation already carry)."""
+        writer = self.writers()[1].producer(record, slot)
+        if writer is None or self.golden_of(writer) is not None or is_copy(golden_writer.type) \
+                or error < SIGNIFICANT_ERROR:
+            return None
+        region, boundary = self._unpaired_region(writer)
+        if region is None or boundary is None or any(r.pass_name for r in region):
+            return None  # a fused op pairs with golden's through its original ops, judged as a fusion
+        computing = [r for r in region if not is_copy(r.type)]
+        if not computing:
+            return None
+        writer = max(computing, key=lambda r: r.exec_index)  # the last that computes (autocast casts after it)
+        if module_path(writer.name) == module_path(golden_writer.name):
+            return None  # both in one module: another implementation of it, judged whole (`rewrites`)
+        boundary_error = max(self.measure(p).observed for p in boundary)
+        if error <= INTRODUCED_EXCESS * boundary_error:
+            return None
+        return Departure(slot, error, 0, 0, None, boundary_error, writer, unpaired=golden_writer)
+
+    def _unpaired_region(self, writer: OpRecord) -> tuple[list[OpRecord] | None, list[OpRecord] | None]:
+        """(the target-only ops ``writer``'s value was computed through, the paired ops they read from), walking
+        the target's writers back from ``writer``; (None, None) past _REGION ops."""
+        writers = self.writers()[1]
+        region, boundary, todo, seen = [], [], [writer], {id(writer)}
+        while todo:
+            op = todo.pop()
+            region.append(op)
+            if len(region) > _REGION:
+                return None, None
+            for tensor in op.inputs:
+                if not is_float(tensor.dtype):
+                    continue
+                producer = writers.producer(op, tensor.slot)
+                if producer is None or id(producer) in seen or producer.is_module:
+                    continue
+                seen.add(id(producer))
+                (todo if self.golden_of(producer) is None else boundary).append(producer)
+        return region, boundary or None
+
     def _golden_writer(self, golden_record: OpRecord, golden_tensor) -> tuple[OpRecord, str] | None:
         """(the golden op that last wrote ``golden_tensor`` before ``golden_record`` read it, its output slot)."""
         writer = self.writers()[0].producer(golden_record, golden_tensor.slot)
@@ -261,6 +310,8 @@ class DepartureFinder:
     def target_only_between(self, d: Departure, reader: OpRecord) -> list[OpRecord]:
         """The target's ops without a golden partner that ran between ``d``'s producer and ``reader``, in its
         writer's module path: the hand-written step that changed the value."""
+        if d.producer is None:
+            return []
         where = module_path(d.writer.name)
         return [r for r in self._target_records if d.producer.exec_index < r.exec_index < reader.exec_index
                 and not r.is_module and module_path(r.name) == where and self.golden_of(r) is None]
@@ -334,6 +385,8 @@ def skipped_verdict(record: OpRecord, d: Departure) -> Verdict:
 def target_only_verdict(record: OpRecord, d: Departure, between: list[OpRecord]) -> Verdict:
     """The target-only op that wrote what ``record`` read: an extra computation golden does not run; a cast
     to a narrower format than golden's when those ops only cast (`narrowing_cast`)."""
+    if d.unpaired is not None:
+        return unpaired_verdict(record, d)
     cast = narrowing_cast(d, between)
     if cast is not None:
         return cast_verdict(record, d, cast)
@@ -345,5 +398,20 @@ def target_only_verdict(record: OpRecord, d: Departure, between: list[OpRecord])
                 f"ops only the target runs between them: {shown}")
     action = (f"the target runs ops golden does not between {d.producer.name} and {record.name} (a tensor or "
               f"gradient hook, a hand-written step): check {module_path(writer.name) or writer.name}")
+    return Verdict(writer.name, "kernel_bug", writer.step, writer.direction, writer.type, evidence, action,
+                   module=module_path(writer.name))
+
+
+def unpaired_verdict(record: OpRecord, d: Departure) -> Verdict:
+    """The target-only op that wrote what ``record`` read, where golden computed that value in ops of its own."""
+    writer, theirs = d.writer, d.unpaired
+    evidence = (f"{record.name} ({record.type}) reads {d.slot} {d.error:.3g} from golden: in golden {theirs.name} "
+                f"({theirs.type}) wrote it, in the target {writer.name} ({writer.type}); neither has a partner in "
+                "the other run",
+                f"the values the target's ops there read from paired ops match golden within {d.producer_error:.3g}: "
+                "they compute another value than golden's own ops from the same inputs")
+    where = module_path(writer.name) or "the training loop"
+    action = (f"the target computes {d.slot} of {record.name} in other ops than golden ({where}, golden in "
+              f"{module_path(theirs.name) or 'the training loop'}): check that code")
     return Verdict(writer.name, "kernel_bug", writer.step, writer.direction, writer.type, evidence, action,
                    module=module_path(writer.name))

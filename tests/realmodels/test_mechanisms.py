@@ -112,3 +112,17 @@ def test_a_loss_not_divided_over_micro_batches_is_named_at_the_division_the_targ
     assert (verdict.cls, verdict.op, verdict.direction, verdict.type) == (
         "kernel_bug", "aten.div_0/aten.div_0", "backward", "aten.div")
     assert "in golden aten.div_0/aten.div_0 (aten.div) wrote it; in the target aten.ones_like_0" in verdict.evidence[0]
+
+
+def test_a_loss_smoothed_in_the_training_loop_is_named_where_the_target_computes_the_logits_gradient(diagnosed):
+    # golden's model computes its loss (CrossEntropyLoss inside it), the target's training loop with label
+    # smoothing 0.1: the logits' gradient departs 10 %, and neither run's op that wrote it pairs with the other's
+    verdict = diagnosed(Case("albert", "fp32", "outside_smoothed", "", "kernel_bug", "backward")).verdict
+    assert (verdict.cls, verdict.op, verdict.direction, verdict.step, verdict.type) == (
+        "kernel_bug", "aten._log_softmax_0/aten._log_softmax_backward_data_0", "backward", 0,
+        "aten._log_softmax_backward_data")
+    assert verdict.evidence[0].startswith(
+        "AlbertForSequenceClassification/classifier/aten.addmm_0/aten.mm_0 (aten.mm) reads input_0 0.0998 from "
+        "golden: in golden CrossEntropyLoss/aten._log_softmax_0/aten._log_softmax_backward_data_0 "
+        "(aten._log_softmax_backward_data) wrote it, in the target aten._log_softmax_0/"
+        "aten._log_softmax_backward_data_0 (aten._log_softmax_backward_data); neither has a partner")
