@@ -169,7 +169,9 @@ def explain_boost(golden, target, verdict: Verdict, first_flagged: str | None) -
         return verdict, [f"{sides}; no recorded boost change takes effect in the compared steps"]
     first = placed[0]
     culprit = _culprit_position(target, verdict)
-    if culprit is not None and culprit < (first.step, first.position):
+    # an op a boost change added (named under its prefix) is that change at work, not a culprit before it
+    added = verdict.op is not None and any(p.change.prefix and verdict.op.startswith(p.change.prefix) for p in placed)
+    if culprit is not None and not added and culprit < (first.step, first.position):
         return verdict, [f"{sides}; the culprit comes before the first boost change ({first.change.algorithm} "
                          f"at {first.op}, step {first.step})"]
     if first_flagged is None and verdict.cls == "none":
