@@ -27,10 +27,15 @@ def compare(source, cosine=None, limit=None, show_all=False, steps=None, op_glob
     limit = defaults.LIST_LIMIT if limit is None else limit
     options = compare_options(steps, op_glob, jobs, scheduler)
     streamed = _stream(source, options, threshold, limit) if not show_all and limit > 0 else None
+    selecting = steps is not None or bool(op_glob)  # a selection that chose nothing is the user's to fix, as in check
     if streamed is not None:  # a window of ops at a time: the flagged ops listed are kept or scored again
+        if selecting and not streamed.compared_ops:
+            raise _nothing_to(source, "compare", steps, op_glob)
         rows = streamed.select_flagged(threshold, limit)
         return Comparison(streamed, rows, threshold, limit, streamed.flagged_count(threshold), show_all, None)
     report = source.compare(options)
+    if selecting and not report.compared_ops:
+        raise _nothing_to(source, "compare", steps, op_glob)
     every = source.flagged(threshold, options)  # memoised per threshold by the shell
     rows = list(report.ops) if show_all else (list(every[:limit]) if limit > 0 else list(every))
     return Comparison(report, rows, threshold, limit, len(every), show_all, _zoom(source, report, threshold))
@@ -131,10 +136,15 @@ def _nothing_to(source, verb: str, steps=None, op_glob=None) -> InputError:
     if not any(chosen):
         return InputError(source.path("target"), f"no tensor matches the golden dump {source.path('golden')}: "
                                                  f"nothing to {verb}")
-    recorded = getattr(source.dump("golden"), "steps_complete", None) if steps is not None else None
-    held = f" (it holds steps {_ranges(range(recorded))})" if recorded else ""
-    return InputError(source.path("golden"), f"no op in {' and '.join(c for c in chosen if c)}{held}: "
-                                             f"nothing to {verb}")
+    role, recorded = "golden", None
+    if steps is not None:  # the side whose steps the selection misses (a target that stopped early), else golden
+        held = {side: getattr(source.dump(side), "steps_complete", None) for side in ("golden", "target")}
+        role = next((side for side in ("golden", "target")
+                     if held[side] is not None and not set(steps) & set(range(held[side]))), "golden")
+        recorded = held[role]
+    held_text = f" (it holds steps {_ranges(range(recorded))})" if recorded else ""
+    return InputError(source.path(role), f"no op in {' and '.join(c for c in chosen if c)}{held_text}: "
+                                         f"nothing to {verb}")
 
 
 def _ranges(steps) -> str:

@@ -136,6 +136,17 @@ def test_a_selection_that_picks_nothing_is_named_with_the_steps_the_dump_holds(r
     result = run_cli("check", golden, target, "--steps", "3-5,9")
     assert (result.status, result.stdout) == (2, "")
     assert result.stderr == f"precision-tool: error: {golden}: no op in --steps 3-5,9 (it holds steps 0): nothing to check\n"
+
+
+@pytest.mark.parametrize("options, selection", [(("--steps", "3-5,9"), "--steps 3-5,9 (it holds steps 0)"),
+                                                (("--ops", "nowhere*"), "--ops 'nowhere*'"),
+                                                (("--steps", "7", "--all"), "--steps 7 (it holds steps 0)")])
+def test_compare_names_a_selection_that_picks_nothing(run_cli, golden, tmp_path, options, selection):
+    # it exited 0 with "the golden dump has no op in the selected steps and names", as if the runs agreed
+    target = build(tmp_path / "t.h5", (0.0, 1e-4, 1e-4))
+    result = run_cli("compare", golden, target, *options)
+    assert (result.status, result.stdout) == (2, "")
+    assert result.stderr == f"precision-tool: error: {golden}: no op in {selection}: nothing to compare\n"
     result = run_cli("baseline", golden, target, "-o", tmp_path / "b.json", "--ops", "head/*")
     assert result.stderr == f"precision-tool: error: {golden}: no op in --ops 'head/*': nothing to save\n"
     other = MemoryDump(role="target")
@@ -148,3 +159,16 @@ def test_the_failing_tensors_are_said_to_be_in_execution_order(run_cli, golden, 
     result = run_cli("check", golden, build(tmp_path / "t.h5", (0.0, 0.5, 1.0)))
     assert result.stdout.splitlines()[0] == "Failing tensors, in execution order:"  # was "first first"
     assert "in execution order (default 10; 0: all)" in " ".join(run_cli("compare", "-h").stdout.split())
+
+
+def test_a_step_only_golden_holds_names_the_target(run_cli, tmp_path):
+    golden, target = MemoryDump(role="golden"), MemoryDump(role="target")
+    for step in (0, 1):
+        golden.add("layer0/MatMul", "MatMul", {"output_0": X}, step=step)
+    target.add("layer0/MatMul", "MatMul", {"output_0": X}, step=0)
+    golden, target = golden.save(tmp_path / "g.h5"), target.save(tmp_path / "t.h5")
+    for command in ("compare", "check"):
+        result = run_cli(command, golden, target, "--steps", "1")
+        assert result.status == 2
+        assert result.stderr == f"precision-tool: error: {target}: no op in --steps 1 (it holds steps 0): " \
+                                f"nothing to {command}\n"
