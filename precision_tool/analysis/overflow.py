@@ -60,6 +60,7 @@ def overflow_entry(record: OpRecord, loss_scale: float | None, invalid: bool = F
         input_ranges=tuple(_range(t) for t in record.inputs if t.stats.count),
         output_ranges=tuple(_range(t) for t in outputs),
         hint=overflow_hint(record, loss_scale, invalid),
+        invalid=invalid and not record.inherited_nonfinite,
     )
 
 

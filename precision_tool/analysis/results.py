@@ -45,6 +45,7 @@ class OverflowEntry:
     input_ranges: tuple[Range, ...]
     output_ranges: tuple[Range, ...]
     hint: str
+    invalid: bool = False  # it makes NaN from finite inputs, written as numbers by a saturation mode
 
 
 @dataclass

@@ -46,6 +46,8 @@ def _overflow_entry(number: int, entry, is_first: bool) -> list[Text]:
                          f"  {entry.compute_dtype}")
     if entry.saturated or entry.inf or entry.nan:
         counts = Text(f"outputs hold {entry.saturated} saturated, {entry.inf} inf, {entry.nan} nan values")
+    elif entry.invalid:
+        counts = Text("no output holds inf, nan or a saturated value: the NaN it makes was written as numbers")
     else:
         counts = Text("no output holds inf, nan or a saturated value: the overflow is inside the kernel")
     ranges = Text("inputs " + (" ".join(_range(r) for r in entry.input_ranges) or "-")

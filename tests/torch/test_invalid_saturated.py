@@ -30,6 +30,20 @@ def test_a_square_root_of_negatives_saturated_to_zero_is_said_to_make_nan(tmp_pa
         assert entry.name == sqrt.name and entry.hint == (
             "aten.sqrt makes NaN from these finite inputs (an invalid operation: the square root or log of a "
             "negative value, 0/0), which the saturation mode wrote as numbers: check its inputs' range")
+        assert entry.invalid and not overflow_report(dump).entries[1].invalid
+
+
+def test_the_shell_says_a_hidden_nan_was_written_as_numbers(tmp_path):
+    # it said "the overflow is inside the kernel" above the hint that the op makes NaN
+    from precision_tool.render import shell_views
+    from tests.repl.test_views import text
+
+    _run(tmp_path / "s.h5", [-4.0, 1.0, 4.0], "saturation")
+    with open_dump(tmp_path / "s.h5") as dump:
+        out = " ".join(text(shell_views.overflow_report(overflow_report(dump))).split())
+    sqrt, exp = out.split("[2]")
+    assert "no output holds inf, nan or a saturated value: the NaN it makes was written as numbers" in sqrt
+    assert "inside the kernel" not in out and "outputs hold 1 saturated, 0 inf, 0 nan values" in exp
 
 
 def test_a_nan_kept_as_nan_is_no_hidden_one(tmp_path):
