@@ -92,10 +92,14 @@ class PartialFile:
             _HELD.discard(self._held)
 
 
-def check_target(path, overwrite: bool) -> None:
-    """InputError unless a dump can be written to ``path`` now (before any work is done)."""
+def check_target(path, overwrite: bool, only_dumps: bool = False) -> None:
+    """InputError unless a dump can be written to ``path`` now (before any work is done). ``only_dumps`` (with
+    ``overwrite``): an existing file is replaced only if it is an HDF5 file or empty, never a script or a
+    checkpoint given by mistake."""
     path = output_target(path)
     _check_target(path, overwrite)
+    if overwrite and only_dumps:
+        _refuse_other_files(path)
     partial = partial_path(path)
     if os.path.realpath(partial) in _HELD:
         raise InputError(path, ALREADY_OURS)
@@ -137,6 +141,22 @@ def _check_target(path: str, overwrite: bool) -> None:
         raise InputError(path, f"cannot create the dump: no directory {Path(path).parent}")
     if not overwrite and os.path.lexists(path):
         raise InputError(path, "already exists; choose another file name, or overwrite it with --force")
+
+
+def _refuse_other_files(path: str) -> None:
+    import h5py
+
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return  # nothing there: created by the rename
+    try:
+        dump = h5py.is_hdf5(path)
+    except OSError as exc:
+        raise InputError(path, f"cannot be read to tell what it holds: {problem(exc)}") from None
+    if size and not dump:
+        raise InputError(path, "exists and is not a dump (not an HDF5 file); a dump replaces only a dump: move it "
+                               "away or choose another file name")
 
 
 def _claim(path: str, partial: str) -> int:

@@ -131,7 +131,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
     def __enter__(self) -> "dump":
         self._join_run()
         if self._writer is None:  # a file that cannot be written is said at the ``with``, not at the first op
-            check_target(self.path, overwrite=True)
+            check_target(self.path, overwrite=True, only_dumps=True)
         self._autocast = _autocast_dtype()  # autocast is off inside dispatch, where the metadata is written
         SESSION.attach(recorder=self)
         return self

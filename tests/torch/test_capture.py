@@ -180,6 +180,27 @@ def test_a_dump_opened_inside_one_to_the_same_file_says_this_process_writes_it(t
         assert dump.complete and [s.step for s in dump.steps()] == [0, 1]
 
 
+def test_a_dump_replaces_a_dump_or_an_empty_file_but_never_another_file(tmp_path):
+    """Re-running a script replaces its last dump; a dump given a script's or a checkpoint's name by mistake
+    refuses at the ``with`` and leaves that file as it was (it was replaced when the dump finished)."""
+    from precision_tool.errors import InputError
+
+    run = make_mlp()
+    for name in ("g.h5", "g.h5", "empty.h5"):
+        (tmp_path / "empty.h5").touch()
+        with ptt.dump(tmp_path / name, mode="stats"):
+            train(run, steps=1)
+        with open_dump(tmp_path / name) as dump:
+            assert dump.complete and [s.step for s in dump.steps()] == [0]
+    script = tmp_path / "train.py"
+    script.write_text("print('training')\n")
+    with pytest.raises(InputError, match=r"train.py: exists and is not a dump \(not an HDF5 file\)"):
+        with ptt.dump(script, mode="stats"):
+            train(run, steps=1)
+    assert script.read_text() == "print('training')\n" and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["empty.h5", "g.h5", "train.py"]
+
+
 def test_a_dump_whose_file_fails_to_open_mid_step_is_not_left_attached(tmp_path):
     """Entered while a step is open, a dump opens its file at once; when that fails, the error reaches the
     ``with`` and the dump is not left attached (every later op would fail on it again)."""
