@@ -206,11 +206,53 @@ class DepartureFinder:
                     return replace(unpaired, golden_dtype=golden_tensor.dtype)
                 continue
             producer_error = self.measure(producer).observed
-            if error.error <= INTRODUCED_EXCESS * producer_error:
+            writer = self._changer(record, slot)
+            if writer is None or writer.exec_index <= producer.exec_index or self.golden_of(writer) is not None:
                 continue
-            writer = self.writers()[1].producer(record, slot)
-            if writer is not None and writer.exec_index > producer.exec_index and self.golden_of(writer) is None:
+            if error.error > INTRODUCED_EXCESS * producer_error or (
+                    not is_copy(writer.type) and error.error > 2.0 * producer_error and _beyond(
+                        error.error, producer_error, record.tensor(slot).dtype, *(t.dtype for t in producer.outputs))):
                 return Departure(slot, error.error, 0, 0, producer, producer_error, writer, golden_tensor.dtype)
+        return None
+
+    def _changer(self, record: OpRecord, slot: str) -> OpRecord | None:
+        """The op that wrote ``record``'s input ``slot``, walking back, in a run with loss scaling, past ops only
+        the target runs that only scale it by a power of two (a GradScaler unscaling gradients: exact, the error
+        they carry unchanged; a scale by 1.05 through ``.data`` is a change)."""
+        writers = self.writers()[1]
+        writer = writers.producer(record, slot)
+        if not any(s.loss_scale not in (None, 1.0) for s in self.target_dump.steps()):
+            return writer
+        for _ in range(_LISTED):
+            if writer is None or self.golden_of(writer) is not None:
+                return writer
+            key = fingerprint(record.tensor(slot))
+            written = next((t.slot for t in writer.outputs if t.stats.count and fingerprint(t) == key), None)
+            source = self._scaled_from(writer, written) if written is not None else None
+            earlier = writers.producer(writer, source) if source is not None else None
+            if earlier is None:
+                return writer
+            record, slot, writer = writer, source, earlier
+        return writer
+
+    def _scaled_from(self, writer: OpRecord, slot: str) -> str | None:
+        """The input slot of ``writer`` whose values its output ``slot`` holds times one power of two, else None
+        (the input of the same index first: a foreach op's in-place lists)."""
+        out = writer.tensor(slot)
+        index = slot.rsplit("_", 1)[-1]
+        candidates = sorted((t for t in writer.inputs if t.has_data and is_float(t.dtype) and t.shape == out.shape),
+                            key=lambda t: t.slot != f"input_{index}")[:2]
+        if not out.has_data or not candidates:
+            return None
+        y = np.asarray(self.target_dump.tensor(writer.step, writer.exec_index, slot), dtype=np.float64).ravel()
+        for tensor in candidates:
+            x = np.asarray(self.target_dump.tensor(writer.step, writer.exec_index, tensor.slot), np.float64).ravel()
+            norm = float(x @ x)
+            scale = float(y @ x) / norm if norm > 0.0 and np.isfinite(norm) else 0.0
+            if scale and np.isfinite(scale):
+                scale = math.ldexp(1.0, round(math.log2(abs(scale)))) * np.sign(scale)  # the nearest power of two
+                if scale != 1.0 and np.allclose(y, scale * x, rtol=1e-6, atol=0.0):
+                    return tensor.slot
         return None
 
     def rewritten(self, record: OpRecord, view: GoldenView) -> Departure | None:
@@ -226,7 +268,7 @@ class DepartureFinder:
             fmt = FORMATS.get(record.tensor(slot).dtype)
             if fmt is None or error.overflowed or error.error < REWRITE_UNITS * fmt.unit_roundoff:
                 continue
-            writer = self.writers()[1].producer(record, slot)
+            writer = self._changer(record, slot)
             if writer is None or is_copy(writer.type) or self.golden_of(writer) is not None:
                 continue
             golden_tensor = view.record(slot)
@@ -315,6 +357,13 @@ class DepartureFinder:
         where = module_path(d.writer.name)
         return [r for r in self._target_records if d.producer.exec_index < r.exec_index < reader.exec_index
                 and not r.is_module and module_path(r.name) == where and self.golden_of(r) is None]
+
+
+def _beyond(error: float, writer_error: float, *dtypes: str) -> bool:
+    """Whether a value ``error`` from golden, written from one ``writer_error`` from golden, changed by more than
+    REWRITE_UNITS units of the coarsest of ``dtypes`` (the value's and its writer's outputs'), in quadrature."""
+    units = [FORMATS[d].unit_roundoff for d in dtypes if d in FORMATS]
+    return bool(units) and math.sqrt(max(error ** 2 - writer_error ** 2, 0.0)) >= REWRITE_UNITS * max(units)
 
 
 def _differing(target, golden) -> tuple[int, int]:

@@ -43,7 +43,8 @@ from precision_tool.dump.records import OpRecord
 
 def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_of, target_dump,
                  golden_dump, golden_records: list[OpRecord] = (), widened: bool = False,
-                 as_recorded: bool = False, own_state: bool = False) -> tuple[dict[tuple, np.ndarray], bool] | None:
+                 as_recorded: bool = False, own_state: bool = False,
+                 in_float64: bool = False) -> tuple[dict[tuple, np.ndarray], bool] | None:
     """(the values the ops ``members`` (the target's group, in order) write when run again on golden's inputs, by
     the fingerprint of the tensor each wrote in the target; whether every input from outside was golden's), or
     None where one cannot be replayed. Inputs no op of the step wrote (parameters, optimizer state) are golden's
@@ -52,7 +53,8 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
     narrower dtype pass their input on as it is, so that the ops after them compute in golden's precision;
     ``as_recorded``: each op runs with the numerics the target recorded (a simulated device's lowered
     precision), else in plain PyTorch; ``own_state``: an input no op of the step wrote and no optimizer op reads
-    (state the group carries from its last call, not a parameter) is the target's own."""
+    (state the group carries from its last call, not a parameter) is the target's own; ``in_float64``: in plain
+    PyTorch in float64, whatever dtypes the target computed in (golden's function as exact arithmetic gives it)."""
     if target_dump.metadata.get("framework") != "torch" or not all(
             t.has_data for record in members for t in record.tensors if t.stats.count):
         return None
@@ -99,7 +101,7 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
         try:
             outputs = [np.asarray(inputs[0])] if narrowing else \
                 replay_as_recorded(record, inputs, target_dump.metadata)[0] if as_recorded else \
-                replay(record, inputs, device="golden")
+                replay(record, inputs, device="golden", exact=in_float64)
         except (NotReplayable, RuntimeError, ValueError, TypeError):
             return None
         for tensor, array in zip(record.outputs, outputs):
@@ -273,7 +275,8 @@ def _update_error(replayed: np.ndarray, golden: np.ndarray, before: np.ndarray |
 
 def module_on_golden_inputs(members: list[OpRecord], target_module: OpRecord, golden_module: OpRecord,
                             step_records: list[OpRecord], golden_of, target_dump, golden_dump,
-                            golden_records: list[OpRecord] = (), widened: bool = False) -> float | None:
+                            golden_records: list[OpRecord] = (), widened: bool = False,
+                            in_float64: bool = False) -> float | None:
     """The largest relative error of golden's module outputs against what the target's ops of that module call
     (``members``, in order) write when run again on golden's inputs (`replay_group`) with the numerics the target
     recorded, or None where that cannot be told (an input without golden's counterpart, an output the replay does
@@ -281,9 +284,9 @@ def module_on_golden_inputs(members: list[OpRecord], target_module: OpRecord, go
     its inputs' error (parameters included), amplified by that function. State it carries from its last call
     (an LSTM's hidden state clamped between steps) is its own, not golden's input. ``widened``: in plain PyTorch, its casts
     to narrower dtypes left out: a module that then writes golden's outputs computes golden's function in another
-    precision."""
+    precision; ``in_float64``: that in float64 (`replay_group`)."""
     replayed = replay_group(members, step_records, golden_of, target_dump, golden_dump, golden_records, widened,
-                            as_recorded=not widened, own_state=True)
+                            as_recorded=not widened, own_state=True, in_float64=in_float64)
     if replayed is None or not replayed[1]:
         return None
     written = replayed[0]
