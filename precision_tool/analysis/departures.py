@@ -209,9 +209,8 @@ class DepartureFinder:
             writer = self._changer(record, slot)
             if writer is None or writer.exec_index <= producer.exec_index or self.golden_of(writer) is not None:
                 continue
-            if error.error > INTRODUCED_EXCESS * producer_error or (
-                    not is_copy(writer.type) and error.error > 2.0 * producer_error and _beyond(
-                        error.error, producer_error, record.tensor(slot).dtype, *(t.dtype for t in producer.outputs))):
+            if error.error > INTRODUCED_EXCESS * producer_error or (not is_copy(writer.type) and _beyond(
+                    error.error, producer_error, record.tensor(slot).dtype, *(t.dtype for t in producer.outputs))):
                 return Departure(slot, error.error, 0, 0, producer, producer_error, writer, golden_tensor.dtype)
         return None
 
@@ -256,15 +255,17 @@ class DepartureFinder:
         return None
 
     def rewritten(self, record: OpRecord, view: GoldenView) -> Departure | None:
-        """The first float input of forward ``record`` that an op only the target runs, and that computes (not a
-        cast or a copy), rewrote after the partner of its golden writer wrote it, by more than REWRITE_UNITS
-        units of the input's format beyond that writer's own error (in quadrature: the rewrite and the error it
-        carried are independent): the local form of `floating` for errors under the noise floor (a 2 % scale
-        under bfloat16). None otherwise."""
+        """The first float input of ``record`` that an op only the target runs, and that computes (not a cast or a
+        copy), rewrote after the partner of its golden writer wrote it, by more than REWRITE_UNITS units of the
+        input's format beyond that writer's own error (in quadrature: the rewrite and the error it carried are
+        independent): the local form of `floating` for errors under the noise floor (a 2 % scale under bfloat16;
+        a 5 % gradient scale under bfloat16's backward). None otherwise."""
         golden_record = self.golden_of(record)
-        if golden_record is None or record.direction != "forward":
+        if golden_record is None:
             return None
-        for slot, error in pair_errors(self.golden_dump, self.target_dump, record, view, "input"):
+        ratio = loss_scale_ratios(self.golden_dump, self.target_dump).get(record.step, 1.0) \
+            if record.direction == "backward" else 1.0
+        for slot, error in pair_errors(self.golden_dump, self.target_dump, record, view, "input", ratio):
             fmt = FORMATS.get(record.tensor(slot).dtype)
             if fmt is None or error.overflowed or error.error < REWRITE_UNITS * fmt.unit_roundoff:
                 continue
@@ -277,7 +278,10 @@ class DepartureFinder:
             if producer is None or writer.exec_index <= producer.exec_index:
                 continue
             producer_error = self.measure(producer).observed
-            if math.sqrt(max(error.error ** 2 - producer_error ** 2, 0.0)) >= REWRITE_UNITS * fmt.unit_roundoff:
+            # in backward and the optimizer, in units of the coarser of the value's format and its writer's
+            # outputs' (a bf16 gradient read in float32 carries bf16's rounding)
+            if _beyond(error.error, producer_error, fmt.name, *(
+                    t.dtype for t in producer.outputs if record.direction != "forward")):
                 return Departure(slot, error.error, 0, 0, producer, producer_error, writer, golden_tensor.dtype)
         return None
 

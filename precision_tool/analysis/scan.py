@@ -297,11 +297,11 @@ class Scanner(RewriteJudge):
         return None
 
     def _rewritten(self, record: OpRecord, a: Attribution) -> Verdict | None:
-        """Under the noise floor, a forward op whose output and inputs depart by REWRITE_UNITS of its format: an
-        input a computation only the target runs rewrote (`departures.rewritten`) is the culprit there."""
+        """Under the noise floor, an op whose output and inputs depart by REWRITE_UNITS of its format: an input a
+        computation only the target runs rewrote (`departures.rewritten`) is the culprit there."""
         fmt = FORMATS.get(output_dtype(record))
         bound = REWRITE_UNITS * (fmt.unit_roundoff if fmt is not None else 0.0)
-        if record.direction != "forward" or record.is_module or min(a.observed, a.inherited) < max(bound, 1e-12):
+        if record.is_module or min(a.observed, a.inherited) < max(bound, 1e-12):
             return None
         found = self.departures.rewritten(record, self.views.get(id(record)) or GoldenView(self.golden, []))
         if found is None:

@@ -140,15 +140,7 @@ def _golden_value(record: OpRecord, tensor, writers: Consumers, readers, golden_
         return None
     writer, key = writers.producer(record, tensor.slot), fingerprint(tensor)
     if writer is None:  # a parameter, or state kept from the last step
-        for reader, slot in readers:
-            partner = golden_of(reader)
-            value = _partner_value(partner, slot, tensor, golden_dump) if partner is not None else None
-            if value is not None:
-                value = as_read(value, target_dump.tensor(reader.step, reader.exec_index, slot),
-                                target_dump.tensor(record.step, record.exec_index, tensor.slot))
-            if value is not None:
-                return value
-        return None
+        return _read_alike(record, tensor, readers, golden_of, target_dump, golden_dump)
     for _ in range(4):  # through the casts golden does not run (autocast's float32 copy of a weight gradient)
         if writer is None or golden_of(writer) is not None or not is_copy(writer.type):
             break
@@ -156,8 +148,8 @@ def _golden_value(record: OpRecord, tensor, writers: Consumers, readers, golden_
         if source is None:
             break
         writer, key = writers.producer(writer, source.slot), fingerprint(source)
-    if writer is None:
-        return None
+    if writer is None:  # a parameter autocast cast (a convolution's weight in bf16, saved for its backward)
+        return _read_alike(record, tensor, readers, golden_of, target_dump, golden_dump)
     slot = next((t.slot for t in writer.outputs if t.stats.count and fingerprint(t) == key), None)
     partner = golden_of(writer, slot) if slot is not None else None
     if partner is None:
@@ -169,6 +161,20 @@ def _golden_value(record: OpRecord, tensor, writers: Consumers, readers, golden_
     # tensor into the one the group read turns golden's into its counterpart
     return as_read(value, target_dump.tensor(writer.step, writer.exec_index, slot),
                    target_dump.tensor(record.step, record.exec_index, tensor.slot))
+
+
+def _read_alike(record: OpRecord, tensor, readers, golden_of, target_dump, golden_dump) -> np.ndarray | None:
+    """Golden's value of an input no op of the step wrote: what the golden partner of an op that reads it too
+    read (``readers``: (op, slot) pairs outside the group), as ``record`` reads it; None without one."""
+    for reader, slot in readers:
+        partner = golden_of(reader)
+        value = _partner_value(partner, slot, tensor, golden_dump) if partner is not None else None
+        if value is not None:
+            value = as_read(value, target_dump.tensor(reader.step, reader.exec_index, slot),
+                            target_dump.tensor(record.step, record.exec_index, tensor.slot))
+        if value is not None:
+            return value
+    return None
 
 
 def as_read(value: np.ndarray, written: np.ndarray, read: np.ndarray) -> np.ndarray | None:

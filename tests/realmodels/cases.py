@@ -187,6 +187,12 @@ def fault_cases() -> list[Case]:
     # quadrature), and behind a GradScaler's unscaling, which only scales (`departures._changer`)
     for target in ("fp16", "amp16"):
         cases.append(Case("bert-eager", target, "grad_noise", "fc", "kernel_bug", "backward"))
+    # a 5 % gradient scale under bf16's backward noise (10 % at a ResNet's residual add): a convolution's group
+    # replayed on golden's inputs (its weight cast by autocast is golden's weight), and a scale only the target
+    # runs where golden's module runs no backward (an identity shortcut; a pooler's own ops)
+    for role in ("conv", "shortcut"):
+        cases.append(Case("resnet", "bf16", "backward_only", role, "kernel_bug", "backward"))
+    cases.append(Case("bert-eager", "bf16", "backward_only", "pooler", "kernel_bug", "backward"))
     return cases + more.fault_cases() + unseen.fault_cases() + probed.fault_cases() + probed2.fault_cases() + \
         probed3.fault_cases()
 
