@@ -119,17 +119,20 @@ class RewriteJudge(MissingJudge):
                 introduced = replayed[0]
         computes, departs = self._computes_golden(rewrite, floor) if rewrite.direction == "forward" and \
             observed >= floor and not stats_only(record) else (None, None)
-        if computes == "inherited":
-            return None
-        if rewrite.direction == "forward" and REWRITE_FLOOR <= observed < floor and not stats_only(record):
-            # under a 16-bit run's floor, another function stands out in exact arithmetic (a hand-written GELU
-            # under bf16: 0.9 %, 2.3 units of bfloat16; run again on golden's inputs in float64, still 0.9 %),
-            # judged from REWRITE_FLOOR as in a float32 target; a replay departing far beyond the recorded output
-            # is no faithful one (a kernel whose float64 form differs), and not judged
+        in_float64 = False
+        if rewrite.direction == "forward" and REWRITE_FLOOR <= observed and REWRITE_FLOOR < floor and \
+                (observed < floor or computes == "inherited") and not stats_only(record):
+            # under a 16-bit run's floor, or within it on golden's inputs, another function stands out in exact
+            # arithmetic (a hand-written GELU under bf16: 0.9 %, 2.3 units of bfloat16; run again on golden's
+            # inputs in float64, still 0.9 %), judged from REWRITE_FLOOR as in a float32 target; a replay
+            # departing far beyond the recorded output is no faithful one (a kernel whose float64 form differs)
             departs = self._on_golden_inputs(rewrite, True, exact=True)
             if departs is None or not REWRITE_FLOOR <= departs <= 2.0 * observed:
                 return None
-            floor = REWRITE_FLOOR
+            computes, floor, in_float64 = None, REWRITE_FLOOR, True
+            self.result.notes[:] = [n for n in self.result.notes if not n.startswith(f"{rewrite.name}: runs other")]
+        if computes == "inherited":
+            return None
         introduced = departs if departs is not None else introduced  # another function, whatever its inputs carry
         if rewrite.direction == "backward" and introduced is None and floor <= observed <= INTRODUCED_EXCESS * \
                 inherited and not stats_only(record):  # a change under the incoming gradient's noise: on golden's
@@ -148,10 +151,11 @@ class RewriteJudge(MissingJudge):
                     f"the parameters and state it writes are {_fmt(observed)} from golden while the gradients it "
                     f"reads are within {_fmt(inherited)}"]
         if introduced is not None:
+            precision = "float64" if in_float64 else "golden's precision"
             evidence.append(f"run again on golden's gradients, it still writes results {_fmt(introduced)} from "
                             "golden's: it computes another update" if rewrite.direction == "optimizer" else
-                            f"run again on golden's inputs in golden's precision (its casts to narrower dtypes left "
-                            f"out), it writes outputs {_fmt(introduced)} from golden's: it computes another function")
+                            f"run again on golden's inputs in {precision} (its casts to narrower dtypes left out), "
+                            f"it writes outputs {_fmt(introduced)} from golden's: it computes another function")
         found = self._first_inside(rewrite)
         if found is not None and found[1] not in ("ill-conditioned", "underflow"):
             op, kind, _ = found
