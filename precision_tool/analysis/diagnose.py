@@ -42,10 +42,18 @@ def _fusion_off_overflows(fusion_off, step: int, names: tuple[str, ...]) -> bool
     return any(r.overflow and r.name in names for r in records)
 
 
-def _overflow_evidence(entry: OverflowEntry, total: int) -> list[str]:
+def _overflow_evidence(entry: OverflowEntry, report: OverflowReport) -> list[str]:
+    """What the overflow report says of ``entry``, placed in its order (the overflow view's, execution order):
+    the first to overflow, or the first whose overflow harms where earlier ones were absorbed or inherited."""
+    order = next((i for i, e in enumerate(report.entries, 1) if (e.step, e.direction, e.exec_index, e.name) ==
+                  (entry.step, entry.direction, entry.exec_index, entry.name)), None)
+    total = report.total
+    place = f"the first of {total} overflowing op execution(s)" if order == 1 else \
+        f"overflowing op execution {order} of {total} in execution order" if order else \
+        f"one of {total} overflowing op executions"
     evidence = [
         f"{entry.name} ({entry.type}, computing in {entry.compute_dtype}) raised the float status "
-        f"at step {entry.step}, the first of {total} overflowing op execution(s) in {entry.direction}",
+        f"at step {entry.step} in {entry.direction}, {place}",
         f"its outputs hold {entry.saturated} saturated, {entry.inf} inf and {entry.nan} NaN value(s)",
     ]
     if entry.input_ranges:
@@ -58,7 +66,7 @@ def _overflow_evidence(entry: OverflowEntry, total: int) -> list[str]:
 def _overflow_verdict(entry: OverflowEntry, report: OverflowReport, record: OpRecord | None,
                       fusion_off, extra: tuple[str, ...] = ()) -> Verdict:
     """Overflow at ``entry``; fusion when it is a fused op that the fusion-off run computes without overflow."""
-    evidence = _overflow_evidence(entry, report.total) + list(extra)
+    evidence = _overflow_evidence(entry, report) + list(extra)
     if record is not None and record.pass_name:
         evidence.append(f"it is a fused op ({record.pass_name}) replacing {', '.join(record.original_names)}")
         if fusion_off is not None and not _fusion_off_overflows(fusion_off, entry.step, record.original_names):

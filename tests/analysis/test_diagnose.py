@@ -82,3 +82,22 @@ def test_a_target_that_stopped_early_is_diagnosed_on_the_steps_both_took_with_a_
     assert diagnosis.verdict.cls == "none"
     assert "the target stops after step 0; golden's 2 steps (1 to 2) after it have no target step and are not " \
            "compared: the verdict covers the steps both runs took" in diagnosis.notes
+
+
+def test_an_overflow_verdict_places_its_op_in_the_overflow_views_order():
+    """"the first of N" only when it is the first the overflow view lists; an earlier one absorbed or noted
+    leaves it at its place (it said "the first of N" of any op named)."""
+    from precision_tool.analysis.diagnose import _overflow_evidence
+    from precision_tool.analysis.results import OverflowEntry, OverflowReport
+
+    def entry(index, name):
+        return OverflowEntry(0, index, name, "aten.exp", "forward", "float16", False, 1, 0, 0, (), (), "")
+
+    report = OverflowReport([entry(3, "mask/aten.mul_0"), entry(9, "attn/aten.exp_0")], 5, [0], [], [1.0])
+    head = "(aten.exp, computing in float16) raised the float status at step 0 in forward, "
+    assert _overflow_evidence(report.entries[0], report)[0] == \
+        f"mask/aten.mul_0 {head}the first of 5 overflowing op execution(s)"
+    assert _overflow_evidence(report.entries[1], report)[0] == \
+        f"attn/aten.exp_0 {head}overflowing op execution 2 of 5 in execution order"
+    assert _overflow_evidence(entry(40, "late/aten.exp_0"), report)[0] == \
+        f"late/aten.exp_0 {head}one of 5 overflowing op executions"
