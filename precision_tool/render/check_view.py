@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 
 from rich.console import Group
 from rich.text import Text
 
 from precision_tool.compare.check import CheckResult
-from precision_tool.render.compare_export import json_number
+from precision_tool.render.compare_export import json_number, json_text
 from precision_tool.render.compare_view import SHORT_DIRECTIONS, dtype_pair, fmt_err
 from precision_tool.render.fit_table import Column, FitTable
 
@@ -65,4 +64,4 @@ def check_json(result: CheckResult) -> str:
         "baseline_missing": result.baseline_missing,
         "notes": list(result.report.notes),
     }
-    return json.dumps(document, indent=1, allow_nan=False) + "\n"
+    return json_text(document)

@@ -28,6 +28,11 @@ CSV_COLUMNS = ("status", "step", "exec_index", "op", "type", "direction", "tenso
                "problem", "pass_name", "skip", "loss_scale")
 
 
+def json_text(document) -> str:
+    """A command's JSON output: every command indents by 2 and writes no NaN (not JSON)."""
+    return json.dumps(document, indent=2, allow_nan=False) + "\n"
+
+
 def json_number(value):
     """JSON-safe: None for None, NaN and +-inf."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -108,7 +113,7 @@ def _unmatched_dict(item) -> dict:
 
 def to_json(report: CompareReport, ops: list[OpComparison], cosine_threshold: float, limit: int | None,
             listing: str) -> str:
-    return json.dumps(report_dict(report, ops, cosine_threshold, limit, listing), indent=1, allow_nan=False) + "\n"
+    return json_text(report_dict(report, ops, cosine_threshold, limit, listing))
 
 
 def _csv_cell(value) -> str:

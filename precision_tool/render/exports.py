@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from precision_tool.commands.results import Delivered, TextDocument
+from precision_tool.render.compare_export import json_text
 
 TABLE_FILE_WIDTH = 160  # columns of a table written to -o FILE
 
@@ -67,7 +68,7 @@ def _comparison_json(c) -> str:
     document = report_dict(c.report, c.rows, c.threshold, None if c.show_all else c.limit,
                            "all" if c.show_all else "flagged")
     document["zoom"] = zoom_dict(c.zoom)
-    return json.dumps(document, indent=1, allow_nan=False) + "\n"
+    return json_text(document)
 
 
 def _comparison_csv(c) -> str:
@@ -107,14 +108,12 @@ def _with_zoom(view, region):
 
 
 # -- the others --------------------------------------------------------------------------------------------------
-def _lines(document: dict, indent: int = 2) -> str:
-    return json.dumps(document, indent=indent, allow_nan=False) + "\n"
 
 
 def _auto_check_json(check) -> str:
     from precision_tool.render.diagnosis_parts import diagnosis_dict
 
-    return _lines(diagnosis_dict(check.full if check.full is not None else check.diagnosis))
+    return json_text(diagnosis_dict(check.full if check.full is not None else check.diagnosis))
 
 
 def _check_json(result) -> str:
@@ -133,7 +132,7 @@ def _check_junit(result, path, inputs) -> None:
 def _inspect_json(result) -> str:
     from precision_tool.render.inspect_view import summary_json
 
-    return _lines(summary_json(result.summary))
+    return json_text(summary_json(result.summary))
 
 
 def _precheck_json(result) -> str:
@@ -143,7 +142,7 @@ def _precheck_json(result) -> str:
 
 
 def _baseline_json(saved) -> str:
-    return _lines({"tensors": saved.tensors, "ops": saved.ops, "output": saved.output})
+    return json_text({"tensors": saved.tensors, "ops": saved.ops, "output": saved.output})
 
 
 def _analysis_json(result) -> str:
@@ -151,7 +150,7 @@ def _analysis_json(result) -> str:
     `ni`, `pt`, `cp`: their result's fields."""
     from precision_tool.render.diagnosis_parts import jsonable
 
-    return _lines(jsonable(result))
+    return json_text(jsonable(result))
 
 
 def _run(name: str):

@@ -15,7 +15,7 @@ from rich.console import Group
 from rich.text import Text
 
 from precision_tool.errors import ConfigError
-from precision_tool.render.compare_export import json_number
+from precision_tool.render.compare_export import json_number, json_text
 from precision_tool.render.compare_view import SHORT_DIRECTIONS, fmt_cosine
 from precision_tool.render.fit_table import Column, FitTable
 
@@ -184,4 +184,4 @@ def _check_json(result) -> str:
 
 
 def _lines(document: dict) -> str:
-    return json.dumps(document, indent=2, allow_nan=False) + "\n"
+    return json_text(document)

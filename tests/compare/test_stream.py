@@ -130,11 +130,16 @@ def _both(run_cli, monkeypatch, tmp_path, *args):
 @pytest.mark.parametrize("args", [
     (), ("-c", "0.999", "-l", "3"), ("-l", "1"), ("-c", "0.5"), ("--format", "json"), ("--format", "csv", "-l", "50"),
     ("-o", "OUT/table.txt"), ("--format", "json", "-o", "OUT/c.json"), ("--steps", "1-2"), ("--ops", "fc*"),
-    ("--ops", "nothing"), ("--jobs", "1"), ("--all",), ("-l", "0"),
+    ("--jobs", "1"), ("--all",), ("-l", "0"),
 ])
 def test_compare_streams_the_same_output(run_cli, monkeypatch, tmp_path, pair, args, fallbacks):
     status, stdout, _, files = _both(run_cli, monkeypatch, tmp_path, "compare", *pair, *args)
     assert status == 0 and (stdout or files) and not fallbacks
+
+
+def test_a_selection_of_no_op_is_the_same_error_streaming_or_not(run_cli, monkeypatch, tmp_path, pair, fallbacks):
+    status, stdout, stderr, files = _both(run_cli, monkeypatch, tmp_path, "compare", *pair, "--ops", "nothing")
+    assert (status, stdout, files) == (2, "", {}) and stderr.endswith("no op in --ops 'nothing': nothing to compare\n")
 
 
 @pytest.mark.parametrize("args", [
