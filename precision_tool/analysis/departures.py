@@ -29,7 +29,13 @@ change happen *between* paired ops and so escape it:
 
 A departure counts only when it is beyond what the input's dtype explains
 (`noise_floor`) and INTRODUCED_EXCESS times the error of its writer: the
-casts autocast inserts round a value, they never move it that far.
+casts autocast inserts round a value, they never move it that far. Or, for a
+target-only op that computes, when the change it made, in quadrature beyond
+its writer's error, exceeds REWRITE_UNITS units of the coarser of the
+value's format and its writer's (one rounding adds one unit): a hook's 1 %
+noise on a float16 gradient that already carries 0.18 %. In a run with loss
+scaling, ops only the target runs that only scale a value by a power of two
+(a GradScaler unscaling gradients) are walked past to the op that changed it.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from precision_tool.engine.formats import FORMATS
 
 _LISTED = 6  # target-only ops named in the evidence
 _REGION = 64  # target-only ops walked back from an unpaired writer (`DepartureFinder._unpaired`)
+_SCALINGS = 4  # power-of-two scalings walked past (`DepartureFinder._changer`)
 # A value a computation only the target runs rewrote, judged where its op's error stays under the output's noise
 # floor (16 units of bfloat16's last place are 6 %): the change, in quadrature beyond the error of the op that
 # wrote it, exceeds this many units of the value's format. One rounding adds at most one unit, and the casts
@@ -222,7 +229,7 @@ class DepartureFinder:
         writer = writers.producer(record, slot)
         if not any(s.loss_scale not in (None, 1.0) for s in self.target_dump.steps()):
             return writer
-        for _ in range(_LISTED):
+        for _ in range(_SCALINGS):
             if writer is None or self.golden_of(writer) is not None:
                 return writer
             key = fingerprint(record.tensor(slot))
