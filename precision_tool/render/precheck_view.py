@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from precision_tool.analysis.precheck import DIFFERS, NOT_RECORDED, PrecheckResult
+from precision_tool.render.diagnosis_parts import jsonable
 
 _STYLES = {DIFFERS: "bold red", NOT_RECORDED: "yellow"}
 
@@ -49,4 +50,5 @@ def precheck_json(result: PrecheckResult) -> str:
         "unexpected": [item.name for item in result.unexpected],
         "repeatability": dataclasses.asdict(result.repeatability),
     }
-    return json.dumps(document, indent=2, default=str) + "\n"
+    # as every command's JSON (`compare_export.json_text`): NaN and inf as null; other values a setting holds as text
+    return json.dumps(jsonable(document), indent=2, allow_nan=False, default=str) + "\n"

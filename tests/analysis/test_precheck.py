@@ -123,3 +123,20 @@ def test_the_pre_check_is_the_first_section_of_the_diagnosis(run_cli):
                                                "target force_fp16)") < out.index("Overflow")
     document = json.loads(run_cli("diagnose", *samples, "--format", "json").stdout)
     assert document["precheck"]["unexpected"] == ["precision_mode"]
+
+
+def test_the_json_of_a_setting_held_as_nan_is_json():
+    """A setting recorded as NaN (a loss scale not known yet) was written as a bare NaN, which no JSON reader
+    takes; it is null now, as in every other command's JSON, and the document indents by 2 as theirs do."""
+    import math
+    from pathlib import Path
+
+    from precision_tool.analysis.precheck import PrecheckItem, PrecheckResult
+    from precision_tool.render.precheck_view import precheck_json
+
+    items = [PrecheckItem("loss_scale", "loss scale", DIFFERS, math.nan, 1024.0),
+             PrecheckItem("seed", "seed", SAME, Path("0"), Path("0"))]
+    text = precheck_json(PrecheckResult("g.h5", "t.h5", items))
+    document = json.loads(text)
+    assert [(i["golden"], i["target"]) for i in document["items"]] == [(None, 1024.0), ("0", "0")]
+    assert text.startswith('{\n  "passed": false,')
