@@ -117,8 +117,8 @@ class RewriteJudge(MissingJudge):
                 return None
             if replayed is not None and replayed[1]:  # on golden's inputs throughout: it computes another one
                 introduced = replayed[0]
-        computes, departs = self._computes_golden(rewrite, floor) if rewrite.direction == "forward" and \
-            observed >= floor and not stats_only(record) else (None, None)
+        computes, departs, note = self._computes_golden(rewrite, floor) if rewrite.direction == "forward" and \
+            observed >= floor and not stats_only(record) else (None, None, None)
         in_float64 = False
         if rewrite.direction == "forward" and REWRITE_FLOOR <= observed and REWRITE_FLOOR < floor and \
                 (observed < floor or computes == "inherited") and not stats_only(record):
@@ -128,9 +128,10 @@ class RewriteJudge(MissingJudge):
             # departing far beyond the recorded output is no faithful one (a kernel whose float64 form differs)
             departs = self._on_golden_inputs(rewrite, True, exact=True)
             if departs is None or not REWRITE_FLOOR <= departs <= 2.0 * observed:
+                self._note(note)
                 return None
-            computes, floor, in_float64 = None, REWRITE_FLOOR, True
-            self.result.notes[:] = [n for n in self.result.notes if not n.startswith(f"{rewrite.name}: runs other")]
+            computes, note, floor, in_float64 = None, None, REWRITE_FLOOR, True
+        self._note(note)
         if computes == "inherited":
             return None
         introduced = departs if departs is not None else introduced  # another function, whatever its inputs carry
@@ -200,24 +201,27 @@ class RewriteJudge(MissingJudge):
         """The target's ops of a rewritten group, in order."""
         return [r for r in self.step_records if (r.direction, r.name) in rewrite.members and not r.is_module]
 
-    def _computes_golden(self, rewrite: Rewritten, floor: float) -> tuple[str | None, float | None]:
+    def _note(self, note: str | None) -> None:
+        if note is not None and note not in self.result.notes:
+            self.result.notes.append(note)
+
+    def _computes_golden(self, rewrite: Rewritten, floor: float) -> tuple[str | None, float | None, str | None]:
         """What the target's ops of a rewritten module call write when run again on golden's inputs
         (`updates.module_on_golden_inputs`): ("inherited", None) when golden's outputs within ``floor`` (its
         inputs' rounding, amplified by the function golden computes too, as for a paired op); ("precision", None)
         when only with its casts to narrower dtypes left out (golden's function in another precision: SDPA's math
         backend on bf16 queries and keys of large scores); (None, error) when even so they depart by ``error``
-        (another function: a 2 % scale under bf16 autocast, its inputs at 1.5 %); (None, None) unknown."""
+        (another function: a 2 % scale under bf16 autocast, its inputs at 1.5 %); (None, None) unknown. Third,
+        the note a verdict of none leaves (`_note`), or None."""
         error = None
         for kind, widened in (("inherited", False), ("precision", True)):
             error = self._on_golden_inputs(rewrite, widened)
             if error is not None and error < floor:
                 how = "" if not widened else ", its casts to narrower dtypes left out,"
-                note = (f"{rewrite.name}: runs other ops than golden's and departs beyond its inputs, but run "
-                        f"again on golden's inputs{how} it writes golden's outputs within {_fmt(error)}")
-                if note not in self.result.notes:
-                    self.result.notes.append(note)
-                return kind, None
-        return None, error
+                return kind, None, (f"{rewrite.name}: runs other ops than golden's and departs beyond its inputs, "
+                                    f"but run again on golden's inputs{how} it writes golden's outputs within "
+                                    f"{_fmt(error)}")
+        return None, error, None
 
     def _on_golden_inputs(self, rewrite: Rewritten, widened: bool, exact: bool = False) -> float | None:
         """What a rewritten module call's ops write, run again on golden's inputs (``widened``: their casts to
