@@ -65,7 +65,7 @@ from precision_tool.analysis.statsjudge import judge_statistics
 from precision_tool.analysis.rewrites import RewriteJudge, _fmt, output_dtype, with_module
 from precision_tool.engine.formats import FORMATS
 from precision_tool.analysis.structure import (Consumers, enclosing_module, fingerprint, missing_backward,
-                                               module_path, occurrence_keys as _occurrence_keys,
+                                               module_path, occurrence_keys as _occurrence_keys, owning_module,
                                                rewritten_backward, rewritten_modules,
                                                rewritten_optimizer)
 from precision_tool.compare.cancel import raise_if_interrupted
@@ -345,10 +345,12 @@ class Scanner(RewriteJudge):
             self.result.attributions.append(a)
         return verdict
 
-    def _judge_overflow(self, record: OpRecord, a: Attribution, threshold=noise_floor) -> Verdict | None:
+    def _judge_overflow(self, record: OpRecord, a: Attribution, threshold=noise_floor, harmful=None) -> Verdict | None:
+        """overflow or invalid_operation at ``record`` when what reads it diverges (``harmful(record)``, by
+        default `_harmful` at ``threshold``), else a note that it was absorbed."""
         invalid = not a.overflowed
         what = "NaN from finite inputs" if invalid else f"{a.overflowed} value(s) beyond {output_dtype(record)}"
-        if not self._harmful(record, threshold):
+        if not (harmful(record) if harmful is not None else self._harmful(record, threshold)):
             if record.name not in self._absorbed:
                 self._absorbed.add(record.name)
                 self.result.notes.append(f"{record.name}: {what}, absorbed by the ops that read it "
@@ -361,12 +363,12 @@ class Scanner(RewriteJudge):
             return Verdict(record.name, "invalid_operation", record.step, record.direction, record.type,
                            (f"{record.name} ({record.type}, computing in {record.compute_dtype}) turns finite "
                             f"inputs into {a.new_nan} NaN value(s) at step {record.step}",) + extra,
-                           _INVALID_ACTION.format(type=record.type), module=module_path(record.name))
+                           _INVALID_ACTION.format(type=record.type), module=owning_module(record))
         scale = {s.step: s.loss_scale for s in self.target.steps()}.get(record.step)
         entry = next((e for e in self.report.entries if (e.step, e.exec_index) == (record.step, record.exec_index)),
                      None) or overflow_entry(record, scale)
         verdict = self.overflow_verdict(entry, record, extra)
-        return with_module(verdict, module_path(record.name))
+        return with_module(verdict, owning_module(record))
 
     def _kernel_verdict(self, record: OpRecord, a: Attribution, why: str, recorded: bool = False) -> Verdict:
         """fusion or kernel_bug; ``recorded``: the recorded kernel does not compute what its inputs imply."""
@@ -379,15 +381,15 @@ class Scanner(RewriteJudge):
             if record.fused:
                 action += f" (a fused op: {switch_off_action(record.pass_name)})"
             return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, tuple(evidence),
-                           action, module=module_path(record.name))
+                           action, module=owning_module(record))
         if record.fused:
             evidence.append(f"a fused kernel ({record.pass_name}) {why}")
             return Verdict(record.name, "fusion", record.step, record.direction, record.type, tuple(evidence),
-                           switch_off_action(record.pass_name), module=module_path(record.name))
+                           switch_off_action(record.pass_name), module=owning_module(record))
         evidence.append(f"the kernel {why}")
         return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, tuple(evidence),
                        f"check the {record.type} kernel; replay it with `rerun {record.name}` against golden inputs",
-                       module=module_path(record.name))
+                       module=owning_module(record))
 
     def _precision_loss(self, record: OpRecord, a: Attribution) -> Verdict | None:
         harmful = record.direction == "forward" and self._harmful(record, lambda _: SIGNIFICANT_ERROR,
@@ -409,7 +411,7 @@ class Scanner(RewriteJudge):
                     f"{a.type} is ill-conditioned on these values in {a.compute_dtype}, and the ops reading it "
                     "diverge")
         return Verdict(record.name, "precision_loss", record.step, record.direction, record.type, evidence,
-                       _keep_fp32(a.type), module=module_path(record.name))
+                       _keep_fp32(a.type), module=owning_module(record))
 
     # -- harm: does anything that reads the result diverge? ----------------------------------------
 

@@ -50,7 +50,7 @@ from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
 from precision_tool.analysis.rewrites import _fmt, output_dtype
 from precision_tool.analysis.scaling import loss_scale_ratios
-from precision_tool.analysis.structure import module_path
+from precision_tool.analysis.structure import module_path, owning_module
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 
@@ -185,7 +185,7 @@ def _integer_verdict(scan, record: OpRecord, a: Attribution, changed: list[str])
                 "no recorded op that reads floats chose them otherwise: they changed before this op")
     return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, evidence,
                    f"find where the integers {record.name} reads ({', '.join(changed)}) are computed or changed "
-                   "(ids, indices, masks) and compare them with golden's", module=module_path(record.name))
+                   "(ids, indices, masks) and compare them with golden's", module=owning_module(record))
 
 
 def _diverging(dtype: str) -> float:
@@ -212,7 +212,7 @@ def statistics_verdict(record: OpRecord, a: Attribution, measured: bool = False)
     statistics, or with ``measured`` from a module's tensors (nothing inside it was recorded to replay)."""
     compute = record.compute_dtype or output_dtype(record)
     wide = compute in _WIDE or a.observed > INTRODUCED_EXCESS * noise_floor(compute)
-    module = record.name if record.is_module else module_path(record.name)
+    module = owning_module(record)
     evidence = [f"from statistics only (the dumps keep no values): its outputs are at least {_fmt(a.observed)} "
                 f"from golden, its inputs within {_fmt(a.inherited)} as far as their statistics show",
                 "the error starts here: its inputs' statistics match golden's and its outputs' do not"]

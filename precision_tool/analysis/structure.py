@@ -274,6 +274,11 @@ def module_path(name: str) -> str:
     return "/".join(parts[:-1])
 
 
+def owning_module(record: OpRecord) -> str:
+    """The module a verdict on ``record`` names: a module call's own path, or the path an op lies in."""
+    return record.name if record.is_module else module_path(record.name)
+
+
 def fingerprint(tensor) -> tuple:
     s = tensor.stats  # no shape: an op often reads a reshaped view of what another wrote
     return s.count, s.min, s.max, s.mean, s.norm
