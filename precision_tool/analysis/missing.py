@@ -68,7 +68,8 @@ class MissingJudge:
             return None  # golden's gradients there are all zero: nothing is lost
         first = missing.golden_records[0]
         after = [m.name for m in self.missing if m is not missing and m.golden_records[0].exec_index > first.exec_index]
-        evidence = (f"golden's backward runs {len(missing.golden_records)} op(s) in {missing.name} "
+        what = "module call(s)" if first.is_module else "op(s)"
+        evidence = (f"golden's backward runs {len(missing.golden_records)} {what} in {missing.name} "
                     f"[{_listing_short(missing.golden_ops)}]; the target's runs none there, though both run its "
                     "forward",
                     f"no gradient reaches {missing.name} in the target: {len(results)} gradient(s) golden computes "

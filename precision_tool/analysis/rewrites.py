@@ -268,7 +268,7 @@ class RewriteJudge(MissingJudge):
             if (a.overflowed or a.new_nan) and stats_only(record):  # statistics cannot score around them
                 return math.inf, a.inherited, output_dtype(record)
             return a.observed, a.inherited, output_dtype(record)
-        golden_last, golden_first = rewrite.golden_record, rewrite.golden_first
+        golden_last = rewrite.golden_record
         observed = self._results_error(rewrite)
         if observed is None and not stats_only(record):
             observed = self._slot_error(record, golden_last, "output_0")

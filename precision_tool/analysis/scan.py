@@ -152,8 +152,8 @@ class Scanner(RewriteJudge):
         modules_only = all(r.is_module for r in target)  # a module-level dump: its modules are judged
         for record in target:
             raise_if_interrupted()  # Ctrl-C stops the scan between two ops even if a finaliser ate it
-            verdict = self._judge_missing_before(record) if self.pending_missing and not record.is_module \
-                and record.direction != "forward" else None
+            verdict = self._judge_missing_before(record) if self.pending_missing and \
+                record.is_module == modules_only and record.direction != "forward" else None
             if verdict is not None:
                 return verdict
             if id(record) in by_record:
@@ -346,8 +346,7 @@ class Scanner(RewriteJudge):
         return verdict
 
     def _judge_overflow(self, record: OpRecord, a: Attribution, threshold=noise_floor, harmful=None) -> Verdict | None:
-        """overflow or invalid_operation at ``record`` when what reads it diverges (``harmful(record)``, by
-        default `_harmful` at ``threshold``), else a note that it was absorbed."""
+        """overflow or invalid_operation at ``record`` if what reads it diverges (``harmful``), else a note."""
         invalid = not a.overflowed
         what = "NaN from finite inputs" if invalid else f"{a.overflowed} value(s) beyond {output_dtype(record)}"
         if not (harmful(record) if harmful is not None else self._harmful(record, threshold)):

@@ -216,9 +216,19 @@ def statistics_verdict(record: OpRecord, a: Attribution, measured: bool = False)
     evidence = [f"from statistics only (the dumps keep no values): its outputs are at least {_fmt(a.observed)} "
                 f"from golden, its inputs within {_fmt(a.inherited)} as far as their statistics show",
                 "the error starts here: its inputs' statistics match golden's and its outputs' do not"]
-    if measured:
+    if measured and record.direction == "backward":
+        evidence = [f"a module-level dump: the gradients it passes back to its inputs are {_fmt(a.observed)} from "
+                    f"golden, those reaching its outputs within {_fmt(a.inherited)}",
+                    "the error starts in this module call's backward: no op inside it was recorded"]
+    elif measured:
         evidence = [f"a module-level dump: its output is {_fmt(a.observed)} from golden, its inputs within "
                     f"{_fmt(a.inherited)}", "the error starts in this module call: no op inside it was recorded"]
+    elif record.is_module and record.direction == "backward":
+        evidence = [f"from statistics only (the dumps keep no values): the gradients it passes back to its inputs "
+                    f"are at least {_fmt(a.observed)} from golden, those reaching its outputs within "
+                    f"{_fmt(a.inherited)} as far as their statistics show",
+                    "the error starts in this module call's backward: the statistics of the gradients reaching it "
+                    "match golden's and those it passes back do not"]
     if wide:
         evidence.append(f"{compute} rounding cannot move statistics that far: the op computes something else"
                         if not record.is_module or compute in _WIDE else

@@ -186,25 +186,60 @@ def missing_backward(golden: list[OpRecord], target: list[OpRecord]) -> list[Mis
     not run at all, outermost first, in golden's execution order: a detached output, a branch computed without
     gradients, parameters frozen where nothing below them needs a gradient.
 
-    Only dumps with module records name backward ops after forward ops this way (the torch capture).
+    Only dumps with module records name backward ops after forward ops this way (the torch capture). In a
+    module-level dump (module calls only) the module calls' backward records stand for the ops.
     """
     if not any(r.is_module for r in target):
         return []
-    has_backward = {p for r in target if r.direction == "backward" and not r.is_module
-                    for p in _prefixes(module_path(r.name))}
-    ran_forward = {p for r in target if r.direction == "forward"
-                   for p in _prefixes(r.name if r.is_module else module_path(r.name))}
+    modules_only = all(r.is_module for r in target)
+    has_backward = {p for r in target if r.direction == "backward" and r.is_module == modules_only
+                    and (not modules_only or any(t.stats.count for t in r.inputs))  # (a call no gradient reached
+                    for p in _prefixes(owning_module(r))}  # at its outputs, recorded for its inputs' gradients)
+    ran_forward = {p for r in target if r.direction == "forward" for p in _prefixes(owning_module(r))}
     groups: dict[str, list[OpRecord]] = defaultdict(list)
     for record in golden:
-        if record.direction != "backward" or record.is_module or "/" not in record.name:
+        if record.direction != "backward" or record.is_module != modules_only or "/" not in record.name or \
+                (modules_only and not any(t.stats.count for t in record.inputs)):  # (no gradient reached it)
             continue
-        path = module_path(record.name)
+        path = owning_module(record)
         outermost = next((p for p in _prefixes(path) if p and p not in has_backward and p in ran_forward), None)
         if outermost is not None:
             groups[outermost].append(record)
+    if modules_only:
+        groups = _cut_modules(target, groups)
     found = [MissingBackward(name, _compute_types(records), tuple(records)) for name, records in groups.items()
              if _compute_types(records)]
     return sorted(found, key=lambda m: m.golden_records[0].exec_index)
+
+
+def _cut_modules(target: list[OpRecord], groups: dict) -> dict:
+    """The modules of a module-level dump whose backward record is missing because no gradient reaches their
+    outputs. A call is recorded in backward once the gradients at its inputs arrive, so a call whose inputs need
+    none (a LayerNorm after a frozen Linear) has no record though its backward ran: a module call reading its
+    output that passed back a gradient there shows that one reached it. And a call that hands on what it reads
+    (a dropout at p=0, an identity), reading the output of a module cut off, misses its backward by that module's
+    cut (a dropout after a detached attention). Which call of a chain cut off cut it is otherwise ambiguous in
+    module calls (an attention detached and the LayerNorm before it both miss theirs): the last in golden's
+    backward is named, as for ops."""
+    forward = [r for r in target if r.is_module and r.direction == "forward"]
+    passed_back = {(r.name, t.slot.replace("output_", "input_", 1)) for r in target
+                   if r.is_module and r.direction == "backward" for t in r.outputs}
+    written = {name: {fingerprint(t) for r in forward if r.name == name for t in r.outputs if t.stats.count}
+               for name in groups}
+
+    def related(a: str, b: str) -> bool:
+        return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+    def reached(name: str) -> bool:
+        return any((r.name, t.slot) in passed_back for r in forward if not related(r.name, name)
+                   for t in r.inputs if t.stats.count and fingerprint(t) in written[name])
+
+    def handed_on(name: str) -> bool:
+        read = {fingerprint(t) for r in forward if r.name == name for t in r.inputs if t.stats.count}
+        return bool(written[name]) and written[name] <= read and \
+            any(f in written[other] for f in read for other in groups if not related(other, name))
+
+    return {name: records for name, records in groups.items() if not reached(name) and not handed_on(name)}
 
 
 def under(path: str, module: str) -> bool:

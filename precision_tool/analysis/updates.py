@@ -37,7 +37,6 @@ import numpy as np
 from precision_tool.analysis.errors import split_error
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.structure import Consumers, fingerprint, group_results, is_copy, module_path
-from precision_tool.defaults import SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 
 

@@ -121,8 +121,12 @@ def test_a_fault_statistics_cannot_show_blames_no_healthy_op(case, tmp_path, gol
 
 # convnext in float16: its layer scale (1e-6, subnormal there) loses the residual branch wholly inside the layer's
 # own code, absorbed by the residual add; mixtral: rows its experts sort by a routing choice that rounding flips
+# a float32 run whose kernels differ (channels-last convolutions: forward values move by float32's rounding, so
+# a ReLU's backward mask may flip), and a bf16 ResNet (the mask flips on 7 % of the gradient norm): no backward
+# call is judged there
 _MODULE_CLEAN = ("gpt2-sdpa-clean-bf16", "bert-sdpa-clean-fp16", "vit-clean-mix", "resnet-clean-bf16",
-                 "lstm-nodnn-clean-fp16", "convnext-clean-fp16", "mixtral-clean-bf16")
+                 "lstm-nodnn-clean-fp16", "convnext-clean-fp16", "mixtral-clean-bf16", "resnet-clean-fp32-channels-last",
+                 "gpt2-sdpa-clean-fp32-threads")
 
 
 @pytest.mark.parametrize("mode", ["stats", "dump"])
@@ -170,6 +174,58 @@ def test_a_module_level_nan_is_an_invalid_operation_of_the_call(mode, tmp_path, 
     assert verdict.evidence[0] == ("ViTForImageClassification/vit/layers.1/mlp/activation_fn "
                                    "(module.GELUActivation, computing in float32) turns finite inputs into 2143 NaN "
                                    "value(s) at step 0")
+
+
+# backward in a float32 run, in the first step: a call whose gradients reaching its outputs are golden's and whose
+# forward values are too passes back gradients 5 % off
+@pytest.mark.parametrize("mode", ["stats", "dump"])
+def test_a_module_level_float32_run_names_a_backward_fault(mode, tmp_path, goldens):
+    case = _cases(("vit-backward_only-fp32",))[0]
+    verdict = _diagnose(case, tmp_path, goldens, level="module", mode=mode).verdict
+    assert (verdict.cls, verdict.op, verdict.direction) == (
+        "kernel_bug", "ViTForImageClassification/vit/layers.1/mlp/activation_fn", "backward"), verdict.evidence
+    assert verdict.evidence[:2] == {
+        "dump": ("a module-level dump: the gradients it passes back to its inputs are 0.05 from golden, those "
+                 "reaching its outputs within 0",
+                 "the error starts in this module call's backward: no op inside it was recorded"),
+        "stats": ("from statistics only (the dumps keep no values): the gradients it passes back to its inputs are at "
+                  "least 0.05 from golden, those reaching its outputs within 0 as far as their statistics show",
+                  "the error starts in this module call's backward: the statistics of the gradients reaching it "
+                  "match golden's and those it passes back do not")}[mode]
+
+
+# an attention's output detached: its backward calls are missing from the target (its parent's input gradient
+# departs, which named the parent); so are the LayerNorm's before it (GPT-2: no gradient reaches its output) and
+# the dropout's after it (torch's encoder layer: its input needs none), neither named
+def test_a_module_level_run_names_the_module_no_gradient_reaches(tmp_path, goldens):
+    case = _cases(("gpt2-eager-detached-fp32",))[0]
+    verdict = _diagnose(case, tmp_path, goldens, level="module", mode="dump").verdict
+    assert (verdict.cls, verdict.op, verdict.direction) == (
+        "kernel_bug", "GPT2LMHeadModel/transformer/h.0/attn", "backward"), verdict.evidence
+    assert verdict.evidence[0] == (
+        "golden's backward runs 4 module call(s) in GPT2LMHeadModel/transformer/h.0/attn [module.Dropout, "
+        "module.Conv1D, module.Conv1D, module.GPT2Attention]; the target's runs none there, though both run its "
+        "forward")
+    case = _cases(("torch-encoder-detached-fp32",))[0]
+    verdict = _diagnose(case, tmp_path / "encoder", goldens, level="module", mode="dump").verdict
+    assert (verdict.cls, verdict.op, verdict.direction) == (
+        "kernel_bug", "TorchEncoder/encoder/layers.0/self_attn", "backward"), verdict.evidence
+
+
+# a frozen first Linear: the LayerNorm after it records no backward call (its input needs no gradient), though
+# the call after it passed one back to its output; no module is named
+def test_a_module_level_call_whose_input_needs_no_gradient_is_not_missing_its_backward(tmp_path, goldens):
+    case = _cases(("mlp-frozen-fp32",))[0]
+    verdict = _diagnose(case, tmp_path, goldens, level="module", mode="dump").verdict
+    assert verdict.cls == "none", verdict.evidence
+
+
+# Mixtral's rotary embedding reads the hidden states for their dtype only: the gradient recorded at its input is the
+# decoder layers', which a routing fault moves (3.4 %); it was named, its own backward computing nothing
+def test_a_backward_call_whose_input_gradient_is_not_its_own_is_not_judged(tmp_path, goldens):
+    case = _cases(("mixtral-one_expert-fp32",))[0]
+    verdict = _diagnose(case, tmp_path, goldens, level="module", mode="dump").verdict
+    assert verdict.cls == "none", verdict.evidence
 
 
 # the attention's own scaling (between its c_attn and c_proj children) squared; q and k weights x6 so that the
