@@ -125,8 +125,8 @@ def test_a_fault_statistics_cannot_show_blames_no_healthy_op(case, tmp_path, gol
 # a ReLU's backward mask may flip), and a bf16 ResNet (the mask flips on 7 % of the gradient norm): no backward
 # call is judged there
 _MODULE_CLEAN = ("gpt2-sdpa-clean-bf16", "bert-sdpa-clean-fp16", "vit-clean-mix", "resnet-clean-bf16",
-                 "lstm-nodnn-clean-fp16", "convnext-clean-fp16", "mixtral-clean-bf16", "resnet-clean-fp32-channels-last",
-                 "gpt2-sdpa-clean-fp32-threads")
+                 "lstm-nodnn-clean-fp16", "convnext-clean-fp16", "mixtral-clean-bf16",
+                 "resnet-clean-fp32-channels-last", "gpt2-sdpa-clean-fp32-threads")
 
 
 @pytest.mark.parametrize("mode", ["stats", "dump"])
