@@ -474,8 +474,8 @@ class Scanner(RewriteJudge):
         module = enclosing_module(record, self.step_records)
         if module is None:
             return True
-        a = self._attribute(module, replay=False)
-        return a.observed >= threshold(output_dtype(module))
+        a = self._attribute(module, replay=False)  # (NaN or inf where golden is finite is not scored: it diverges)
+        return a.observed >= threshold(output_dtype(module)) or bool(a.new_nan or a.overflowed)
 
     def _golden_of(self, record: OpRecord) -> OpRecord | None:
         return self.golden_by_key.get(self.target_key.get(id(record)))

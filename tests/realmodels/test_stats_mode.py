@@ -176,6 +176,17 @@ def test_a_module_level_nan_is_an_invalid_operation_of_the_call(mode, tmp_path, 
                                    "value(s) at step 0")
 
 
+# Llama's SiLU output is read by its MLP's own code (times up_proj), not by a module call: the MLP it runs in,
+# whose output holds NaN where golden's is finite, diverges (no error figure scores those values)
+def test_a_module_level_nan_read_by_its_parents_own_code_is_named(tmp_path, goldens):
+    case = replace(_cases(("resnet-sqrt_act-fp32",))[0], model="llama")
+    verdict = _diagnose(case, tmp_path, goldens, level="module", mode="dump").verdict
+    assert (verdict.cls, verdict.op) == ("invalid_operation", "LlamaForCausalLM/model/layers.1/mlp/act_fn"), \
+        verdict.evidence
+    assert verdict.evidence[0] == ("LlamaForCausalLM/model/layers.1/mlp/act_fn (module.SiLUActivation, computing in "
+                                   "float32) turns finite inputs into 2056 NaN value(s) at step 0")
+
+
 # backward in a float32 run, in the first step: a call whose gradients reaching its outputs are golden's and whose
 # forward values are too passes back gradients 5 % off
 @pytest.mark.parametrize("mode", ["stats", "dump"])
