@@ -234,7 +234,14 @@ def _forward_calls(scan, record: OpRecord) -> list[OpRecord]:
     (saved inputs and outputs) carry their error, which is inherited too."""
     if record.direction != "backward":
         return []
-    return [r for r in scan.step_records if r.is_module and r.direction == "forward" and r.name == record.name]
+    known = getattr(scan, "_forward_calls", None)
+    if known is None or known[0] is not scan.step_records:  # by name, once a step (not a pass per backward call)
+        calls: dict[str, list[OpRecord]] = {}
+        for r in scan.step_records:
+            if r.is_module and r.direction == "forward":
+                calls.setdefault(r.name, []).append(r)
+        known = scan._forward_calls = (scan.step_records, calls)
+    return known[1].get(record.name, [])
 
 
 def _own_input_gradients(scan, record: OpRecord) -> bool:
