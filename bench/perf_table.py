@@ -9,7 +9,10 @@ wrote, with that file's date; nothing is typed in by hand. The files live in
 * ``many-20000.json``, ``many-50000.json``: ``bench_many.py --ops N --json``
   (compare, check and vcs on many small tensors, against reading the bytes);
 * ``diagnosis-speed.json``: ``bench_diagnosis.py --speed --json`` (diagnose
-  on a 2-step GPT-2 pair).
+  on a 2-step GPT-2 pair);
+* ``native-floor.json``, ``native-floor-small.json``: ``bench_native_floor.py
+  [--size small] --json`` (aten-level capture floors: the Python dispatch
+  mode's against a C++ observer's).
 
     python bench/perf_table.py                  # print the table
     python bench/perf_table.py --write README.md  # replace the table between its markers
@@ -104,6 +107,25 @@ def _msprobe_dates(document: dict) -> str:
     return f" msprobe's columns are its runs of {', '.join(dates)} (`--msprobe-from`)." if dates else ""
 
 
+NATIVE_HEAD = ["| model | plain step | no-op dispatch mode | recorder floor, Python | recorder floor, C++ | stats, aten "
+               "| ops a step: mode / C++ |", "|---|---|---|---|---|---|---|"]
+
+
+def native_rows(document: dict) -> list[str]:
+    """One row per model of `bench_native_floor.py`'s output: its medians as ratios to the plain step."""
+    rows = []
+    for name in [m for m in MODELS if m in document["results"]]:
+        result = document["results"][name]
+        times = result["times"]
+        plain = statistics.median(times["plain"])
+        cells = [name, f"{plain * 1000 / document['steps']:.1f} ms",
+                 *(f"{statistics.median(times[c]) / plain:.2f}×" for c in ("noop mode", "recorder floor",
+                                                                           "native floor", "stats")),
+                 f"{result['mode_ops']} / {result['native_ops']}"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
 def table() -> str:
     lines = []
     real = load("real.json")
@@ -123,6 +145,21 @@ def table() -> str:
                   f"{'CPU time' if small.get('clock') == 'cpu' else 'wall time'}): the fixed cost per op and per "
                   "module call weighs less as the kernels grow." + _msprobe_dates(small), "", *CAPTURE_HEAD,
                   *capture_rows(small), ""]
+    native = [d for d in (load("native-floor.json"), load("native-floor-small.json")) if d]
+    if native:
+        sizes = " and ".join(f"{'width 256' if d['size'] == 'small' else 'the tiny configs'} ({d['date']}, median of "
+                             f"{d['repeats']} rounds)" for d in native)
+        lines += [f"**Where aten-level capture's cost lies** (`bench_native_floor.py`, {sizes}; {native[0]['steps']} "
+                  "steps, CPU time, torch on one thread). Every aten-level configuration above intercepts ops with a "
+                  "Python dispatch mode, which costs the no-op column before recording anything. The C++ column is "
+                  "a RecordFunction observer (the profiler's hook) seeing the same ops, each one's input "
+                  "statistics looked up and its output statistics computed in C++, without names or a file: the "
+                  "floor of a native recorder, which this project does not have yet. The op counts differ where "
+                  "the mode itself changes what autograd runs (it detaches saved tensors; gradients accumulate "
+                  "out of place).", ""]
+        for document in native:
+            label = "Width 256" if document["size"] == "small" else "Tiny configs"
+            lines += [f"{label}:", "", *NATIVE_HEAD, *native_rows(document), ""]
     many = [d for d in (load("many-20000.json"), load("many-50000.json")) if d]
     if many:
         lines += ["**Many small tensors** (`bench_many.py`): `compare` in process against reading the same bytes "

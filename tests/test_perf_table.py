@@ -33,3 +33,11 @@ def test_msprobe_figures_carried_from_an_earlier_run_say_when_they_were_measured
     document = {"date": "2026-11-26", "results": {"gpt2": {"msprobe_date": "2026-11-25"}, "bert": {}}}
     assert module._msprobe_dates(document) == " msprobe's columns are its runs of 2026-11-25 (`--msprobe-from`)."
     assert module._msprobe_dates({"results": {"gpt2": {}}}) == ""
+
+
+def test_native_floor_rows_are_medians_over_the_plain_step():
+    module = perf_table()
+    times = {"plain": [3.0, 2.0, 4.0], "noop mode": [6.0, 7.0, 5.0], "recorder floor": [9.0, 9.0, 9.0],
+             "native floor": [4.0, 3.0, 3.5], "stats": [30.0, 20.0, 25.0]}
+    document = {"steps": 3, "results": {"lstm": {"times": times, "mode_ops": 1266, "native_ops": 1062}}}
+    assert module.native_rows(document) == ["| lstm | 1000.0 ms | 2.00× | 3.00× | 1.17× | 8.33× | 1266 / 1062 |"]
