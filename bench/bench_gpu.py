@@ -74,22 +74,14 @@ def _train(run, steps: int, device: str, autocast: bool, warm: int = 1) -> float
 
 
 def _context(name: str, path: Path):
-    from torch.utils._python_dispatch import TorchDispatchMode
+    import bench_real
 
     import precision_tool.torch as ptt
-
-    class Noop(TorchDispatchMode):
-        @classmethod
-        def _should_skip_dynamo(cls) -> bool:
-            return False
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
 
     if name == "plain":
         return contextlib.nullcontext()
     if name == "noop mode":
-        return Noop()
+        return bench_real.noop_mode()
     if name == "stats module":
         return ptt.dump(path, mode="stats", level="module")
     return ptt.dump(path, mode=name)

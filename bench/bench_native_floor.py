@@ -103,23 +103,14 @@ def _mode_sequence(run) -> list[str]:
 
 def measure(model: str, observer, size: str, steps: int, repeats: int, workdir: Path) -> dict:
     import precision_tool.torch as ptt
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     build, dnn = bench_real._builder(bench_real.MODELS[model], size)
-
-    class Noop(TorchDispatchMode):
-        @classmethod
-        def _should_skip_dynamo(cls) -> bool:
-            return False
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
 
     def context(name: str):
         if name == "plain":
             return contextlib.nullcontext()
         if name == "noop mode":
-            return Noop()
+            return bench_real.noop_mode()
         if name == "recorder floor":
             return bench_real._minimal_recorder()
         if name == "native floor":

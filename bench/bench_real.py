@@ -197,14 +197,9 @@ def _step_loop(run, steps: int, around=None, warm: int = 1) -> float:
     return clock() - start
 
 
-def _ours(model: str, steps: int, repeats: int, workdir: Path, size: str = "tiny") -> dict:
-    import contextlib
-
+def noop_mode():
+    """An empty TorchDispatchMode: the floor of any capture that intercepts aten ops from Python."""
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    import precision_tool.torch as ptt
-
-    build, dnn = _builder(model, size)
 
     class Noop(TorchDispatchMode):
         @classmethod
@@ -214,11 +209,21 @@ def _ours(model: str, steps: int, repeats: int, workdir: Path, size: str = "tiny
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
 
+    return Noop()
+
+
+def _ours(model: str, steps: int, repeats: int, workdir: Path, size: str = "tiny") -> dict:
+    import contextlib
+
+    import precision_tool.torch as ptt
+
+    build, dnn = _builder(model, size)
+
     def context(name: str, path: Path):
         if name == "plain":
             return contextlib.nullcontext()
         if name == "noop mode":
-            return Noop()
+            return noop_mode()
         if name == "recorder floor":
             return _minimal_recorder()
         if name == "module floor":
