@@ -3,6 +3,7 @@
     python bench/bench_diagnosis.py                 # every case of tests/realmodels/cases.py
     python bench/bench_diagnosis.py -k gpt2 -v      # cases whose id contains "gpt2", with evidence
     python bench/bench_diagnosis.py --level module [--mode stats]   # the same cases captured at module level
+    python bench/bench_diagnosis.py --level module --mode stats --zoom   # ... then zoom's region, as zoom does
 
 Each case trains a tiny transformers (or LSTM) model twice under
 precision_tool.torch (golden float32, then a clean or faulty target) and
@@ -13,7 +14,11 @@ and how many fault cases got "none" (the rest of the misses name a wrong op
 or class). ``--level module`` and ``--mode stats`` capture both runs as
 ``ptt.dump(..., level=, mode=)`` does (the loop variations are left out
 there): module-level dumps show less than op-level ones, so fewer faults
-are named, but a clean run must still get "none".
+are named, but a clean run must still get "none". ``--zoom`` then does
+what `precision-tool zoom` does after its statistics phase: where a side
+holds statistics and `analysis.zoom.zoom_region` finds a region, both runs
+are collected again with that region's tensors at op level and that pair's
+verdict is the case's (the workflow of a run left in module-level stats).
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="with --speed: write the figures, dated, here")
     parser.add_argument("--level", choices=("op", "module"), default="op", help="capture level of both runs")
     parser.add_argument("--mode", choices=("dump", "stats"), default="dump", help="capture mode of both runs")
+    parser.add_argument("--zoom", action="store_true",
+                        help="then collect zoom's region with tensors at op level and judge that verdict")
     parser.add_argument("--speed", action="store_true",
                         help="instead: time diagnose on a 2-step GPT-2 pair of a few hundred MB (clean and planted)")
     args = parser.parse_args(argv)
@@ -77,6 +84,11 @@ def main(argv=None) -> int:
             collected = time.perf_counter()
             with open_dump(golden) as g, open_dump(target) as t:
                 diagnosis = diagnose(g, t)
+                region = _zoom_region(g, t, diagnosis.verdict) if args.zoom else None
+            if region is not None:
+                golden, target = collect(case, workdir / "zoom", selection=region.selection())
+                with open_dump(golden) as g, open_dump(target) as t:
+                    diagnosis = diagnose(g, t)
             took = time.perf_counter() - collected
             slowest = max(slowest, took)
             report(case.id, case.clean, diagnosis, *judge(case, diagnosis),
@@ -92,6 +104,15 @@ def main(argv=None) -> int:
     print(f"named {named}/{faults}, clean {clean_ok}/{cleans}  (slowest diagnose {slowest:.1f}s; "
           f"{unnamed} fault case(s) got none)")
     return 0
+
+
+def _zoom_region(golden, target, verdict):
+    """`precision-tool zoom`'s region of a pair with a statistics side (whose diagnosis is ``verdict``), else
+    None."""
+    from precision_tool.analysis.zoom import zoom_region
+    from precision_tool.compare.comparator import compare_dumps
+
+    return zoom_region(compare_dumps(golden, target), golden.metadata, target.metadata, verdict=verdict)
 
 
 def speed(json_path: Path | None = None, repeats: int = 3) -> int:

@@ -7,10 +7,21 @@ runs needs for `diagnose` to name the culprit, and nothing more:
 - the divergent op's **step** only;
 - the divergent op's **module** (every op whose name lies under its module path: `block1/conv1` for
   `block1/conv1/Conv2D`, `Model/enc/layers.0` for `Model/enc/layers.0/aten.mm_0` and its backward ops);
-  none at the root scope, nor for a torch op directly in the outermost model (that would be everything);
+  none at the root scope; for the outermost torch module (the model, or a loss module called outside it)
+  its own ops only (``Model/aten.*``: its children's would be everything);
 - the divergent op itself and the `ZOOM_OPS_BEFORE` ops executed before it in that step, by exact name,
   with the golden names they were matched to (a fused op's original ops);
-- forward ops only when the divergent op is a forward one (nothing after it can have caused it).
+- forward ops only when the divergent op is a forward one flagged at the threshold (nothing after it can
+  have caused it);
+- when the divergent op's step is not the first, also the **step before** it, backward ops included, with
+  every torch optimizer op (``optimizer/*``; an engine run's lie in their modules): nothing departed in that
+  step where the statistics look, so what changed the values is where they do not, a parameter's gradient
+  or its update.
+
+Where both runs compute in float32 the divergent op is the first whose statistics depart beyond float32
+rounding (`FLOAT32_DEPARTURE`), flagged or not: a fault can move an output far less than the threshold's
+2 % and still be where the run's error enters. Its backward ops are recorded too: a label smoothing moves
+the loss by 1e-4 and the gradients after it by 10 %.
 
 `zoom_region` builds it with the commands that re-collect it: `precision-tool collect` command lines rebuilt
 from the ones the stats dumps recorded (``--mode dump --dump-steps N --ops ... --modules ...``), or the
@@ -21,15 +32,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shlex
 from dataclasses import dataclass
 
+from precision_tool.compare.report import OpComparison
 from precision_tool.defaults import COSINE_THRESHOLD, ZOOM_OPS_BEFORE
 from precision_tool.dump.records import MODULE_TYPE_PREFIX
 
 STATS = "stats"
 ENGINE, TORCH = "engine", "torch"
+FLOAT32_MODE = "golden_float32"  # the precision mode of a run that computes in float32
+FLOAT32_DEPARTURE = 1e-5  # statistics this far from golden's (relative) depart beyond float32 rounding
+OPTIMIZER_OPS = "optimizer/*"  # every op of a torch optimizer's step (`precision_tool.torch.naming`)
 _WITH_VALUE = frozenset({"--mode", "-o", "--output", "--dump-steps", "--ops", "--modules", "--op-types"})
 _FLAGS = frozenset({"--no-backward", "--force"})
 
@@ -62,10 +78,11 @@ class ZoomRegion:
     backward: bool  # whether backward ops are recorded
     framework: str  # engine or torch
     recollect: tuple[Recollect, ...] = ()
+    steps: tuple[int, ...] = ()  # the steps recorded: ``(step,)``, or the step before too
 
     def selection(self) -> dict:
         """The region as `Selection.build` and the zoom environment take it."""
-        return {"steps": [self.step], "ops": list(self.ops), "modules": list(self.modules),
+        return {"steps": list(self.steps or (self.step,)), "ops": list(self.ops), "modules": list(self.modules),
                 "backward": self.backward}
 
 
@@ -75,29 +92,102 @@ def is_stats(info) -> bool:
 
 
 def zoom_region(report, golden_metadata: dict, target_metadata: dict, cosine_threshold: float = COSINE_THRESHOLD,
-                outputs: dict | None = None) -> ZoomRegion | None:
+                outputs: dict | None = None, verdict=None) -> ZoomRegion | None:
     """The region around the first divergent op of ``report`` when a side holds statistics only; else None.
 
     ``outputs`` maps golden/target to the full-tensor dumps to write (default: `zoom_path` of each stats dump).
+    ``verdict``: the statistics pair's own diagnosis (`Verdict`); an op it names is the divergent op, for the
+    tensors to confirm or overturn it, where the first departure may lie elsewhere (an overflow a float
+    status shows before any statistic moves, a backward call that runs no ops).
     """
     if not (is_stats(report.golden) or is_stats(report.target)):
         return None
     first = report.summary(cosine_threshold).first_flagged
+    reasons = tuple(first.flag_reasons(cosine_threshold)) if first is not None else ()
+    named = _named_op(report, verdict)
+    if named is not None:
+        if named is not first:
+            first, reasons = named, (f"the statistics' diagnosis names it: {verdict.cls}",)
+        # a call only golden made: its parent's ops too, whose backward the target runs, so that what is missing
+        # is told from what is not
+        return _region(report, first, reasons, first.direction != "forward", False, golden_metadata,
+                       target_metadata, outputs, parent=not named.rows)
+    float32 = False  # found beyond float32 rounding, under the threshold
+    if all(m.get("precision_mode") == FLOAT32_MODE for m in (golden_metadata, target_metadata)):
+        departing, why = _first_departure(report)
+        if departing is not None and (first is None or (departing.step, departing.exec_index) <
+                                      (first.step, first.exec_index)):
+            first, reasons, float32 = departing, why, True
     if first is None:
         return None
+    # a departure under the threshold may show more in the backward ops it feeds (a changed loss: 1e-4 in its
+    # value, 10 % in its gradient): they are recorded too
+    return _region(report, first, reasons, first.direction != "forward" or float32, first.step > 0,
+                   golden_metadata, target_metadata, outputs)
+
+
+def _named_op(report, verdict):
+    """The compared op ``verdict`` names (its step and name), or None; an op only golden ran (a backward call
+    the target never made) as one without tensors."""
+    if verdict is None or verdict.cls == "none" or not verdict.op or verdict.step is None:
+        return None
+
+    def named(op) -> bool:
+        return op.step == verdict.step and op.name == verdict.op and op.direction == (verdict.direction or
+                                                                                     op.direction)
+    found = next((op for op in report.ops if named(op)), None)
+    if found is None:
+        golden = next((op for op in report.unmatched_golden if not op.slot and named(op)), None)
+        if golden is not None:
+            found = OpComparison(golden.step, golden.exec_index, golden.name, golden.type, golden.direction, ())
+    return found
+
+
+def _region(report, first, reasons: tuple, backward: bool, step_before: bool, golden_metadata: dict,
+            target_metadata: dict, outputs: dict | None, parent: bool = False) -> ZoomRegion:
+    """The region around ``first``: its module (``parent``: the module that calls it), the ops before it, its
+    step (and the one before)."""
     framework = TORCH if TORCH in (golden_metadata.get("framework"), target_metadata.get("framework")) else ENGINE
     module = op_module(first.name, first.type)
-    modules = (_escape(module),) if module.count("/") + 1 >= (2 if framework == TORCH else 1) and module else ()
+    if parent:
+        module = module.rpartition("/")[0]
+    whole = module.count("/") + 1 >= (2 if framework == TORCH else 1) and module
+    modules = (_escape(module),) if whole else ()
     names = _region_names(report, first)
-    ops = tuple(sorted({_escape(n) for n in names if not (module and _inside(n, module))}))
-    region = ZoomRegion(first.step, first.exec_index, first.name, first.type, first.direction,
-                        tuple(first.flag_reasons(cosine_threshold)), module, ops, modules,
-                        first.direction != "forward", framework)
+    ops = tuple(sorted({_escape(n) for n in names if not (whole and _inside(n, module))}))
+    if module and not whole:  # the outermost torch module (the model, a loss module): its own ops only
+        ops += (f"{_escape(module)}/aten.*",)
+    steps = (first.step,)
+    if step_before:  # the step before showed nothing: a gradient or an update it made, unseen in statistics
+        steps, backward = (first.step - 1, first.step), True
+        ops += (OPTIMIZER_OPS,) if framework == TORCH else ()
+    region = ZoomRegion(first.step, first.exec_index, first.name, first.type, first.direction, reasons, module,
+                        ops, modules, backward, framework, steps=steps)
     sides = (("golden", report.golden, golden_metadata), ("target", report.target, target_metadata))
     outputs = outputs or {}
     recollect = tuple(_recollect(region, role, info, metadata, outputs.get(role) or zoom_path(info.path, role))
                       for role, info, metadata in sides)
     return dataclasses.replace(region, recollect=recollect)
+
+
+def _first_departure(report) -> tuple:
+    """(the first op whose output statistics depart from golden's beyond float32 rounding, why); (None, ()).
+
+    Where both runs compute in float32 a fault can move an output far less than the cosine threshold's 2 %
+    (another GELU approximation: 4e-5 of the output's range) and still be the only departure: golden and
+    target compute the same values to within a few float32 roundings (a different kernel or thread count:
+    about 1e-7). `FLOAT32_DEPARTURE` lies between.
+    """
+    for op in report.ops:
+        for row in op.outputs:
+            if row.stats is None or row.skip:
+                continue
+            departure = max((d for d in (row.stats.rel_norm_diff, row.stats.rel_err_bound) if not math.isnan(d)),
+                            default=0.0)
+            if departure > FLOAT32_DEPARTURE:
+                return op, (f"{row.tensor}: statistics {departure:.3g} from golden's, beyond float32 rounding "
+                            f"({FLOAT32_DEPARTURE:g}) in two float32 runs",)
+    return None, ()
 
 
 def op_module(name: str, op_type: str = "") -> str:
@@ -173,7 +263,7 @@ def recollect_command(command: str, region: ZoomRegion, output: str) -> str | No
 
 
 def _region_words(region: ZoomRegion, output: str) -> list[str]:
-    words = ["--mode", "dump", "--dump-steps", str(region.step)]
+    words = ["--mode", "dump", "--dump-steps", ",".join(str(s) for s in region.selection()["steps"])]
     for flag, patterns in (("--modules", region.modules), ("--ops", region.ops)):
         for pattern in patterns:
             words += [flag, pattern]
@@ -184,7 +274,7 @@ def _region_words(region: ZoomRegion, output: str) -> list[str]:
 
 def torch_call(region: ZoomRegion, output: str) -> str:
     """The `precision_tool.torch.dump` call recording ``region`` in full to ``output``."""
-    arguments = [json.dumps(output), 'mode="dump"', f"steps=[{region.step}]"]
+    arguments = [json.dumps(output), 'mode="dump"', f"steps={region.selection()['steps']}"]
     if region.ops:
         arguments.append(f"ops={json.dumps(list(region.ops))}")
     if region.modules:

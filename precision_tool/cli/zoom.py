@@ -230,6 +230,7 @@ def _stamp(path: str):
 
 # -- both -------------------------------------------------------------------------------------------------------
 def _region(stats, zooms, cosine):
+    from precision_tool.analysis import diagnose
     from precision_tool.analysis.zoom import zoom_region
     from precision_tool.compare.comparator import compare_dumps
     from precision_tool.defaults import COSINE_THRESHOLD
@@ -237,8 +238,9 @@ def _region(stats, zooms, cosine):
 
     with open_dump(stats["golden"]) as golden, open_dump(stats["target"]) as target:
         report = compare_dumps(golden, target)
+        verdict = diagnose(golden, target).verdict  # where the statistics alone point, for the tensors to judge
         return zoom_region(report, golden.metadata, target.metadata,
-                           COSINE_THRESHOLD if cosine is None else cosine, outputs=zooms)
+                           COSINE_THRESHOLD if cosine is None else cosine, outputs=zooms, verdict=verdict)
 
 
 def _diagnose(zooms):

@@ -7,7 +7,8 @@ Without the values there is no cosine. What the statistics do prove:
   are 0, inf when only the golden norm is.
 * ``max_abs_err_bound`` = max(|Δmax|, |Δmin|, |Δmean|) is a lower bound of
   max|x − y|: if x_i is the target's maximum then x_i − y_i ≥ max x − max y,
-  and likewise for the minimum and the mean.
+  and likewise for the minimum and the mean; ``rel_err_bound`` is the same
+  over the golden tensor's largest magnitude max(|min y|, |max y|).
 
 A stats row is flagged when ``rel_norm_diff`` exceeds 1 − c (c the cosine
 threshold: 0.02 for ``-c 0.98``), or when the target has more NaN or inf
@@ -31,11 +32,21 @@ class StatsDelta:
     rel_norm_diff: float
     abs_max_diff: float
     abs_min_diff: float
+    golden_magnitude: float = math.nan  # max(|min|, |max|) of the golden tensor
 
     @property
     def max_abs_err_bound(self) -> float:
         """A proven lower bound of max|x − y| (NaN when the statistics are NaN)."""
         return max(self.abs_max_diff, self.abs_min_diff, self.abs_mean_diff)
+
+    @property
+    def rel_err_bound(self) -> float:
+        """`max_abs_err_bound` over the golden tensor's largest magnitude: 0 when both are 0, inf when only the
+        golden magnitude is 0, NaN when unknown."""
+        bound = self.max_abs_err_bound
+        if self.golden_magnitude == 0.0:
+            return 0.0 if bound == 0.0 else math.inf
+        return bound / self.golden_magnitude
 
 
 def relative_norm_difference(target_norm: float, golden_norm: float) -> float:
@@ -54,6 +65,7 @@ def compare_stats(target: TensorStats, golden: TensorStats) -> StatsDelta:
         rel_norm_diff=relative_norm_difference(target.norm, golden.norm),
         abs_max_diff=abs(target.max - golden.max),
         abs_min_diff=abs(target.min - golden.min),
+        golden_magnitude=max(abs(golden.min), abs(golden.max)),
     )
 
 

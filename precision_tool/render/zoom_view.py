@@ -10,7 +10,9 @@ from rich.text import Text
 
 def region_words(region) -> str:
     """``step 3, module norm (its ops) and the ops ... (forward only)``: what the region records."""
-    parts = [f"step {region.step}"]
+    steps = region.selection()["steps"]
+    parts = [f"step {steps[0]}" if len(steps) == 1 else
+             f"steps {', '.join(map(str, steps[:-1]))} and {steps[-1]}"]
     if region.modules:
         parts.append("every op in module " + ", ".join(region.modules))
     if region.ops:

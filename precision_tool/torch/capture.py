@@ -65,7 +65,8 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
     lies in; they add up), ``op_types`` and ``backward=False`` narrow what is
     recorded, as `precision-tool collect`'s options do (`Selection`). Under
     `precision-tool zoom` the environment sets path, mode, role and filters
-    (`precision_tool.collect.zoom_env`).
+    (`precision_tool.collect.zoom_env`), and the region's tensors are recorded
+    at op level whatever ``level`` says.
 
     Under ``torch.distributed`` (a process group initialised when the dump
     is entered) ``path`` is a run directory: each rank writes
@@ -87,8 +88,9 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         zoom = zoom_settings()
         if zoom is not None:
             path, mode, role, steps = zoom.path, zoom.mode, role or zoom.role, zoom.steps
-            if zoom.mode == "dump":
+            if zoom.mode == "dump":  # the region, at op level: its globs name ops and modules
                 ops, module_globs, op_types, backward = zoom.ops, zoom.modules, None, zoom.backward
+                level = "op"
         if mode not in MODES:
             raise choice_error("dump mode", mode, MODES)
         if level not in LEVELS:

@@ -6,7 +6,10 @@ import json
 
 import pytest
 
-from precision_tool.analysis.zoom import ZoomRegion, op_module, recollect_command, torch_call, zoom_path
+from precision_tool.analysis.zoom import (ZoomRegion, op_module, recollect_command, torch_call, zoom_path,
+                                         zoom_region)
+from precision_tool.compare.report import CompareReport, DumpInfo, OpComparison, TensorRow
+from precision_tool.compare.stats import StatsDelta
 
 
 def _region(**changes) -> ZoomRegion:
@@ -46,6 +49,87 @@ def test_the_torch_call_for_the_region():
     assert torch_call(region, "zoom-golden.h5") == (
         'ptt.dump("zoom-golden.h5", mode="dump", steps=[3], ops=["M/aten.mul_0"], modules=["M/fc2"])')
     assert region.selection() == {"steps": [3], "ops": ["M/aten.mul_0"], "modules": ["M/fc2"], "backward": True}
+
+
+def _module_call(step: int, index: int, name: str, mean_diff: float = 0.0, norm_diff: float = 0.0,
+                 magnitude: float = 2.0) -> OpComparison:
+    """A module call of a module-level statistics comparison, its output's statistics this far from golden's."""
+    delta = StatsDelta(mean_diff, 0.0, norm_diff, 0.0, 0.0, magnitude)
+    row = TensorRow(step, index, name, "module.Linear", "forward", "output_0", name, "output_0", "float32",
+                    "float32", (4, 8), (4, 8), stats=delta)
+    return OpComparison(step, index, name, "module.Linear", "forward", (row,))
+
+
+def _stats_report(*ops) -> CompareReport:
+    return CompareReport(DumpInfo("stats-golden.h5", mode="stats"), DumpInfo("stats-target.h5", mode="stats"),
+                         list(ops))
+
+
+FLOAT32 = {"framework": "torch", "precision_mode": "golden_float32"}
+BF16 = {"framework": "torch", "precision_mode": "autocast_bfloat16"}
+
+
+def test_two_float32_runs_zoom_where_statistics_first_depart_beyond_float32_rounding():
+    report = _stats_report(_module_call(0, 0, "M/fc1", mean_diff=2e-7),  # 1e-7 of its magnitude: rounding
+                           _module_call(0, 1, "M/block/act", mean_diff=8e-5),  # 4e-5: another function
+                           _module_call(0, 2, "M/block/fc2", norm_diff=1e-3))
+    region = zoom_region(report, FLOAT32, FLOAT32)
+    assert (region.op, region.step, region.modules, region.ops) == ("M/block/act", 0, ("M/block/act",), ("M/fc1",))
+    assert region.backward  # what it feeds in backward may show it more
+    assert region.reasons == ("output_0: statistics 4e-05 from golden's, beyond float32 rounding (1e-05) in two "
+                              "float32 runs",)
+    assert zoom_region(report, FLOAT32, BF16) is None  # under a 16-bit run's rounding: not told apart
+    assert zoom_region(_stats_report(_module_call(0, 0, "M/fc1", mean_diff=2e-7)), FLOAT32, FLOAT32) is None
+
+
+def test_in_float32_runs_a_departure_under_the_threshold_before_the_first_flagged_op_is_where_to_zoom():
+    report = _stats_report(_module_call(0, 0, "M/fc1"), _module_call(0, 1, "M", mean_diff=2e-4),  # the loss
+                           _module_call(0, 2, "CrossEntropyLoss", norm_diff=0.1))  # its gradient, say
+    region = zoom_region(report, FLOAT32, FLOAT32)
+    assert (region.op, region.modules, region.ops) == ("M", (), ("M", "M/fc1", "M/aten.*"))  # the model's own ops
+    region = zoom_region(report, BF16, BF16)
+    assert (region.op, region.modules, region.ops, region.backward) == (
+        "CrossEntropyLoss", (), ("CrossEntropyLoss", "M", "M/fc1", "CrossEntropyLoss/aten.*"), False)
+
+
+def test_an_op_the_statistics_diagnosis_names_is_where_to_zoom():
+    from precision_tool.analysis.results import Verdict
+
+    report = _stats_report(_module_call(0, 0, "M/fc1", norm_diff=0.03), _module_call(0, 1, "M/block/attn"))
+    named = Verdict("M/block/attn", "overflow", 0, "forward")  # say, from the step's float status
+    region = zoom_region(report, BF16, BF16, verdict=named)
+    assert (region.op, region.modules, region.reasons, region.backward) == (
+        "M/block/attn", ("M/block/attn",), ("the statistics' diagnosis names it: overflow",), False)
+    assert zoom_region(report, BF16, BF16, verdict=Verdict(None, "none", None)).op == "M/fc1"
+    assert zoom_region(report, BF16, BF16, verdict=Verdict("M/gone", "kernel_bug", 0, "backward")).op == "M/fc1"
+
+
+def test_a_backward_call_only_golden_made_zooms_into_the_module_that_calls_it():
+    from precision_tool.analysis.results import Verdict
+    from precision_tool.compare.matching import Unmatched
+
+    report = _stats_report(_module_call(0, 0, "M/block/attn"), _module_call(0, 1, "M/block", norm_diff=0.03))
+    report.unmatched_golden.append(Unmatched("golden", 0, 5, "M/block/attn", "module.Attention", "backward"))
+    region = zoom_region(report, BF16, BF16, verdict=Verdict("M/block/attn", "kernel_bug", 0, "backward"))
+    assert (region.op, region.direction, region.modules, region.backward) == (
+        "M/block/attn", "backward", ("M/block",), True)  # its parent's backward, which the target does run
+
+
+def test_a_departure_first_seen_after_the_first_step_zooms_into_the_step_before_and_the_optimizer():
+    report = _stats_report(_module_call(0, 0, "M/block/fc2"), _module_call(1, 0, "M/fc1"),
+                           _module_call(1, 1, "M/block/fc2", norm_diff=0.05))
+    region = zoom_region(report, FLOAT32, FLOAT32)
+    assert (region.op, region.step, region.steps, region.backward) == ("M/block/fc2", 1, (0, 1), True)
+    assert region.ops == ("M/fc1", "optimizer/*")
+    assert region.selection()["steps"] == [0, 1]
+    from precision_tool.render.zoom_view import region_words
+
+    assert region_words(region) == "steps 0 and 1, every op in module M/block/fc2, and the ops M/fc1, optimizer/*"
+    assert torch_call(region, "z.h5") == ('ptt.dump("z.h5", mode="dump", steps=[0, 1], ops=["M/fc1", '
+                                          '"optimizer/*"], modules=["M/block/fc2"])')
+    engine = _region(steps=(2, 3), backward=True)
+    assert recollect_command("precision-tool collect sensor --mode stats", engine, "z.h5") == (
+        "precision-tool collect sensor --mode dump --dump-steps 2,3 --modules norm --ops fc0/MatMul -o z.h5")
 
 
 @pytest.fixture(scope="module")

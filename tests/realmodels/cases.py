@@ -294,12 +294,16 @@ def _dnn(case: Case):
 
 
 def collect(case: Case, workdir: Path, mode: str = "dump", goldens: Path | None = None,
-            level: str = "op") -> tuple[Path, Path]:
+            level: str = "op", selection: dict | None = None) -> tuple[Path, Path]:
     """Write golden.h5 and target.h5 of ``case`` into ``workdir``; with ``goldens``, one golden dump per model
     and model arguments is kept there and shared by the cases that need it. ``level``: ptt.dump's capture
-    level ("module": module calls only)."""
+    level ("module": module calls only); ``selection``: what both record, as `ZoomRegion.selection` gives
+    it (steps, ops, modules, backward)."""
     workdir.mkdir(parents=True, exist_ok=True)
     target = workdir / "target.h5"
+    chosen = {} if selection is None else {"steps": selection["steps"], "ops": selection["ops"] or None,
+                                           "modules": selection["modules"] or True,
+                                           "backward": selection["backward"]}
     golden_side, target_side, setup = probed.CONDITIONS.get(case.condition, probed.NO_CONDITION)
     golden = workdir / "golden.h5" if goldens is None else \
         goldens / (f"{case.model}-{'-'.join(f'{k}{v}' for k, v in case.model_kwargs)}-{mode}-{level}"
@@ -307,7 +311,7 @@ def collect(case: Case, workdir: Path, mode: str = "dump", goldens: Path | None 
     with _dnn(case):
         if not golden.exists():
             run = build(case)
-            with golden_side(), ptt.dump(golden, mode=mode, model=case.model, seed=0, level=level):
+            with golden_side(), ptt.dump(golden, mode=mode, model=case.model, seed=0, level=level, **chosen):
                 train(run, run.steps or STEPS)
         run = build(case)
         setup(run)
@@ -318,7 +322,7 @@ def collect(case: Case, workdir: Path, mode: str = "dump", goldens: Path | None 
             if case.target == "amp16" else None
         try:
             with target_side(), _target_context(case.target), \
-                    ptt.dump(target, mode=mode, model=case.model, seed=0, level=level):
+                    ptt.dump(target, mode=mode, model=case.model, seed=0, level=level, **chosen):
                 train(run, run.steps or STEPS, loss_scale=case.loss_scale, scaler=scaler)
         finally:
             _AUTOCAST.clear()
