@@ -23,6 +23,10 @@ rounding (`FLOAT32_DEPARTURE`), flagged or not: a fault can move an output far l
 2 % and still be where the run's error enters. Its backward ops are recorded too: a label smoothing moves
 the loss by 1e-4 and the gradients after it by 10 %.
 
+`precision-tool zoom` diagnoses the statistics first: an op that diagnosis names is the divergent op (a
+call only golden made: the module calling it is the region's module), for the tensors to confirm or
+overturn.
+
 `zoom_region` builds it with the commands that re-collect it: `precision-tool collect` command lines rebuilt
 from the ones the stats dumps recorded (``--mode dump --dump-steps N --ops ... --modules ...``), or the
 `precision_tool.torch.dump` arguments for torch dumps.
