@@ -83,6 +83,7 @@ class ZoomRegion:
     framework: str  # engine or torch
     recollect: tuple[Recollect, ...] = ()
     steps: tuple[int, ...] = ()  # the steps recorded: ``(step,)``, or the step before too
+    named: str = ""  # the class the statistics' diagnosis gave the op ("": the first divergent op)
 
     def selection(self) -> dict:
         """The region as `Selection.build` and the zoom environment take it."""
@@ -110,12 +111,15 @@ def zoom_region(report, golden_metadata: dict, target_metadata: dict, cosine_thr
     reasons = tuple(first.flag_reasons(cosine_threshold)) if first is not None else ()
     named = _named_op(report, verdict)
     if named is not None:
-        if named is not first:
-            first, reasons = named, (f"the statistics' diagnosis names it: {verdict.cls}",)
+        if named is first:  # the first divergent op as well
+            return _region(report, first, reasons, first.direction != "forward", False, golden_metadata,
+                           target_metadata, outputs)
         # a call only golden made: its parent's ops too, whose backward the target runs, so that what is missing
         # is told from what is not
-        return _region(report, first, reasons, first.direction != "forward", False, golden_metadata,
-                       target_metadata, outputs, parent=not named.rows)
+        region = _region(report, named, (f"the statistics' diagnosis names it: {verdict.cls}",),
+                         named.direction != "forward", False, golden_metadata, target_metadata, outputs,
+                         parent=not named.rows)
+        return dataclasses.replace(region, named=verdict.cls)
     float32 = False  # found beyond float32 rounding, under the threshold
     if all(m.get("precision_mode") == FLOAT32_MODE for m in (golden_metadata, target_metadata)):
         departing, why = _first_departure(report)

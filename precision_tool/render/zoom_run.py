@@ -25,7 +25,10 @@ def zoom_outcome(run, cosine_threshold=None) -> Group:
     zoom = sum(sizes[path] for path in run.zoom.values())
     line = (f"sizes: statistics {format_size(stats)} ({_pair(run.stats, sizes)}) + region tensors "
             f"{format_size(zoom)} ({_pair(run.zoom, sizes)}) = {format_size(stats + zoom)}")
-    return Group(Text(f"Zoomed into {region_words(run.region)}: first divergent op {run.region.op}", style="bold"),
+    region = run.region
+    which = f"{region.op}, which the statistics' diagnosis names ({region.named})" if region.named else \
+        f"first divergent op {region.op}"
+    return Group(Text(f"Zoomed into {region_words(region)}: {which}", style="bold"),
                  render(run.diagnosis), Text(line))
 
 

@@ -98,8 +98,9 @@ def test_an_op_the_statistics_diagnosis_names_is_where_to_zoom():
     report = _stats_report(_module_call(0, 0, "M/fc1", norm_diff=0.03), _module_call(0, 1, "M/block/attn"))
     named = Verdict("M/block/attn", "overflow", 0, "forward")  # say, from the step's float status
     region = zoom_region(report, BF16, BF16, verdict=named)
-    assert (region.op, region.modules, region.reasons, region.backward) == (
-        "M/block/attn", ("M/block/attn",), ("the statistics' diagnosis names it: overflow",), False)
+    assert (region.op, region.modules, region.reasons, region.backward, region.named) == (
+        "M/block/attn", ("M/block/attn",), ("the statistics' diagnosis names it: overflow",), False, "overflow")
+    assert zoom_region(report, BF16, BF16).named == ""
     assert zoom_region(report, BF16, BF16, verdict=Verdict(None, "none", None)).op == "M/fc1"
     assert zoom_region(report, BF16, BF16, verdict=Verdict("M/gone", "kernel_bug", 0, "backward")).op == "M/fc1"
 
@@ -171,3 +172,25 @@ def test_full_dumps_have_no_zoom(run_cli, tmp_path):
     samples = Path(__file__).resolve().parents[2] / "sample_dumps"
     result = run_cli("compare", samples / "golden.h5", samples / "npu.h5", "--format", "json")
     assert result.status == 0 and json.loads(result.stdout)["zoom"] is None
+
+
+def test_zoom_says_when_its_region_is_the_op_the_statistics_diagnosis_names(tmp_path):
+    from rich.console import Console
+
+    from precision_tool.analysis.results import Diagnosis, Verdict
+    from precision_tool.cli.zoom import ZoomRun
+    from precision_tool.render.zoom_run import zoom_outcome
+
+    paths = {}
+    for name in ("stats-golden", "stats-target", "zoom-golden", "zoom-target"):
+        paths[name] = tmp_path / f"{name}.h5"
+        paths[name].write_bytes(b"x" * 1024)
+    report = _stats_report(_module_call(0, 0, "M/fc1", norm_diff=0.03), _module_call(0, 1, "M/block/attn"))
+    region = zoom_region(report, BF16, BF16, verdict=Verdict("M/block/attn", "overflow", 0, "forward"))
+    run = ZoomRun({"golden": str(paths["stats-golden"]), "target": str(paths["stats-target"])},
+                  {"golden": str(paths["zoom-golden"]), "target": str(paths["zoom-target"])}, region,
+                  Diagnosis(Verdict(None, "none", None)))
+    console = Console(width=200, record=True)
+    console.print(zoom_outcome(run))
+    assert ("Zoomed into step 0, every op in module M/block/attn, and the ops M/fc1 (forward only): M/block/attn, "
+            "which the statistics' diagnosis names (overflow)") in console.export_text()
