@@ -111,15 +111,14 @@ def zoom_region(report, golden_metadata: dict, target_metadata: dict, cosine_thr
     reasons = tuple(first.flag_reasons(cosine_threshold)) if first is not None else ()
     named = _named_op(report, verdict)
     if named is not None:
-        if named is first:  # the first divergent op as well
-            return _region(report, first, reasons, first.direction != "forward", False, golden_metadata,
-                           target_metadata, outputs)
+        elsewhere = named is not first  # (the first divergent op as well: its flags say why)
+        if elsewhere:
+            reasons = (f"the statistics' diagnosis names it: {verdict.cls}",)
         # a call only golden made: its parent's ops too, whose backward the target runs, so that what is missing
         # is told from what is not
-        region = _region(report, named, (f"the statistics' diagnosis names it: {verdict.cls}",),
-                         named.direction != "forward", False, golden_metadata, target_metadata, outputs,
-                         parent=not named.rows)
-        return dataclasses.replace(region, named=verdict.cls)
+        region = _region(report, named, reasons, named.direction != "forward", False, golden_metadata,
+                         target_metadata, outputs, parent=not named.rows)
+        return dataclasses.replace(region, named=verdict.cls) if elsewhere else region
     float32 = False  # found beyond float32 rounding, under the threshold
     if all(m.get("precision_mode") == FLOAT32_MODE for m in (golden_metadata, target_metadata)):
         departing, why = _first_departure(report)
