@@ -21,6 +21,9 @@ interleaved over ``--repeats`` rounds (the order rotates each round):
 * ``stats module``: ``precision_tool.torch.dump(path, "stats", level="module")``,
   module calls only, no aten op intercepted;
 * ``stats``, ``overflow``, ``dump``: ``precision_tool.torch.dump(path, mode)``;
+* ``stats, steps left out``: ``dump(path, "stats", steps=[0])``, the untimed
+  first step recorded at op level: what the timed steps a ``steps=`` filter
+  leaves out cost;
 * ``simulate``: ``simulate_npu("allow_mix_precision")``.
 
 msprobe (``mindstudio-probe==26.2.0``, when installed) runs in processes of
@@ -59,7 +62,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"gpt2": "gpt2-sdpa", "bert": "bert-sdpa", "vit": "vit", "resnet": "resnet", "lstm": "lstm-nodnn"}
-OURS = ("plain", "noop mode", "recorder floor", "module floor", "stats module", "stats", "overflow", "dump", "simulate")
+OURS = ("plain", "noop mode", "recorder floor", "module floor", "stats module", "stats", "stats, steps left out",
+        "overflow", "dump", "simulate")
 MSPROBE = ("msprobe plain", "msprobe stats", "msprobe stats L0", "msprobe tensor")
 
 
@@ -232,6 +236,8 @@ def _ours(model: str, steps: int, repeats: int, workdir: Path, size: str = "tiny
             return ptt.simulate_npu("allow_mix_precision")
         if name == "stats module":
             return ptt.dump(path, mode="stats", level="module")
+        if name == "stats, steps left out":  # records the untimed first step only
+            return ptt.dump(path, mode="stats", steps=[0])
         return ptt.dump(path, mode=name)
 
     times: dict[str, list[float]] = {name: [] for name in OURS}

@@ -173,9 +173,12 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
 
     # -- called by the session -------------------------------------------------
 
+    def records_step(self, step: int) -> bool:
+        return self.steps is None or step in self.steps
+
     def begin_step(self, step: int) -> bool:
         """A step begins; return whether this dump records it."""
-        if self.steps is not None and step not in self.steps:
+        if not self.records_step(step):
             return False
         if self._writer is None:
             self._open_writer()

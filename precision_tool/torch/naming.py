@@ -49,7 +49,9 @@ class Namer:
         self._seen_modules: set[int] = set()
         self._last_seq = -1
         self._handles: list = []
+        self._paused = False  # no op is named (the session's dispatch mode is not pushed)
         self.on_leave = None  # called as (module, path, args, kwargs, output) when a module's forward returns
+        self.on_enter = None  # called as (module, args) when a module is about to run, while set
 
     def install(self) -> None:
         """Start following module calls (global forward hooks)."""
@@ -61,6 +63,7 @@ class Namer:
         ]
         self._last_seq = _sequence_nr()
         self._counters.clear()
+        self._paused = True  # until the session pushes its dispatch mode
 
     def uninstall(self) -> None:
         for handle in self._handles:
@@ -74,6 +77,14 @@ class Namer:
         self._paths.clear()
         self._forward_of.clear()
         self._previous_forward_of.clear()
+
+    def pause(self) -> None:
+        """No op will be named until `resume`: autograd nodes made meanwhile get no names either."""
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+        self._last_seq = _sequence_nr()
 
     def new_step(self) -> None:
         """Call counters start again; forward names stay findable for one more step."""
@@ -125,6 +136,8 @@ class Namer:
     # -- module scope ---------------------------------------------------------
 
     def _enter(self, module: torch.nn.Module, args) -> None:
+        if self.on_enter is not None:
+            self.on_enter(module, args)
         path = self._path_of(module)
         self._stack.append((module, path, _current_node() is not None))  # (checkpointing's recomputation)
         if id(module) not in self._seen_modules:
@@ -141,7 +154,8 @@ class Namer:
         stack = self._stack
         for i in range(len(stack) - 1, -1, -1):
             if stack[i][0] is module:
-                self._name_custom_nodes(stack[i][1])
+                if not self._paused:
+                    self._name_custom_nodes(stack[i][1])
                 if self.on_leave is not None:
                     self.on_leave(module, stack[i][1], args, kwargs, output)
                 del stack[i:]

@@ -1,11 +1,14 @@
 """The one dispatch mode behind `dump` and `simulate_npu`, and the steps they share.
 
-Both context managers register with a process-wide `Session`; the first one
-entered pushes a single TorchDispatchMode and the last one left pops it. One
-mode, not two stacked ones, so that the order the two are entered in does
-not matter: every aten op is named once, simulated if a simulator is active,
-and then recorded with the numbers it really produced (simulated values and
-overflow flags when simulating).
+Both context managers register with a process-wide `Session`, which pushes a
+single TorchDispatchMode while some context wants aten ops. One mode, not two
+stacked ones, so that the order the two are entered in does not matter: every
+aten op is named once, simulated if a simulator is active, and then recorded
+with the numbers it really produced (simulated values and overflow flags when
+simulating). A step that no op-level recorder records and no simulator runs
+goes without the mode (`Session._ops_wanted`): its ops cost what they cost
+without capture, and the steps around it are named and numbered as if it had
+been seen.
 
 Steps. A step ends after each ``optimizer.step()`` (of any torch.optim
 optimizer; the next op starts the next step), or when `step` is called; the
@@ -30,11 +33,13 @@ from precision_tool.dump.records import MODULE_TYPE_PREFIX
 from precision_tool.engine.hooks import BACKWARD
 from precision_tool.torch.modules import QUIET, ModuleGradients, without_modes
 from precision_tool.torch.naming import Namer
+from precision_tool.torch.process import StepTailHook, freeze_heap
 from precision_tool.torch.ops import (AtenOp, complete_collective, dtype_name, encode_args, flat_tensors, op_info,
                                      result_tensors)
 from precision_tool.torch.tensors import FORMAT_ATTR, logical_dtype
 
 _current_node = torch._C._current_autograd_node
+_current_mode = torch.utils._python_dispatch._get_current_dispatch_mode
 
 
 class OpCall:
@@ -148,14 +153,69 @@ class Session:
                 self._told_autocast = False
         if simulator is not None:
             self.simulators.append(simulator)
-        if self._mode is None and self._needs_ops():
+        self._sync_mode()
+
+    # -- the dispatch mode, pushed only while some context wants aten ops --------
+
+    def _ops_wanted(self) -> bool:
+        """Whether aten ops must be intercepted from here on.
+
+        A simulator always wants them. An op-level recorder wants those of a
+        step it records; between steps (an optimizer step done, its loss
+        scaler's update maybe still to come) those of the step that ended if
+        it records it, or of the next if it will. Module-level recorders see
+        module calls, not ops. Steps nobody records then run without the
+        mode: ``dump(..., steps=...)`` costs the module hooks in them, not the
+        interception of every op.
+        """
+        if self.simulators:
+            return True
+        op_level = [r for r in self.recorders if getattr(r, "level", "op") != "module"]
+        if not op_level:
+            return False
+        if self.step_open:
+            if any(r in self._watching for r in op_level):
+                return True
+            if not self.pending_boundary:
+                return False
+            upcoming = self.step + 1
+        else:
+            upcoming = self.step
+        return any(r.records_step(upcoming) for r in op_level)
+
+    def _sync_mode(self) -> None:
+        """Push the dispatch mode when ops are wanted and pop it when not; called only outside dispatch (a
+        context entered or left, an optimizer step ended, an explicit step, a module about to run)."""
+        self.namer.on_enter = None
+        if not self._started:
+            return
+        wanted = self._ops_wanted()
+        if wanted and self._mode is None:
             self._mode = _Interceptor(self)
             self._mode.__enter__()
             QUIET.mode = self._mode
+            self.namer.resume()  # autograd nodes made while idle are nobody's
+        elif not wanted and self._mode is not None and _current_mode() is self._mode:  # (under a mode the user
+            mode, self._mode = self._mode, None  # pushed after it, it stays)
+            QUIET.mode = None
+            self.namer.pause()
+            mode.__exit__(None, None, None)
 
-    def _needs_ops(self) -> bool:
-        """Whether some context sees aten ops: a simulator does, and so does every recorder but a module-level one."""
-        return bool(self.simulators) or any(getattr(r, "level", "op") != "module" for r in self.recorders)
+    def step_tail_called(self) -> None:
+        """A loss scaler's update ran. Dispatch saw it, unless the mode was popped: then this is the step
+        boundary the op marks there (an update also ends an iteration whose optimizer step it skipped, and no
+        optimizer hook was called)."""
+        if self._mode is not None or self.manual_steps or _current_node() is not None:
+            return
+        self.pending_boundary = True
+        if not self._watching and not self._ops_wanted():
+            self.end_step()
+        self._sync_mode()
+
+    def _idle_soon(self, *_) -> None:
+        """A step nobody records at op level began inside dispatch, where the mode cannot be popped: pop it at
+        the next module call."""
+        self._sync_mode()
 
     def detach(self, recorder=None, simulator=None) -> None:
         if recorder is not None and recorder in self.recorders:
@@ -176,9 +236,9 @@ class Session:
         self.namer.install()
         self.namer.on_leave = self._module_done
         self._handles = [optimizer.register_optimizer_step_pre_hook(self._optimizer_begins),
-                         optimizer.register_optimizer_step_post_hook(self._optimizer_ends)]
+                         optimizer.register_optimizer_step_post_hook(self._optimizer_ends), StepTailHook(self)]
         self._started = True  # the dispatch mode is pushed by `attach` once a context needs ops
-        self._froze = _freeze_heap()
+        self._froze = freeze_heap()
 
     def _stop(self) -> None:
         mode, self._mode = self._mode, None
@@ -192,6 +252,7 @@ class Session:
                 handle.remove()
             self._handles = []
             self.namer.uninstall()
+            self.namer.on_enter = None
             self.optimizer = None
             self._watching = []
             if self._froze:
@@ -208,6 +269,9 @@ class Session:
         self.optimizer = None
         if not self.manual_steps:
             self.pending_boundary = True
+            if self._mode is None and not self._watching and not self._ops_wanted():  # no op will end a step
+                self.end_step()  # nobody records, nor one after it that a recorder wants: end it now
+        self._sync_mode()
 
     # -- steps ----------------------------------------------------------------
 
@@ -215,6 +279,7 @@ class Session:
         """End the current step because the user said so; optimizer steps stop ending steps."""
         self.manual_steps = True
         self.end_step(loss, loss_scale)
+        self._sync_mode()
 
     def end_step(self, loss=None, loss_scale=None) -> None:
         """Close the open step in every recorder; the next op opens the next step."""
@@ -237,16 +302,23 @@ class Session:
         self.step_open = True
         self._told_autocast = False
         self._watching = [r for r in self.recorders if r.begin_step(self.step)]
+        if self._mode is not None and not self.simulators and \
+                not any(getattr(r, "level", "op") != "module" for r in self._watching):
+            self.namer.on_enter = self._idle_soon
 
     # -- module boundaries -----------------------------------------------------
 
     def _module_done(self, module, path: str, args, kwargs, output) -> None:
         """A module's forward returned: its float inputs and outputs go to the recorders that keep modules."""
-        if self._mode is None:  # module level only: no op opens or ends steps, module calls do
+        if self._mode is None:  # no op intercepted (module level only, or idle): module calls open and end steps
             if self.pending_boundary:
                 self.end_step()
             if not self.step_open:
                 self._open_step()
+                if self._ops_wanted():  # (an op-level recorder's step that no earlier call foresaw)
+                    self._sync_mode()
+        elif self.namer.on_enter is not None:
+            self._sync_mode()
         if not self.step_open or self.pending_boundary:
             return
         if self._watching and not self._told_autocast and _autocast_active():  # visible here, in Python, not
@@ -346,26 +418,6 @@ AUTOCAST_STEP_WARNING = (
 
 class AutocastOptimizerWarning(UserWarning):
     """An optimizer step ran while torch.autocast was active."""
-
-
-def _freeze_heap() -> bool:
-    """Hide the objects alive now from the cyclic garbage collector for the session; whether it did.
-
-    Capture allocates Python objects on every aten op (calls, statistics,
-    cache entries), so the collector runs often, and each of its full
-    collections walks every object of the process: with torch and a
-    transformers model loaded, some 300,000 of them, 0.1-0.2 s a time, a
-    2,000-op LSTM step paid one every other step. Frozen (`gc.freeze`), the
-    model, the modules and everything imported are not walked; what the
-    session allocates is collected as before. Cyclic garbage among the frozen
-    objects is collected once the session ends (`gc.unfreeze`). Nothing is
-    frozen where the process froze objects itself (a server before fork):
-    unfreezing would undo that.
-    """
-    if not gc.isenabled() or gc.get_freeze_count():
-        return False
-    gc.freeze()
-    return True
 
 
 def _autocast_active() -> bool:

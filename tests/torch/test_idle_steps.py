@@ -1,0 +1,192 @@
+"""Steps a ``steps=`` filter leaves out run without the dispatch mode, and the steps it keeps are recorded as if
+every step were: the same names, statistics, losses and step numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch not installed: pip install 'precision-tool[torch]'")
+
+import precision_tool.torch as ptt  # noqa: E402
+from precision_tool.dump.reader import open_dump  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from .torch_helpers import MLP, make_mlp, train  # noqa: E402
+
+_stack_length = torch._C._len_torch_dispatch_stack
+
+
+def _records(path, steps, exec_index=True):
+    """The ``steps`` of the dump as {step: (loss, loss scale, op records)}, written out (`repr`: every float's
+    exact value, and a NaN equal to a NaN); without exec indices where ``exec_index`` is false."""
+    with open_dump(path) as dump:
+        return repr({s.step: (s.loss, s.loss_scale, [op if exec_index else dataclasses.replace(op, exec_index=0)
+                                                     for op in dump.ops(step=s.step)])
+                     for s in dump.steps() if s.step in steps})
+
+
+def _both(tmp_path, run_loop, keep, **options):
+    """The loop run twice from the same seed: every step recorded, then only ``keep``."""
+    with ptt.dump(tmp_path / "all.h5", **options) as d:
+        run_loop(d)
+    with ptt.dump(tmp_path / "some.h5", steps=keep, **options) as d:
+        run_loop(d)
+    return _records(tmp_path / "all.h5", keep), _records(tmp_path / "some.h5", keep)
+
+
+class _Probe(torch.nn.Module):
+    """Notes how many dispatch modes are pushed when it runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[int] = []
+
+    def forward(self, x):
+        self.seen.append(_stack_length())
+        return x
+
+
+class _Scaled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2.0
+
+
+class _Net(torch.nn.Module):
+    """An MLP with a probe, a custom autograd Function and a checkpointed block."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp, self.probe = MLP(), _Probe()
+        self.block = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        h = self.probe(_Scaled.apply(self.mlp(x)))
+        return checkpoint(self.block, h, use_reentrant=False)
+
+
+def _net_loop(steps=4):
+    def loop(d):
+        torch.manual_seed(0)
+        model = _Net()
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        x, y = torch.randn(5, 8), torch.randint(0, 4, (5,))
+        for _ in range(steps):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        loop.seen = model.probe.seen
+    return loop
+
+
+@pytest.mark.parametrize("keep", [[0], [2], [1, 3], [3]])
+def test_a_kept_step_is_recorded_as_when_every_step_is(tmp_path, keep):
+    every, some = _both(tmp_path, _net_loop(), keep, mode="stats")
+    assert some == every
+    assert f"{{{keep[0]}: (nan, 1.0, [" in some
+    assert "name='_Net/aten.mul_0/aten.mul_0'" in some  # the custom Function's backward, named after its forward
+
+
+def test_steps_left_out_run_without_the_dispatch_mode(tmp_path):
+    loop = _net_loop(steps=5)
+    with ptt.dump(tmp_path / "d.h5", mode="stats", steps=[1, 2]):
+        loop(None)
+    # step 0: never pushed; 1 and 2 recorded; 3: popped at the first module call after its first op; 4: idle
+    assert loop.seen == [0, 1, 1, 0, 0]
+    assert _stack_length() == 0
+
+
+def test_dump_mode_and_a_loss_scaler_whose_update_ends_the_kept_step(tmp_path):
+    def loop(d):
+        model, optimizer, x, y = make_mlp()
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+        for _ in range(4):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+    every, some = _both(tmp_path, loop, [1, 2], mode="dump")
+    assert some == every
+    with open_dump(tmp_path / "some.h5") as dump:
+        assert [s.step for s in dump.steps()] == [1, 2]
+        for step in (1, 2):
+            types = [op.type for op in dump.ops(step=step)]
+            assert types.count("aten._amp_update_scale_") == 1 and types[-1] == "aten._amp_update_scale_"
+
+
+def test_explicit_steps_keep_their_numbers_and_losses(tmp_path):
+    def loop(d):
+        model, optimizer, x, y = make_mlp()
+        for _ in range(4):
+            d.step(train((model, optimizer, x, y))[0])
+
+    every, some = _both(tmp_path, loop, [2, 3], mode="stats")
+    assert some == every
+    assert "nan" not in some.split("[")[0]  # the loss given
+
+
+def test_a_module_level_dump_of_every_step_beside_an_op_level_dump_of_one(tmp_path):
+    with ptt.dump(tmp_path / "alone.h5", mode="stats", level="module"):
+        train(make_mlp(), steps=3)
+    with ptt.dump(tmp_path / "modules.h5", mode="stats", level="module"), \
+            ptt.dump(tmp_path / "ops.h5", mode="stats", steps=[1]):
+        train(make_mlp(), steps=3)
+    with ptt.dump(tmp_path / "ops_alone.h5", mode="stats"):
+        train(make_mlp(), steps=3)
+    # (exec indices count the ops of every context: the op-level dump's step 1 shifts the module records')
+    assert _records(tmp_path / "modules.h5", {0, 1, 2}, exec_index=False) == \
+        _records(tmp_path / "alone.h5", {0, 1, 2}, exec_index=False)
+    assert _records(tmp_path / "ops.h5", {1}) == _records(tmp_path / "ops_alone.h5", {1})
+
+
+class _Counting(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_mode_the_user_pushed_after_the_dump_is_never_popped_by_it(tmp_path):
+    run = make_mlp()
+    with ptt.dump(tmp_path / "d.h5", mode="stats", steps=[0]):
+        with _Counting() as counting:
+            train(run, steps=3)
+            assert _stack_length() == 2  # the dump's mode stays under the user's
+            per_step = counting.ops
+        train(run, steps=1)
+    assert per_step > 0 and _stack_length() == 0
+    with open_dump(tmp_path / "d.h5") as dump:
+        assert [s.step for s in dump.steps()] == [0]
+
+
+@pytest.mark.parametrize("keep", [[1], [3]])
+def test_iterations_whose_optimizer_step_the_loss_scaler_skipped_still_count_while_idle(tmp_path, keep):
+    """At a scale of 2**127 the first two iterations overflow: GradScaler skips their optimizer steps, so no
+    optimizer hook marks their end; its update does."""
+    def loop(d):
+        model, optimizer, x, y = make_mlp()
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)
+        for _ in range(5):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y) * 4.0
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+    every, some = _both(tmp_path, loop, keep, mode="stats")
+    assert some == every
+    with open_dump(tmp_path / "all.h5") as dump:  # the overflowing iterations, and the first that does not
+        assert [s.overflow for s in dump.steps()] == [True, True, False, False, False]
