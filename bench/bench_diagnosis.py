@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.realmodels.cases import clean_cases, collect, fault_cases, judge, unsupported  # noqa: E402
 from tests.realmodels.probed2 import bench_cases  # noqa: E402
 from tests.realmodels.probed3 import bench_cases as bench_cases3  # noqa: E402
+from tests.realmodels.probed4 import bench_cases as bench_cases4  # noqa: E402
 from tests.realmodels.variation import VARIATIONS, run_variation  # noqa: E402
 
 
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         goldens = Path(tmp) / "goldens"
         goldens.mkdir()
-        for case in clean_cases() + fault_cases() + bench_cases() + bench_cases3():  # bench_cases: the scoreboard's alone
+        for case in clean_cases() + fault_cases() + bench_cases() + bench_cases3() + bench_cases4():  # bench_cases: the scoreboard's alone
             if args.k not in case.id:
                 continue
             if unsupported(case):

@@ -89,22 +89,23 @@ FAULTS: dict[str, Callable] = {
 
 
 # families and faults added later live in more.py
-from tests.realmodels import more, probed, probed2, probed3, unseen  # noqa: E402
+from tests.realmodels import more, probed, probed2, probed3, probed4, unseen  # noqa: E402
 
 more.register(MODELS, FAULTS, NOT_CLEAN)
 unseen.register(MODELS, FAULTS, NOT_CLEAN)
 probed.register(MODELS, FAULTS, NOT_CLEAN)
 probed2.register(MODELS, FAULTS, NOT_CLEAN)
 probed3.register(MODELS, FAULTS, NOT_CLEAN)
+probed4.register(MODELS, FAULTS, NOT_CLEAN)
 
 
 def clean_cases() -> list[Case]:
     return [Case(model, target) for model in MODELS if model != "vit-eager" and model not in unseen.MODELS
             for target in CLEAN_TARGETS
             if (model, target) not in NOT_CLEAN and model not in probed.MODELS and model not in probed2.MODELS
-            and model not in probed3.MODELS] + \
+            and model not in probed3.MODELS and model not in probed4.MODELS] + \
         more.clean_cases() + unseen.clean_cases() + probed.clean_cases() + probed2.clean_cases() + \
-        probed3.clean_cases()
+        probed3.clean_cases() + probed4.clean_cases()
 
 
 def fault_cases() -> list[Case]:
@@ -197,7 +198,7 @@ def fault_cases() -> list[Case]:
         cases.append(Case("resnet", "bf16", "backward_only", role, "kernel_bug", "backward"))
     cases.append(Case("bert-eager", "bf16", "backward_only", "pooler", "kernel_bug", "backward"))
     return cases + more.fault_cases() + unseen.fault_cases() + probed.fault_cases() + probed2.fault_cases() + \
-        probed3.fault_cases()
+        probed3.fault_cases() + probed4.fault_cases()
 
 
 # ---- running a case ----------------------------------------------------------------------------
