@@ -51,7 +51,7 @@ from precision_tool.analysis.attribution import (GoldenView, attribute_record, g
                                                  replay_errors, self_consistency, significant_slots)
 from precision_tool.analysis.departures import (REWRITE_UNITS, DepartureFinder, integer_verdict,
                                                 skipped_verdict, target_only_verdict)
-from precision_tool.analysis.errors import noise_floor, rounding_error
+from precision_tool.analysis.errors import noise_floor, rounding_error, stats_only
 from precision_tool.analysis.fusion import switch_off_action
 from precision_tool.analysis.omissions import (changed_leaf, fewer_gradients, narrower_than_declared,
                                                runs_float32)
@@ -59,15 +59,14 @@ from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
-from precision_tool.analysis.errors import stats_only
 from precision_tool.analysis.modulejudge import judge_module
 from precision_tool.analysis.statsjudge import judge_statistics
 from precision_tool.analysis.rewrites import RewriteJudge, _fmt, output_dtype, with_module
 from precision_tool.engine.formats import FORMATS
 from precision_tool.analysis.structure import (Consumers, enclosing_module, fingerprint, missing_backward,
                                                module_path, occurrence_keys as _occurrence_keys, owning_module,
-                                               rewritten_backward, rewritten_modules,
-                                               rewritten_optimizer)
+                                               rewritten_backward, rewritten_modules, rewritten_optimizer)
+from precision_tool.collect.selection import narrows_ops
 from precision_tool.compare.cancel import raise_if_interrupted
 from precision_tool.compare.matching import TensorPair
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
@@ -101,6 +100,7 @@ class Scanner(RewriteJudge):
         self._absorbed: set[str] = set()
         self._dtype_notes: set[str] = set()
         self._float32 = runs_float32(target)
+        self._region = narrows_ops(getattr(target, "metadata", None) or {})  # a zoom region's ops alone
 
     # -- the scan --------------------------------------------------------------------------------
 
@@ -451,8 +451,8 @@ class Scanner(RewriteJudge):
             producer = self.consumers[record.direction].producer(golden, slot) \
                 if golden is not None and record.direction in self.consumers else None
             source = self._target_of(producer) if producer is not None else None
-            if source is None:
-                return True
+            if source is None:  # data, a parameter; in a region's dump also an op left out: the record tells
+                return not self._region or record.inherited_nonfinite
             b = self._attribute(source, replay=False)
             if b.overflowed or b.new_nan:
                 return True

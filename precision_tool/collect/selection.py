@@ -129,6 +129,14 @@ class Selection:
                 "backward": self.backward}
 
 
+def narrows_ops(metadata: dict) -> bool:
+    """Whether a dump with this metadata records only some ops of its steps (``ops``, ``modules`` or
+    ``op_types`` given: a zoom region): an op it lacks may have run, and written what a recorded op reads."""
+    selection = metadata.get("selection")
+    return isinstance(selection, dict) and bool(selection.get("ops") or selection.get("modules")
+                                                or selection.get("op_types") is not None)
+
+
 def _patterns(value) -> tuple[str, ...]:
     patterns = (value,) if isinstance(value, str) else tuple(value or ())
     return tuple(p for p in patterns if p)

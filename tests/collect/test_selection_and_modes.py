@@ -1,7 +1,7 @@
 import pytest
 
 from precision_tool.collect.modes import parse_modes, primary_mode, records_data, records_every_op, role_for
-from precision_tool.collect.selection import Selection, module_paths, parse_op_types, parse_steps
+from precision_tool.collect.selection import Selection, module_paths, narrows_ops, parse_op_types, parse_steps
 from precision_tool.engine.graph import FusionInfo
 from precision_tool.engine.hooks import OpEvent
 from precision_tool.errors import ConfigError
@@ -93,3 +93,11 @@ def test_roles_primary_modes_and_what_is_recorded():
     assert not records_data(("stats", "fusion-off")) and not records_data(("stats", "overflow"))
     assert not records_every_op(("overflow",)) and not records_every_op(("overflow", "fusion-off"))
     assert records_every_op(("stats", "overflow"))
+
+
+def test_a_dump_narrowed_to_some_ops_says_so_in_its_metadata():
+    assert narrows_ops({"selection": Selection.build(ops=["M/fc/*"]).describe()})
+    assert narrows_ops({"selection": Selection.build(modules=["M/fc"]).describe()})
+    assert narrows_ops({"selection": Selection.build(op_types=["aten.mm"]).describe()})
+    assert not narrows_ops({"selection": Selection.build(steps=[1], backward=False).describe()})
+    assert not narrows_ops({}) and not narrows_ops({"selection": "garbled"})

@@ -49,6 +49,9 @@ MODULE_LEVEL_MISSES = [
     ("mlp-grad_noise-fp32", "MLPRegressor/fc2", (0, 1)),
     # weight decay on every parameter: the same, from the optimizer
     ("gpt2-groups-decay_all-fp32", "GPT2LMHeadModel/transformer/h.0/ln_1", (0, 1)),
+    # a loss scale of 2**24 in float16: the region's first backward matmul saturates, reading a gradient whose
+    # producer (the loss's backward) lies outside the region; before, a missing producer meant an inherited overflow
+    ("gpt2-sdpa-loss_scale-mix", "GPT2LMHeadModel/lm_head", (0,)),
 ]
 
 
