@@ -164,6 +164,10 @@ def _region(report, first, reasons: tuple, backward: bool, step_before: bool, go
     ops = tuple(sorted({_escape(n) for n in names if not (whole and _inside(n, module))}))
     if module and not whole:  # the outermost torch module (the model, a loss module): its own ops only
         ops += (f"{_escape(module)}/aten.*",)
+    caller = module.rpartition("/")[0] if whole and first.type.startswith(MODULE_TYPE_PREFIX) else ""
+    if caller and framework == TORCH and first.direction == "forward":  # what a module reads may come from its
+        ops += (f"{_escape(caller)}/aten.*",)  # caller's own ops (an attention's softmax between its projections),
+        # which module records do not show
     steps = (first.step,)
     if step_before:  # the step before showed nothing: a gradient or an update it made, unseen in statistics
         steps, backward = (first.step - 1, first.step), True

@@ -52,12 +52,12 @@ def test_the_torch_call_for_the_region():
 
 
 def _module_call(step: int, index: int, name: str, mean_diff: float = 0.0, norm_diff: float = 0.0,
-                 magnitude: float = 2.0) -> OpComparison:
+                 magnitude: float = 2.0, direction: str = "forward") -> OpComparison:
     """A module call of a module-level statistics comparison, its output's statistics this far from golden's."""
     delta = StatsDelta(mean_diff, 0.0, norm_diff, 0.0, 0.0, magnitude)
-    row = TensorRow(step, index, name, "module.Linear", "forward", "output_0", name, "output_0", "float32",
+    row = TensorRow(step, index, name, "module.Linear", direction, "output_0", name, "output_0", "float32",
                     "float32", (4, 8), (4, 8), stats=delta)
-    return OpComparison(step, index, name, "module.Linear", "forward", (row,))
+    return OpComparison(step, index, name, "module.Linear", direction, (row,))
 
 
 def _stats_report(*ops) -> CompareReport:
@@ -74,7 +74,8 @@ def test_two_float32_runs_zoom_where_statistics_first_depart_beyond_float32_roun
                            _module_call(0, 1, "M/block/act", mean_diff=8e-5),  # 4e-5: another function
                            _module_call(0, 2, "M/block/fc2", norm_diff=1e-3))
     region = zoom_region(report, FLOAT32, FLOAT32)
-    assert (region.op, region.step, region.modules, region.ops) == ("M/block/act", 0, ("M/block/act",), ("M/fc1",))
+    assert (region.op, region.step, region.modules, region.ops) == (
+        "M/block/act", 0, ("M/block/act",), ("M/fc1", "M/block/aten.*"))  # (the caller's own ops: what act reads)
     assert region.backward  # what it feeds in backward may show it more
     assert region.reasons == ("output_0: statistics 4e-05 from golden's, beyond float32 rounding (1e-05) in two "
                               "float32 runs",)
@@ -121,13 +122,14 @@ def test_a_departure_first_seen_after_the_first_step_zooms_into_the_step_before_
                            _module_call(1, 1, "M/block/fc2", norm_diff=0.05))
     region = zoom_region(report, FLOAT32, FLOAT32)
     assert (region.op, region.step, region.steps, region.backward) == ("M/block/fc2", 1, (0, 1), True)
-    assert region.ops == ("M/fc1", "optimizer/*")
+    assert region.ops == ("M/fc1", "M/block/aten.*", "optimizer/*")
     assert region.selection()["steps"] == [0, 1]
     from precision_tool.render.zoom_view import region_words
 
-    assert region_words(region) == "steps 0 and 1, every op in module M/block/fc2, and the ops M/fc1, optimizer/*"
+    assert region_words(region) == ("steps 0 and 1, every op in module M/block/fc2, and the ops M/fc1, M/block/aten.*, "
+                                    "optimizer/*")
     assert torch_call(region, "z.h5") == ('ptt.dump("z.h5", mode="dump", steps=[0, 1], ops=["M/fc1", '
-                                          '"optimizer/*"], modules=["M/block/fc2"])')
+                                          '"M/block/aten.*", "optimizer/*"], modules=["M/block/fc2"])')
     engine = _region(steps=(2, 3), backward=True)
     assert recollect_command("precision-tool collect sensor --mode stats", engine, "z.h5") == (
         "precision-tool collect sensor --mode dump --dump-steps 2,3 --modules norm --ops fc0/MatMul -o z.h5")
@@ -192,5 +194,17 @@ def test_zoom_says_when_its_region_is_the_op_the_statistics_diagnosis_names(tmp_
                   Diagnosis(Verdict(None, "none", None)))
     console = Console(width=200, record=True)
     console.print(zoom_outcome(run))
-    assert ("Zoomed into step 0, every op in module M/block/attn, and the ops M/fc1 (forward only): M/block/attn, "
-            "which the statistics' diagnosis names (overflow)") in console.export_text()
+    assert ("Zoomed into step 0, every op in module M/block/attn, and the ops M/fc1, M/block/aten.* (forward only): "
+            "M/block/attn, which the statistics' diagnosis names (overflow)") in console.export_text()
+
+
+def test_a_module_that_departs_in_forward_brings_its_callers_own_ops_into_the_region():
+    """Module records do not show the ops a module's caller runs itself (an attention's scores and softmax
+    between its projections): where the first departing record is a module's forward call, the region records its
+    caller's own ops too; not in backward, whose gradients the step's later loss-scale decisions explain."""
+    forward = zoom_region(_stats_report(_module_call(0, 0, "M/attn/q"), _module_call(0, 1, "M/attn/out",
+                                                                                     norm_diff=0.05)), BF16, BF16)
+    assert (forward.modules, forward.ops) == (("M/attn/out",), ("M/attn/q", "M/attn/aten.*"))
+    backward = zoom_region(_stats_report(_module_call(0, 0, "M/attn/out", norm_diff=0.05, direction="backward")),
+                           BF16, BF16)
+    assert (backward.modules, backward.ops) == (("M/attn/out",), ())
