@@ -50,7 +50,9 @@ ROLES = ("golden", "target", "overflow")
 class dump:  # noqa: N801 - used like a function: ``with dump(...)``
     """Context manager writing every op executed inside it to the HDF5 dump at ``path``.
 
-    ``steps`` None records every step, else only the step numbers listed.
+    ``steps`` None records every step, else only the step numbers listed;
+    the others run without the dispatch mode (unless a `simulate_npu` is
+    active), at about a plain step's cost, and are still counted.
     ``modules`` (default on, off in overflow mode) also records each
     ``nn.Module`` forward call: its float inputs and outputs, as a record
     named by the module path with type ``module.<class>``, after its ops.
