@@ -8,7 +8,9 @@ runs needs for `diagnose` to name the culprit, and nothing more:
 - the divergent op's **module** (every op whose name lies under its module path: `block1/conv1` for
   `block1/conv1/Conv2D`, `Model/enc/layers.0` for `Model/enc/layers.0/aten.mm_0` and its backward ops);
   none at the root scope; for the outermost torch module (the model, or a loss module called outside it)
-  its own ops only (``Model/aten.*``: its children's would be everything);
+  its own ops only (``Model/aten.*``: its children's would be everything); for a torch module's forward
+  call, its caller's own ops too (``Model/attn/aten.*`` for ``Model/attn/out_proj``: what the module reads
+  may come from ops that module records do not show);
 - the divergent op itself and the `ZOOM_OPS_BEFORE` ops executed before it in that step, by exact name,
   with the golden names they were matched to (a fused op's original ops);
 - forward ops only when the divergent op is a forward one flagged at the threshold (nothing after it can
