@@ -226,6 +226,8 @@ class Session:
             self.simulators.remove(simulator)
         if not self.recorders and not self.simulators and self._started:
             self._stop()
+        else:
+            self._sync_mode()  # (a simulator left in a step no recorder records at op level)
 
     def _start(self) -> None:
         from torch.optim import optimizer

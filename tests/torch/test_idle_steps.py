@@ -190,3 +190,21 @@ def test_iterations_whose_optimizer_step_the_loss_scaler_skipped_still_count_whi
     assert some == every
     with open_dump(tmp_path / "all.h5") as dump:  # the overflowing iterations, and the first that does not
         assert [s.overflow for s in dump.steps()] == [True, True, False, False, False]
+
+
+def test_a_simulator_entered_for_some_steps_intercepts_only_while_it_runs(tmp_path):
+    model, optimizer, x, y = make_mlp()
+    depths = []
+    with ptt.dump(tmp_path / "d.h5", mode="stats", steps=[1]):
+        for index in range(3):
+            with ptt.simulate_npu("allow_mix_precision"):
+                depths.append(_stack_length())
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            depths.append(_stack_length())  # the simulator left: the mode stays only for step 1's recorder
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    assert depths == [1, 0, 1, 1, 1, 0]
+    with open_dump(tmp_path / "d.h5") as dump:
+        assert [s.step for s in dump.steps()] == [1]
+        assert any(op.direction == "backward" for op in dump.ops(step=1))
