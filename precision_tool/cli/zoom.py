@@ -238,7 +238,8 @@ def _region(stats, zooms, cosine):
 
     with open_dump(stats["golden"]) as golden, open_dump(stats["target"]) as target:
         report = compare_dumps(golden, target)
-        verdict = diagnose(golden, target).verdict  # where the statistics alone point, for the tensors to judge
+        verdict = diagnose(golden, target, comparison=report).verdict  # where the statistics alone point, for
+        # the tensors to judge (the comparison is the report's: the dumps are read once)
         return zoom_region(report, golden.metadata, target.metadata,
                            COSINE_THRESHOLD if cosine is None else cosine, outputs=zooms, verdict=verdict)
 
