@@ -330,12 +330,12 @@ def collect(case: Case, workdir: Path, mode: str = "dump", goldens: Path | None 
     return golden, target
 
 
-def run_case(case: Case, workdir: Path):
-    """Collect ``case`` and diagnose it; returns the `Diagnosis`."""
+def run_case(case: Case, workdir: Path, mode: str = "dump"):
+    """Collect ``case`` (both runs in ``mode``) and diagnose it; returns the `Diagnosis`."""
     from precision_tool.analysis import diagnose
     from precision_tool.dump.reader import open_dump
 
-    golden, target = collect(case, workdir)
+    golden, target = collect(case, workdir, mode=mode)
     with open_dump(golden) as g, open_dump(target) as t:
         return diagnose(g, t)
 
