@@ -263,6 +263,9 @@ class Session:
 
     def _optimizer_begins(self, optimizer, args, kwargs) -> None:
         self.optimizer = optimizer
+        if self._mode is None and not self.step_open and \
+                any(getattr(r, "level", "op") != "module" for r in self.recorders):  # idle: its ops, unseen,
+            self._open_step()  # open a step, as they do in dispatch (a second optimizer's after the first's)
         if not self._warned_autocast and _autocast_active():
             self._warned_autocast = True
             warnings.warn(AUTOCAST_STEP_WARNING, AutocastOptimizerWarning, stacklevel=3)

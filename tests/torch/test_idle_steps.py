@@ -208,3 +208,24 @@ def test_a_simulator_entered_for_some_steps_intercepts_only_while_it_runs(tmp_pa
     with open_dump(tmp_path / "d.h5") as dump:
         assert [s.step for s in dump.steps()] == [1]
         assert any(op.direction == "backward" for op in dump.ops(step=1))
+
+
+def test_two_optimizers_an_iteration_number_the_steps_alike_whether_recorded_or_not(tmp_path):
+    """Each optimizer step ends a step (the second optimizer's ops open the next): four a two-iteration run."""
+    def loop(d):
+        model, _, x, y = make_mlp()
+        first = torch.optim.SGD(model.fc1.parameters(), lr=0.1)
+        second = torch.optim.Adam(model.fc2.parameters(), lr=0.01)
+        for _ in range(3):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            first.zero_grad()
+            second.zero_grad()
+            loss.backward()
+            first.step()
+            second.step()
+
+    every, some = _both(tmp_path, loop, [3, 4], mode="stats")
+    assert some == every
+    with open_dump(tmp_path / "all.h5") as dump:
+        assert [s.step for s in dump.steps()] == [0, 1, 2, 3, 4, 5]
+        assert {op.direction for op in dump.ops(step=3)} == {"optimizer"}  # the second optimizer's step
