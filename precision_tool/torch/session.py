@@ -208,9 +208,20 @@ class Session:
         if self._mode is not None or self.manual_steps or _current_node() is not None:
             return
         self.pending_boundary = True
-        if not self._watching and not self._ops_wanted():
-            self.end_step()
         self._sync_mode()
+
+    def _idle_at_op_level(self) -> bool:
+        """No op is intercepted although an op-level recorder is attached: steps are then numbered as if ops
+        opened them."""
+        return self._mode is None and any(getattr(r, "level", "op") != "module" for r in self.recorders)
+
+    def _ops_would_run(self) -> None:
+        """What the first op of a call marks in dispatch, where no op is seen: the end of a concluded step, the
+        start of the next."""
+        if self.pending_boundary:
+            self.end_step()
+        if not self.step_open:
+            self._open_step()
 
     def _idle_soon(self, *_) -> None:
         """A step nobody records at op level began inside dispatch, where the mode cannot be popped: pop it at
@@ -263,9 +274,8 @@ class Session:
 
     def _optimizer_begins(self, optimizer, args, kwargs) -> None:
         self.optimizer = optimizer
-        if self._mode is None and not self.step_open and \
-                any(getattr(r, "level", "op") != "module" for r in self.recorders):  # idle: its ops, unseen,
-            self._open_step()  # open a step, as they do in dispatch (a second optimizer's after the first's)
+        if self._idle_at_op_level():  # its ops, unseen, end a concluded step and open one, as in dispatch (a
+            self._ops_would_run()  # second optimizer's step after the first's)
         if not self._warned_autocast and _autocast_active():
             self._warned_autocast = True
             warnings.warn(AUTOCAST_STEP_WARNING, AutocastOptimizerWarning, stacklevel=3)
@@ -274,8 +284,6 @@ class Session:
         self.optimizer = None
         if not self.manual_steps:
             self.pending_boundary = True
-            if self._mode is None and not self._watching and not self._ops_wanted():  # no op will end a step
-                self.end_step()  # nobody records, nor one after it that a recorder wants: end it now
         self._sync_mode()
 
     # -- steps ----------------------------------------------------------------
@@ -283,6 +291,8 @@ class Session:
     def explicit_step(self, loss=None, loss_scale=None) -> None:
         """End the current step because the user said so; optimizer steps stop ending steps."""
         self.manual_steps = True
+        if self._idle_at_op_level() and not self.step_open:  # the step's ops, unseen, opened it (a loop with no
+            self._open_step()  # module and no torch.optim optimizer)
         self.end_step(loss, loss_scale)
         self._sync_mode()
 
@@ -316,12 +326,10 @@ class Session:
     def _module_done(self, module, path: str, args, kwargs, output) -> None:
         """A module's forward returned: its float inputs and outputs go to the recorders that keep modules."""
         if self._mode is None:  # no op intercepted (module level only, or idle): module calls open and end steps
-            if self.pending_boundary:
-                self.end_step()
-            if not self.step_open:
-                self._open_step()
-                if self._ops_wanted():  # (an op-level recorder's step that no earlier call foresaw)
-                    self._sync_mode()
+            opened = not self.step_open or self.pending_boundary
+            self._ops_would_run()
+            if opened and self._ops_wanted():  # (an op-level recorder's step that no earlier call foresaw)
+                self._sync_mode()
         elif self.namer.on_enter is not None:
             self._sync_mode()
         if not self.step_open or self.pending_boundary:

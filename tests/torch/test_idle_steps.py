@@ -229,3 +229,20 @@ def test_two_optimizers_an_iteration_number_the_steps_alike_whether_recorded_or_
     with open_dump(tmp_path / "all.h5") as dump:
         assert [s.step for s in dump.steps()] == [0, 1, 2, 3, 4, 5]
         assert {op.direction for op in dump.ops(step=3)} == {"optimizer"}  # the second optimizer's step
+
+
+def test_a_loop_without_modules_or_a_torch_optimizer_counts_its_explicit_steps_while_idle(tmp_path):
+    def loop(d):
+        torch.manual_seed(0)
+        weight = torch.randn(8, 4, requires_grad=True)
+        x, y = torch.randn(5, 8), torch.randint(0, 4, (5,))
+        for _ in range(4):
+            loss = torch.nn.functional.cross_entropy(x @ weight, y)
+            loss.backward()
+            with torch.no_grad():
+                weight -= 0.1 * weight.grad
+                weight.grad = None
+            d.step(loss.item())
+
+    every, some = _both(tmp_path, loop, [2], mode="stats")
+    assert some == every and "aten.mm_0" in some
