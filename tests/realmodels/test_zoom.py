@@ -84,3 +84,21 @@ def test_zoom_on_a_module_level_script_records_the_region_at_op_level(run_cli, t
         "kernel_bug", "ViTForImageClassification/vit/layers.1/mlp/activation_fn/aten.gelu_0")
     with open_dump(out / "stats-target.h5") as stats, open_dump(out / "zoom-target.h5") as zoomed:
         assert (stats.metadata["capture_level"], zoomed.metadata["capture_level"]) == ("module", "op")
+
+
+@pytest.mark.parametrize("case_id", ["gpt2-clip-clean-amp16", "bert-growing-clip-clean-amp16"])
+def test_a_clean_run_stays_clean_from_op_level_statistics_to_its_region(case_id, tmp_path):
+    """A GradScaler run that clips its gradients: the statistics flag the training loop's multiply (paired by name
+    with golden's clipping multiply), and the region's dumps hold it without the ops that wrote its inputs. Before,
+    those inputs were taken for a parameter or the data that differed from golden's: a kernel_bug."""
+    from tests.realmodels.cases import clean_cases
+
+    case = next(c for c in clean_cases() if c.id == case_id)
+    golden, target = collect(case, tmp_path / "stats", mode="stats")
+    with open_dump(golden) as g, open_dump(target) as t:
+        region = zoom_region(compare_dumps(g, t), g.metadata, t.metadata)
+    assert region.op == "aten.mul_0"
+    golden, target = collect(case, tmp_path / "region", selection=region.selection())
+    with open_dump(golden) as g, open_dump(target) as t:
+        right, said = judge(case, diagnose(g, t))
+    assert right, said
