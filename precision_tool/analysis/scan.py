@@ -44,8 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from precision_tool.analysis.actions import INVALID_ACTION as _INVALID_ACTION
-from precision_tool.analysis.actions import keep_fp32 as _keep_fp32
+from precision_tool.analysis.actions import INVALID_ACTION as _INVALID_ACTION, keep_fp32 as _keep_fp32
 from precision_tool.analysis.arguments import called_differently
 from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, pair_errors,
                                                  replay_errors, self_consistency, significant_slots)
@@ -266,7 +265,8 @@ class Scanner(RewriteJudge):
         verdict = self._departed(record, a, floor)
         if verdict is not None:
             return verdict
-        if record.step == self._first_step and a.inherited >= SIGNIFICANT_ERROR and not self._region:
+        if record.step == self._first_step and a.inherited >= SIGNIFICANT_ERROR and \
+                (module_path(record.name) or not self._region):
             verdict = self._changed_leaf(record)
             if verdict is not None:
                 return verdict
@@ -329,7 +329,7 @@ class Scanner(RewriteJudge):
     def _changed_leaf(self, record: OpRecord) -> Verdict | None:
         """`omissions.changed_leaf`: a forward op of the first step given another parameter than golden's, by more
         than INTRODUCED_EXCESS times what rounding golden's value to the target's dtype explains (a layer scale of
-        1e-6 is subnormal in float16, 1 % off). Not in a region's dump: an op left out may have written it."""
+        1e-6 is subnormal in float16, 1 % off). In a region's dump, ops in modules only (not a loop's: a loss)."""
         if any(d[0].exec_index < record.exec_index and d[0].tensor(d[1]).dtype != "uint8"
                for d in self.departures.decisions()):
             return None  # a decision flipped before it (a router's topk; a kernel's uint8 workspace is none): it

@@ -57,15 +57,19 @@ def replay_op(op_record: OpRecord, input_arrays, device: str = "golden", precisi
         raise choice_error("device", device, DEVICES)
     func, args, kwargs = _rebuild(op_record, input_arrays, overflow_mode if device == "npu" else None)
     with torch.no_grad():
-        if device == "npu" and op_record.direction != "optimizer":
-            from precision_tool.torch.simulate import simulate_npu
+        try:
+            if device == "npu" and op_record.direction != "optimizer":
+                from precision_tool.torch.simulate import simulate_npu
 
-            with simulate_npu(precision_mode, overflow_mode, precision_mode_v2=precision_mode_v2) as sim:
+                with simulate_npu(precision_mode, overflow_mode, precision_mode_v2=precision_mode_v2) as sim:
+                    result = func(*args, **kwargs)
+                overflowed = bool(sim.status)
+            else:
                 result = func(*args, **kwargs)
-            overflowed = bool(sim.status)
-        else:
-            result = func(*args, **kwargs)
-            overflowed = False
+                overflowed = False
+        except RuntimeError as exc:  # inputs the kernel refuses (golden's, of another shape than the call's)
+            raise NotReplayable(f"{op_record.name}: its kernel refuses these inputs "
+                                f"({str(exc).splitlines()[0]})") from None
     outputs = result_tensors(op_info(func), args, kwargs, result)
     arrays = [to_numpy(t, copy=True) for t in outputs]
     if device == "golden":

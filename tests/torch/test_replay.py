@@ -67,6 +67,19 @@ def test_records_without_arguments_are_not_replayable(tmp_path):
         ptt.replay(record, [])
 
 
+def test_inputs_the_kernel_refuses_make_the_op_not_replayable(tmp_path):
+    """Golden's inputs of another shape than the call's (a region paired with golden's other op): the kernel's
+    own error, as NotReplayable naming the op, for the diagnosis to note and go on."""
+    with ptt.dump(tmp_path / "g.h5"):
+        train(make_mlp())
+    with open_dump(tmp_path / "g.h5") as dump:
+        op = dump.op(0, "MLP/fc2/aten.addmm_0/aten.mm_1", "backward")
+        wrong = [np.ones((3, 7), np.float32) for _ in op.inputs]
+        for device in ("golden", "npu"):
+            with pytest.raises(ptt.NotReplayable, match="MLP/fc2/aten.addmm_0/aten.mm_1: its kernel refuses"):
+                ptt.replay(op, wrong, device=device)
+
+
 def test_an_npu_replay_rounds_golden_inputs_into_the_recorded_formats(tmp_path):
     with ptt.simulate_npu("allow_mix_precision"), ptt.dump(tmp_path / "t.h5"):
         train(make_mlp())
