@@ -199,3 +199,63 @@ def test_module_level_statistics_are_those_of_the_values_stored_after_a_write_th
         assert row.norm == pytest.approx(float(np.linalg.norm(written.astype(np.float64))), rel=1e-6)
         assert row.max == written.max()
         assert compare_dumps(dump, dump).rows  # the dump's own reader takes it (it refused it as damaged)
+
+
+
+class _Boundaries(torch.nn.Module):
+    """One tensor bounding several module calls: ``a``'s output is ``relu``'s input, written in place by it
+    (its output, the same object, new values), and then ``b``'s input, which a hook of the user's doubles."""
+
+    def __init__(self, user_hook: bool):
+        super().__init__()
+        torch.manual_seed(1)
+        self.pre, self.a, self.b = torch.nn.Linear(6, 6), torch.nn.Linear(6, 6), torch.nn.Linear(6, 3)
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.user_hook = user_hook
+
+    def forward(self, x):
+        h = self.relu(self.a(self.pre(x)))
+        if self.user_hook:
+            h.register_hook(lambda grad: grad * 2)
+        return self.b(h).square().sum()
+
+
+@pytest.mark.parametrize("user_hook", [False, True])
+def test_a_tensor_bounding_several_calls_gives_each_the_gradient_a_hook_of_its_own_would(tmp_path, user_hook):
+    """The capture hooks a tensor once for all the module calls it bounds while the tensor is unchanged and
+    no one else hooked it since; the records are those of one hook per call, as torch runs them: a hook
+    after an in-place write sees the gradient of the new values, and one after the user's its result."""
+    from precision_tool.torch import modules
+
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(2))
+
+    def run(path):
+        model = _Boundaries(user_hook)
+        with ptt.dump(path, mode="dump", level="module"):
+            model(x).backward()
+            ptt.step()
+        with open_dump(path) as dump:
+            return {r.name: {t.slot: dump.tensor(0, r.exec_index, t.slot) for t in r.tensors}
+                    for r in dump.ops(step=0, direction="backward") if r.is_module}
+
+    shared = run(tmp_path / "shared.h5")
+    own = modules.ModuleGradients._hook
+    modules.ModuleGradients._hook = lambda self, tensor, target: tensor.register_hook(self._arrived([target]))
+    try:
+        alone = run(tmp_path / "alone.h5")
+    finally:
+        modules.ModuleGradients._hook = own
+    assert shared.keys() == alone.keys() == {"_Boundaries/a", "_Boundaries/relu", "_Boundaries/b"}
+    for name, slots in alone.items():
+        assert shared[name].keys() == slots.keys() == {"input_0", "output_0"}
+        for slot, values in slots.items():
+            np.testing.assert_array_equal(shared[name][slot], values, err_msg=f"{name} {slot}")
+    b, relu, a = shared["_Boundaries/b"], shared["_Boundaries/relu"], shared["_Boundaries/a"]
+    # h's hooks run in the order they were added: relu's, the user's (which doubles the gradient), then b's
+    np.testing.assert_array_equal(b["output_0"], relu["input_0"] * (2 if user_hook else 1))
+    # relu's input was hooked after its in-place write: it sees the gradient at its output, not what flows on
+    np.testing.assert_array_equal(relu["output_0"], relu["input_0"])
+    # a's output was hooked before it: what flows back through the ReLU, after every hook on the new values
+    model = _Boundaries(user_hook)
+    positive = (model.a(model.pre(x)) > 0).numpy()
+    np.testing.assert_array_equal(a["input_0"], np.where(positive, b["output_0"], 0))
