@@ -119,6 +119,10 @@ class ModuleGradients:
         self._write = write
         self._pending: list[PendingGradients] = []
         self._summaries = _Summaries()
+        # (id(tensor), version) -> (weak reference, [(pending, slots, index)]): one hook a tensor object and version
+        # a step, however many module calls it bounds (a block's output is its last layer's output and the next
+        # block's input): torch's hook machinery costs more than the records it feeds
+        self._hooked: dict[tuple, tuple] = {}
 
     def watch(self, name: str, module_type: str, step: int, inputs: list, outputs: list,
               summarise: bool = False) -> None:
@@ -127,33 +131,56 @@ class ModuleGradients:
         if not torch.is_grad_enabled():
             return
         pending = PendingGradients(name, module_type, step, summarise)
-        for index, tensor in enumerate(outputs):
-            if tensor.requires_grad:
-                pending.waiting += 1
-                tensor.register_hook(self._arrived(pending, pending.inputs, index))
-        for index, tensor in enumerate(inputs):
-            if tensor.requires_grad:
-                pending.waiting += 1
-                tensor.register_hook(self._arrived(pending, pending.outputs, index))
+        for tensors, slots in ((outputs, pending.inputs), (inputs, pending.outputs)):
+            for index, tensor in enumerate(tensors):
+                if tensor.requires_grad:
+                    pending.waiting += 1
+                    self._hook(tensor, (pending, slots, index))
         if pending.waiting:
             self._pending.append(pending)
 
-    def _arrived(self, pending: PendingGradients, slots: dict, index: int):
+    def _hook(self, tensor: torch.Tensor, target: tuple) -> None:
+        """Hand ``tensor``'s gradient to ``target`` (pending, slots, index) in backward.
+
+        Targets of one tensor object share a hook while it is the last one on the tensor (a hook someone else
+        added after it may change the gradient the hooks after it see) and the tensor's version stays (torch
+        gives a hook registered after an in-place write the gradient of the new values).
+        """
+        key = (id(tensor), tensor._version)
+        known = self._hooked.get(key)
+        hooks = tensor._backward_hooks if known is not None and known[0]() is tensor else None
+        if hooks and next(reversed(hooks)) == known[2]:
+            known[1].append(target)
+            return
+        targets = [target]
+        handle = tensor.register_hook(self._arrived(targets))
+        self._hooked[key] = (weakref.ref(tensor), targets, handle.id)
+
+    def _arrived(self, targets: list):
         def hook(grad):
-            if not pending.open or grad is None:
+            if grad is None:
                 return None
-            with without_modes():  # the hook runs inside the capture: keep its reads out of it
+            summary = copy = None
+            for pending, slots, index in targets:  # in the order the module calls were hooked, as torch runs hooks
+                if not pending.open:
+                    continue
                 if not grad.is_floating_point():
                     slots[index] = grad
                 elif pending.summarise:
-                    slots[index] = self._summaries.of(grad)
+                    if summary is None:
+                        with without_modes():  # the hook runs inside the capture: keep its reads out of it
+                            summary = self._summaries.of(grad)
+                    slots[index] = summary
                 else:
-                    slots[index] = grad.detach().clone()
-            pending.waiting -= 1
-            if pending.waiting == 0:
-                pending.open = False
-                self._pending.remove(pending)
-                self._write(pending)
+                    if copy is None:
+                        with without_modes():
+                            copy = grad.detach().clone()
+                    slots[index] = copy
+                pending.waiting -= 1
+                if pending.waiting == 0:
+                    pending.open = False
+                    self._pending.remove(pending)
+                    self._write(pending)
             return None
 
         return hook
@@ -162,6 +189,7 @@ class ModuleGradients:
         """The step ends: write what arrived for the calls still waiting, forget the rest."""
         pending, self._pending = self._pending, []
         self._summaries.clear()
+        self._hooked.clear()
         for item in pending:
             item.open = False
             if item.inputs or item.outputs:

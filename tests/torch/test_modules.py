@@ -221,22 +221,36 @@ class _Boundaries(torch.nn.Module):
 
 
 @pytest.mark.parametrize("user_hook", [False, True])
-def test_a_tensor_bounding_several_calls_gives_each_call_the_gradient_its_hook_sees_in_torchs_order(tmp_path,
-                                                                                                  user_hook):
-    """Each module call's boundary gradients are what a tensor hook added when the call returned receives: a
-    hook added after an in-place write sees the gradient of the new values, one added before it what flows
-    back through the write, and one added after the user's hook that hook's result."""
+def test_a_tensor_bounding_several_calls_gives_each_the_gradient_a_hook_of_its_own_would(tmp_path, user_hook):
+    """The capture hooks a tensor once for all the module calls it bounds while the tensor is unchanged and
+    no one else hooked it since; the records are those of one hook per call, as torch runs them: a hook
+    after an in-place write sees the gradient of the new values, and one after the user's its result."""
+    from precision_tool.torch import modules
+
     x = torch.randn(4, 6, generator=torch.Generator().manual_seed(2))
-    model = _Boundaries(user_hook)
-    with ptt.dump(tmp_path / "d.h5", mode="dump", level="module"):
-        model(x).backward()
-        ptt.step()
-    with open_dump(tmp_path / "d.h5") as dump:
-        records = {r.name: {t.slot: dump.tensor(0, r.exec_index, t.slot) for t in r.tensors}
-                   for r in dump.ops(step=0, direction="backward") if r.is_module}
-    assert records.keys() == {"_Boundaries/a", "_Boundaries/relu", "_Boundaries/b"}
-    assert all(slots.keys() == {"input_0", "output_0"} for slots in records.values())
-    b, relu, a = records["_Boundaries/b"], records["_Boundaries/relu"], records["_Boundaries/a"]
+
+    def run(path):
+        model = _Boundaries(user_hook)
+        with ptt.dump(path, mode="dump", level="module"):
+            model(x).backward()
+            ptt.step()
+        with open_dump(path) as dump:
+            return {r.name: {t.slot: dump.tensor(0, r.exec_index, t.slot) for t in r.tensors}
+                    for r in dump.ops(step=0, direction="backward") if r.is_module}
+
+    shared = run(tmp_path / "shared.h5")
+    own = modules.ModuleGradients._hook
+    modules.ModuleGradients._hook = lambda self, tensor, target: tensor.register_hook(self._arrived([target]))
+    try:
+        alone = run(tmp_path / "alone.h5")
+    finally:
+        modules.ModuleGradients._hook = own
+    assert shared.keys() == alone.keys() == {"_Boundaries/a", "_Boundaries/relu", "_Boundaries/b"}
+    for name, slots in alone.items():
+        assert shared[name].keys() == slots.keys() == {"input_0", "output_0"}
+        for slot, values in slots.items():
+            np.testing.assert_array_equal(shared[name][slot], values, err_msg=f"{name} {slot}")
+    b, relu, a = shared["_Boundaries/b"], shared["_Boundaries/relu"], shared["_Boundaries/a"]
     # h's hooks run in the order they were added: relu's, the user's (which doubles the gradient), then b's
     np.testing.assert_array_equal(b["output_0"], relu["input_0"] * (2 if user_hook else 1))
     # relu's input was hooked after its in-place write: it sees the gradient at its output, not what flows on
