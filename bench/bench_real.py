@@ -270,7 +270,8 @@ def _ours(model: str, steps: int, repeats: int, workdir: Path, size: str = "tiny
 
 class _ModuleFloor:
     """The floor of module-level capture in Python: the global module hooks it installs, and a gradient hook on
-    every float tensor in and out of a module call that takes part in autograd, doing nothing."""
+    every float tensor in and out of a module call that takes part in autograd, doing nothing; one a tensor
+    while it is that tensor's last hook (nested calls share their boundary tensors), as the capture does."""
 
     def __enter__(self):
         import torch
@@ -295,7 +296,9 @@ class _ModuleFloor:
             if torch.is_grad_enabled():
                 for tensor in leaves((args, kwargs), leaves(output, [])):
                     if tensor.requires_grad:
-                        tensor.register_hook(nothing)
+                        hooks = tensor._backward_hooks  # (an in-place write starts the tensor's hooks again)
+                        if not hooks or next(reversed(hooks.values())) is not nothing:
+                            tensor.register_hook(nothing)
 
         self._handles = [module.register_module_forward_pre_hook(lambda module_, args: None),
                          module.register_module_forward_hook(after, with_kwargs=True, always_call=True)]
