@@ -119,9 +119,9 @@ class ModuleGradients:
         self._write = write
         self._pending: list[PendingGradients] = []
         self._summaries = _Summaries()
-        # (id(tensor), version) -> (weak reference, [(pending, slots, index)]): one hook a tensor object and version
-        # a step, however many module calls it bounds (a block's output is its last layer's output and the next
-        # block's input): torch's hook machinery costs more than the records it feeds
+        # (id(tensor), version) -> (weak reference, [(pending, slots, index)], the hook's handle id): one hook a
+        # tensor object and version a step, however many module calls it bounds (a block's output is its last
+        # layer's output and the next block's input); a hook costs about 10 us to add and to run (`_hook`)
         self._hooked: dict[tuple, tuple] = {}
 
     def watch(self, name: str, module_type: str, step: int, inputs: list, outputs: list,
