@@ -63,8 +63,10 @@ def shell(ctx, files, golden, target, overflow, fusion_off, rank, commands):
         elif sys.stdin is None or not sys.stdin.isatty():  # None: stdin was closed, nothing to read
             _run_stream(runner, printer, sys.stdin or ())
         else:
+            from precision_tool.cli.batch import progress_callback
             from precision_tool.repl.app import run_interactive
 
+            session.progress = progress_callback  # vcs and ac show their comparison's progress, as compare does
             _greet(printer, session)
             run_interactive(runner, printer)
             return

@@ -6,6 +6,7 @@ sessions in one process, as the tests run them, never share state.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -60,6 +61,7 @@ class ShellSession:
         self.delivery: dict = {}  # what the running command delivers (`CommandSpec.run`)
         self._flagged: dict[tuple, list] = {}
         self._indexes: dict[str, OpIndex] = {}
+        self.progress: Callable | None = None  # a context manager factory yielding a progress callback (or None)
 
     @classmethod
     def open(cls, files=(), **by_role) -> "ShellSession":
@@ -155,7 +157,8 @@ class ShellSession:
         if judge is None and key in self._streamed:
             return self._streamed[key]
         golden, target = self.dump("golden", "the comparison"), self.dump("target", "the comparison")
-        report = streamed_report(golden, target, options, threshold, limit, judge)
+        with self._progress() as progress:
+            report = streamed_report(golden, target, options, threshold, limit, judge, progress)
         if judge is None and report is not None:
             self._streamed[key] = report
         return report
@@ -165,12 +168,18 @@ class ShellSession:
         key = None if options is None else (options.steps, options.ops)  # the thread count changes no result
         if key not in self._comparisons or refresh:
             golden, target = self.dump("golden", "the comparison"), self.dump("target", "the comparison")
-            if options is None:
-                self._comparisons[key] = (self._compare_fn or _default_compare)(golden, target)
+            if self._compare_fn is not None:
+                self._comparisons[key] = self._compare_fn(golden, target, *(() if options is None else (options,)))
             else:
-                self._comparisons[key] = (self._compare_fn or _default_compare)(golden, target, options)
+                from precision_tool.compare import compare_dumps  # the comparator's entry point
+
+                with self._progress() as progress:
+                    self._comparisons[key] = compare_dumps(golden, target, options, progress)
             self._flagged = {k: v for k, v in self._flagged.items() if k[0] != key}
         return self._comparisons[key]
+
+    def _progress(self):
+        return nullcontext() if self.progress is None else self.progress()
 
     def flagged(self, threshold: float, options=None) -> list:
         """Every op the comparison flags at ``threshold`` (the vcs rule), in execution order; memoised."""
@@ -222,9 +231,3 @@ def _assign(dumps: dict, role: str, dump, path) -> None:
         raise InputError(path, f"a second {role} dump (already have {dumps[role].path}); "
                                f"give one with {_ROLE_OPTIONS[role]}")
     dumps[role] = dump
-
-
-def _default_compare(golden, target, options=None):
-    from precision_tool.compare import compare_dumps  # the comparator's entry point
-
-    return compare_dumps(golden, target, options)
