@@ -41,7 +41,7 @@ _DOUBLES = ("out_cosine", "out_norm_diff", "in_cosine", "in_norm_diff", "cosine"
 def _digest(op: OpComparison) -> tuple:
     """One pass over an op's rows: its judged outputs' and inputs' (lowest finite cosine, largest relative norm
     difference, flagged at any threshold) (`report.row_flags` split into what depends on the threshold and what
-    does not); the chart's worst output cosine, max abs error, relative norm difference and its bound
+    does not); the chart's worst judged output cosine, max abs error, relative norm difference and its bound
     (`OpComparison.worst_output_cosine`, `max_output_abs_err`, `report.worst_output_stat`); shape mismatches."""
     judged = {"output": [math.inf, -math.inf, False], "input": [math.inf, -math.inf, False]}
     cosines, errors, norm_diffs, bounds = [], [], [], []
@@ -49,7 +49,7 @@ def _digest(op: OpComparison) -> tuple:
     for row in op.rows:
         kind, metrics, stats = row.kind, row.metrics, row.stats
         mismatches += row.problem == SHAPE_MISMATCH
-        if kind == "output":
+        if kind == "output" and not row.skip:
             if metrics is not None:
                 cosines.append(metrics.cosine)
                 if not math.isnan(metrics.max_abs_err):

@@ -111,8 +111,10 @@ class OpComparison:
 
     @property
     def worst_output_cosine(self) -> float | None:
-        """The lowest output cosine; NaN if one is undefined; None when none is available."""
-        cosines = [r.cosine for r in self.outputs if r.cosine is not None]
+        """The lowest judged output cosine; NaN if one is undefined; None when none is available. An output the
+        comparison does not judge (``TensorRow.skip``: rounding noise around a zero the terms cancel to) is left
+        out: its cosine says nothing of the op, and drawn it would fill a clean run's chart with 1 - cosine ~ 1."""
+        cosines = [r.cosine for r in self.outputs if r.cosine is not None and not r.skip]
         if not cosines:
             return None
         if any(math.isnan(c) for c in cosines):
@@ -121,13 +123,14 @@ class OpComparison:
 
     @property
     def max_output_abs_err(self) -> float | None:
-        errors = [r.max_abs_err for r in self.outputs if r.max_abs_err is not None and not math.isnan(r.max_abs_err)]
+        errors = [r.max_abs_err for r in self.outputs
+                  if r.max_abs_err is not None and not math.isnan(r.max_abs_err) and not r.skip]
         return max(errors) if errors else None
 
 
 def worst_output_stat(op: OpComparison, name: str) -> float | None:
     """The largest ``name`` (a `StatsDelta` field) among the op's statistics-only outputs, NaN left out."""
-    values = [getattr(r.stats, name) for r in op.outputs if r.stats is not None]
+    values = [getattr(r.stats, name) for r in op.outputs if r.stats is not None and not r.skip]
     values = [v for v in values if not math.isnan(v)]
     return max(values) if values else None
 

@@ -5,7 +5,7 @@ each bucket shown: ``1 - cosine`` and ``max abs err`` (statistics only: the
 relative norm difference and the lower bound of max abs err), both on a log
 scale and both taller when worse. ``×`` marks an undefined cosine (one side all zeros),
 ``·`` an exact zero (a log scale has no place for it), a blank an op without
-the value (statistics only), ``┊`` the first op of each step after the first,
+the value (statistics only, or no output judged: `TensorRow.skip`), ``┊`` the first op of each step after the first,
 and ``^`` the first flagged op; a legend names the marks shown. It draws the
 same `PlotData` as the SVG and PNG plots.
 """

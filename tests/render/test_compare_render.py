@@ -322,6 +322,35 @@ def test_integer_ticks_are_round_numbers():
     assert integer_ticks(50_000)[:3] == [0, 10_000, 20_000]
 
 
+def test_the_chart_and_plot_leave_out_outputs_the_comparison_does_not_judge():
+    """A key bias's gradient cancels to rounding noise: its cosine (here -1) is no verdict on the op,
+    and drawn it would fill a clean run's chart with 1 - cosine ~ 1. The chart draws the judged outputs only."""
+    from precision_tool.render.chart import ExecutionChart
+    from precision_tool.render.plot import PlotData
+
+    terms = RNG.standard_normal((64, 8)).astype(np.float32)
+    terms -= terms.mean(axis=0)  # the rows cancel: their sum is near zero next to them
+    near_zero = np.float32(1e-9) * np.array([1, 2, -1, 3, -2, 1, -1, 2], np.float32)
+    wobble = np.float32(1e-3) * RNG.standard_normal(X.size).astype(np.float32)
+    golden, target = MemoryDump("g.h5", role="golden"), MemoryDump("t.h5", role="target")
+    for dump, out, bias_grad in ((golden, X * 4, near_zero), (target, X * 4 + wobble, np.float32(-0.5) * near_zero)):
+        dump.add("fc/MatMul", "MatMul", {"input_0": X, "output_0": out})
+        dump.add("k/bias_grad", "aten.sum", {"input_0": terms, "output_0": bias_grad}, direction="backward")
+        dump.add("both/Split", "Split", {"input_0": terms, "output_0": X * 2, "output_1": bias_grad})
+    report = compare_sources(golden, target)
+    skipped = [r for op in report.ops for r in op.outputs if r.skip]
+    assert [(r.tensor, r.cosine) for r in skipped] == [("output_0", pytest.approx(-1.0)),
+                                                       ("output_1", pytest.approx(-1.0))]
+    assert not select_flagged(report, 0.98, None)
+    g, t = (X * 4).astype(np.float64), (X * 4 + wobble).astype(np.float64)
+    one_minus = 1.0 - float(g @ t / np.sqrt((g @ g) * (t @ t)))
+    assert [op.worst_output_cosine for op in report.ops] == [pytest.approx(1.0 - one_minus, abs=1e-12), None, 1.0]
+    lines = _console_text(ExecutionChart(report, 0.98), 80)
+    assert lines[1] == f"1-cosine    ▁ ·  {one_minus:.1e}..{one_minus:.1e}"  # the bias gradient is a blank
+    assert lines[2].startswith("max abs     ▁ ·  ")
+    assert PlotData.of(report, 0.98).worst == [0]
+
+
 def _console_text(renderable, width: int) -> list[str]:
     console = Console(width=width, record=True, color_system=None, file=io.StringIO())
     console.print(renderable)
