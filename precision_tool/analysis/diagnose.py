@@ -168,7 +168,7 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
                      "float32 runs) and optimizer arguments only; rounding noise does not show in statistics. "
                      "Collect the step again with tensors (`precision-tool zoom`, or ptt.dump(..., mode=\"dump\", "
                      "steps=[N])) to judge the rest")
-    overflow_rep = overflow_report(overflow if overflow is not None else target)
+    overflow_rep = overflow_report(overflow if overflow is not None else target, golden=golden)
     fusion_rep = fusion_report(target, golden, fusion_off)
     report = comparison if comparison is not None else compare_dumps(golden, target)
     flagged = select_flagged(report, cosine_threshold, None)

@@ -47,9 +47,12 @@ def _range(tensor) -> Range:
     return Range(tensor.stats.min, tensor.stats.max)
 
 
-def overflow_entry(record: OpRecord, loss_scale: float | None, invalid: bool = False) -> OverflowEntry:
-    """The report entry of one overflowing op record (``invalid``: see `overflow_hint`)."""
+def overflow_entry(record: OpRecord, loss_scale: float | None, invalid: bool = False,
+                   in_golden: bool = False) -> OverflowEntry:
+    """The report entry of one overflowing op record (``invalid``: see `overflow_hint`; ``in_golden``: golden's
+    op makes the same inf and NaN)."""
     outputs = [t for t in record.outputs if t.stats.count]
+    hint = AS_IN_GOLDEN if in_golden else overflow_hint(record, loss_scale, invalid)
     return OverflowEntry(
         step=record.step, exec_index=record.exec_index, name=record.name, type=record.type,
         direction=record.direction, compute_dtype=record.compute_dtype,
@@ -59,13 +62,38 @@ def overflow_entry(record: OpRecord, loss_scale: float | None, invalid: bool = F
         nan=sum(t.stats.nan for t in outputs),
         input_ranges=tuple(_range(t) for t in record.inputs if t.stats.count),
         output_ranges=tuple(_range(t) for t in outputs),
-        hint=overflow_hint(record, loss_scale, invalid),
+        hint=hint,
         invalid=invalid and not record.inherited_nonfinite,
+        in_golden=in_golden,
     )
 
 
-def overflow_report(dump, limit: int | None = None) -> OverflowReport:
-    """Every op execution of ``dump`` that raised the float status, in execution order.
+AS_IN_GOLDEN = ("golden's op makes as many inf/NaN: the model's own values (an attention mask's -inf), not an "
+                "overflow of this run")
+
+
+def _nonfinite(record: OpRecord) -> tuple[int, int]:
+    outputs = [t.stats for t in record.outputs if t.stats.count]
+    return sum(s.inf for s in outputs), sum(s.nan for s in outputs)
+
+
+def as_in_golden(golden, records: list[OpRecord]) -> set[tuple[int, int]]:
+    """(step, exec index) of the ``records`` whose golden op (same step, name and direction) raised the float
+    status too, its outputs holding as many inf and as many NaN: values the model makes by design."""
+    if golden is None or not records:
+        return set()
+    flagged = {(r.step, r.name, r.direction): r for r in golden.ops() if r.overflow}
+    shared = set()
+    for record in records:
+        twin = flagged.get((record.step, record.name, record.direction))
+        if twin is not None and _nonfinite(twin) == _nonfinite(record) != (0, 0):
+            shared.add((record.step, record.exec_index))
+    return shared
+
+
+def overflow_report(dump, limit: int | None = None, golden=None) -> OverflowReport:
+    """Every op execution of ``dump`` that raised the float status, in execution order; with ``golden``, those
+    whose golden op makes the same inf/NaN are marked (`as_in_golden`).
 
     Works on any dump mode: an overflow-mode dump holds only such ops; dump
     and stats dumps carry the flag on every op.
@@ -76,7 +104,9 @@ def overflow_report(dump, limit: int | None = None) -> OverflowReport:
     from precision_tool.analysis.attribution import makes_nan_hidden
 
     shown = records if limit is None else records[:limit]
-    entries = [overflow_entry(r, scales.get(r.step), makes_nan_hidden(dump, r)) for r in shown]
+    shared = as_in_golden(golden, records)
+    entries = [overflow_entry(r, scales.get(r.step), makes_nan_hidden(dump, r), (r.step, r.exec_index) in shared)
+               for r in shown]
     return OverflowReport(
         entries=entries,
         total=len(records),
@@ -84,4 +114,5 @@ def overflow_report(dump, limit: int | None = None) -> OverflowReport:
         skipped_steps=[s.step for s in steps if s.skipped],
         loss_scale=[s.loss_scale for s in steps],
         source=str(dump.path),
+        as_in_golden=len(shared),
     )

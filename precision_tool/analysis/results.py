@@ -46,6 +46,7 @@ class OverflowEntry:
     output_ranges: tuple[Range, ...]
     hint: str
     invalid: bool = False  # it makes NaN from finite inputs, written as numbers by a saturation mode
+    in_golden: bool = False  # golden's op raised it too, with as many inf and NaN: the model's (a mask's -inf)
 
 
 @dataclass
@@ -58,13 +59,15 @@ class OverflowReport:
     skipped_steps: list[int]  # steps whose optimizer update was skipped
     loss_scale: list[float]
     source: str = ""  # the dump it was read from
+    as_in_golden: int = 0  # op executions (of ``total``) whose golden op raised it too: `OverflowEntry.in_golden`
 
     @property
     def first(self) -> OverflowEntry | None:
-        for entry in self.entries:
-            if not entry.inherited:
-                return entry
-        return self.entries[0] if self.entries else None
+        """The first entry that neither inherits its inf/NaN nor makes what golden's op makes too; else the first
+        that golden's op does not explain; None when golden's ops explain them all."""
+        ours = [entry for entry in self.entries if not entry.in_golden]
+        return next((entry for entry in ours if not entry.inherited), ours[0] if ours else None)
+
 
 
 @dataclass(frozen=True)

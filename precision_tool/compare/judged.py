@@ -27,11 +27,22 @@ _NOT_DATA = ("uint8", "int8", "bool")
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
+NOT_READ = "not read: the op overwrites it (fill_, bernoulli_), so neither dump recorded its values before"
+
+
 def not_data(tensor: TensorRecord) -> str:
     """Why a tensor holds no data to compare, or ""."""
     if tensor.dtype in _NOT_DATA:
         return f"not data: a {tensor.dtype} output (a kernel's workspace or a mask), not compared"
     return ""
+
+
+def not_read(target: TensorRecord, golden: TensorRecord) -> str:
+    """`NOT_READ` when neither side recorded a value of a tensor that has some (the input an in-place op
+    overwrites unread: the capture keeps its shape only), else ""."""
+    if target.has_data or golden.has_data or target.stats.count or golden.stats.count or not math.prod(target.shape):
+        return ""
+    return NOT_READ
 
 
 SENTINEL = 1e30  # inputs holding values this large are masks (finfo.min), not terms of a sum

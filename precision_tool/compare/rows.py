@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from precision_tool.compare.judged import near_zero, not_data
+from precision_tool.compare.judged import near_zero, not_data, not_read
 from precision_tool.compare.matching import TensorPair
 from precision_tool.compare.metrics import FLOAT64_EPS, TensorMetrics
 from precision_tool.compare.report import TensorRow
@@ -34,6 +34,7 @@ def pair_row(pair: TensorPair, loss_scale: float = 1.0, metrics: TensorMetrics |
             skip = near_zero(pair.golden_op, g, metrics.rmse * math.sqrt(metrics.count))
     elif stats is not None:
         extra = extra_nonfinite(t.stats, g.stats)
+        skip = skip or not_read(t, g)
     return TensorRow(op.step, op.exec_index, op.name, op.type, op.direction, t.slot, pair.golden_op.name, g.slot,
                      t.dtype, g.dtype, tuple(t.shape), tuple(g.shape), metrics, stats,
                      ValueCounts.from_stats(t.stats), ValueCounts.from_stats(g.stats), extra, op.pass_name, problem,

@@ -12,6 +12,8 @@ from precision_tool.render.fit_table import Column, FitTable
 
 
 def _range(r) -> str:
+    if r.min != r.min and r.max != r.max:  # NaN: statistics over the finite values, and there is none
+        return "[no finite value]"
     return f"[{num(r.min, 5)}, {num(r.max, 5)}]"
 
 
@@ -25,6 +27,10 @@ def overflow_report(report, limit: int | None = None):
                    f"{_list(report.steps)}{_source(report)}")
     if first is not None:
         summary.append(f"; the first: {first.name} ({first.type}), step {first.step} {first.direction}")
+    shared = report.as_in_golden
+    if shared:
+        summary.append(f"; {'all as' if shared == report.total else f'{shared} of them as'} golden's ops do "
+                       "(the model's own inf/NaN)")
     skipped = report.skipped_steps
     summary.append(f"; updates skipped at step{'s' if len(skipped) > 1 else ''} {_list(skipped)}" if skipped
                    else "; no update was skipped")
@@ -40,7 +46,8 @@ def overflow_report(report, limit: int | None = None):
 
 def _overflow_entry(number: int, entry, is_first: bool) -> list[Text]:
     """One overflowing op as a few short lines: readable at any terminal width."""
-    status = ("inherited", "yellow") if entry.inherited else (("FIRST", "bold red") if is_first else ("overflow", "red"))
+    status = ("as golden", "dim") if entry.in_golden else ("inherited", "yellow") if entry.inherited else \
+        (("FIRST", "bold red") if is_first else ("overflow", "red"))
     head = Text.assemble(f"[{number}] ", (status[0], status[1]),
                          f"  step {entry.step} {entry.direction} #{entry.exec_index}  {entry.name} ({entry.type})"
                          f"  {entry.compute_dtype}")

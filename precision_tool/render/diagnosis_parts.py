@@ -61,9 +61,12 @@ def section(title: str, summary: str):
 def overflow_summary(report) -> str:
     if not report or not report.total:
         return "no op raised the float status" if report else "no overflow data"
-    first = report.first
+    first, shared = report.first, report.as_in_golden
+    if first is None and shared == report.total:
+        return f"{plural(report.total, 'op execution')} raised the float status, each as golden's op does"
     return (f"{plural(report.total, 'op execution')} raised the float status"
-            + (f", the first {first.name} (step {first.step} {first.direction})" if first is not None else ""))
+            + (f", the first {first.name} (step {first.step} {first.direction})" if first is not None else "")
+            + (f"; {shared} as golden's ops do" if shared else ""))
 
 
 def fusion_summary(report) -> str:

@@ -12,7 +12,8 @@ def overflow(session, limit: int | None):
     from precision_tool.analysis import overflow_report
 
     role = "overflow" if session.has("overflow") else "target"
-    return overflow_report(session.dump(role, "of"), limit=limit or None)  # 0: all, as compare -l 0
+    return overflow_report(session.dump(role, "of"), limit=limit or None,  # 0: all, as compare -l 0
+                           golden=session.dumps.get("golden"))
 
 
 def fusion(session):

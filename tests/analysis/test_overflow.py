@@ -52,3 +52,68 @@ def test_hint_for_an_overflow_hidden_inside_the_kernel():
     in_range = TensorRecord("output_0", "float16", (2,), TensorStats(2, -1.0, 1.0, 0.0, 1.0, 1.4))
     record = OpRecord(0, 0, "g", "Gelu", "forward", "float16", True, (in_range,))
     assert overflow_hint(record, None).startswith("an intermediate of Gelu overflowed")
+
+
+def test_an_inf_golden_makes_too_is_marked_as_golden_and_the_first_overflow_is_the_targets_own(tmp_path):
+    """An attention mask's -inf raises the float status in both runs: it is the model's, not an overflow of
+    the port. The target's own overflow stays the first; a mask that holds more inf than golden's is not
+    golden's."""
+    import numpy as np
+
+    from precision_tool.analysis.overflow import AS_IN_GOLDEN
+    from precision_tool.compare.memory import MemoryDump
+    from precision_tool.dump.reader import open_dump
+    from precision_tool.render.analysis_views import overflow_report as view
+
+    mask = np.array([0.0, -np.inf, -np.inf, 0.0], np.float32)
+    wider = np.array([-np.inf, -np.inf, -np.inf, 0.0], np.float32)
+    golden, target = MemoryDump("golden.h5", role="golden"), MemoryDump("target.h5", role="target")
+    for dump, second_mask, exp in ((golden, mask, 3e4), (target, wider, np.inf)):
+        dump.add("attn/mask", "aten.scalar_tensor", {"output_0": np.array(-np.inf, np.float32)}, overflow=True)
+        dump.add("attn/where", "aten.where", {"output_0": mask}, overflow=True, inherited_nonfinite=True)
+        dump.add("attn/exp", "aten.exp", {"output_0": np.array([exp, 1.0], np.float32)}, overflow=exp == np.inf)
+        dump.add("attn2/where", "aten.where", {"output_0": second_mask}, overflow=True)
+
+    with open_dump(golden.save(tmp_path / "golden.h5")) as golden, \
+            open_dump(target.save(tmp_path / "target.h5")) as target:
+        alone = overflow_report(target)
+        report = overflow_report(target, golden=golden)
+    assert [e.in_golden for e in alone.entries] == [False] * 4 and alone.first.name == "attn/mask"
+    assert [(e.name, e.in_golden) for e in report.entries] == [
+        ("attn/mask", True), ("attn/where", True), ("attn/exp", False), ("attn2/where", False)]
+    assert report.as_in_golden == 2 and report.first.name == "attn/exp"
+    assert report.entries[0].hint == AS_IN_GOLDEN
+    assert report.entries[0].output_ranges[0].min != report.entries[0].output_ranges[0].min  # none finite: NaN
+    text = _text(view(report))
+    assert text[0] == (f"4 op executions raised the float status in step 0 in {target.path}; the first: "
+                       "attn/exp (aten.exp), step 0 forward; 2 of them as golden's ops do (the model's own "
+                       "inf/NaN); no update was skipped; loss scale stayed 1")
+    assert text[2].startswith("[1] as golden  step 0 forward #0  attn/mask (aten.scalar_tensor)")
+    assert text[4] == "    inputs -  outputs [no finite value]"
+    assert text[10].startswith("[3] FIRST  step 0 forward #2  attn/exp (aten.exp)")
+
+
+def _text(renderable) -> list[str]:
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=400, record=True, color_system=None, file=io.StringIO())
+    console.print(renderable)
+    return [line.rstrip() for line in console.export_text().splitlines()]
+
+
+def test_the_diagnosis_summary_says_when_golden_explains_every_overflow():
+    from dataclasses import replace
+
+    from precision_tool.analysis.results import OverflowEntry, OverflowReport
+    from precision_tool.render.diagnosis_parts import overflow_summary
+
+    entry = OverflowEntry(0, 3, "attn/mask", "aten.scalar_tensor", "forward", "float32", False, 0, 1, 0, (), (), "",
+                          in_golden=True)
+    report = OverflowReport([entry, replace(entry, exec_index=5)], 18, [0], [], [1.0], "t.h5", as_in_golden=18)
+    assert report.first is None
+    assert overflow_summary(report) == "18 op executions raised the float status, each as golden's op does"
+    mixed = replace(report, entries=[entry, replace(entry, name="exp", in_golden=False)], as_in_golden=17)
+    assert overflow_summary(mixed) == ("18 op executions raised the float status, the first exp (step 0 forward); "
+                                       "17 as golden's ops do")

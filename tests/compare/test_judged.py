@@ -73,3 +73,31 @@ def test_backward_tensors_of_a_loss_scaled_run_are_compared_with_the_scale_divid
     rows = {r.tensor: r for r in compare_sources(golden, target).rows}
     assert [(t, rows[t].loss_scale, rows[t].metrics.max_rel_err) for t in ("input_0", "input_1", "output_0")] == [
         ("input_0", 1024.0, 0.0), ("input_1", 1.0, 0.0), ("output_0", 1024.0, 0.0)]
+
+
+def test_an_input_an_op_overwrites_unread_is_not_judged_and_makes_no_side_statistics_only(tmp_path):
+    """``bernoulli_`` (dropout) overwrites its input without reading it: the torch capture records its shape
+    and no value. The pair is shown, not judged, and the full dumps are not called statistics-only."""
+    from dataclasses import replace
+
+    from precision_tool.compare.comparator import compare_dumps
+    from precision_tool.compare.judged import NOT_READ
+    from precision_tool.dump.reader import open_dump
+    from precision_tool.dump.records import TensorRecord, TensorStats
+
+    unread = TensorRecord("input_0", "float32", (4, 8), TensorStats(0, np.nan, np.nan, np.nan, np.nan, 0.0),
+                          has_data=False)
+    keep = (RNG.random((4, 8)) < 0.9).astype(np.float32)
+    golden, target = MemoryDump("g.h5", role="golden"), MemoryDump("t.h5", role="target")
+    for dump in (golden, target):
+        record = dump.add("drop/aten.bernoulli__0", "aten.bernoulli_", {"output_0": keep})
+        dump._records[-1] = replace(record, tensors=(unread, *record.tensors))
+        dump.add("fc/aten.mm_0", "aten.mm", {"input_0": keep, "output_0": keep * 2})
+    in_memory = compare_sources(golden, target)
+    with open_dump(golden.save(tmp_path / "g.h5")) as g, open_dump(target.save(tmp_path / "t.h5")) as t:
+        streamed = compare_dumps(g, t)
+    for report in (in_memory, streamed):
+        assert [(r.op, r.tensor, r.skip) for r in report.rows if r.skip] == [
+            ("drop/aten.bernoulli__0", "input_0", NOT_READ)]
+        assert not report.stats_only and not any("statistics only" in note for note in report.notes)
+        assert not report.summary(0.99).flagged_ops
