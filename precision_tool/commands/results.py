@@ -72,6 +72,8 @@ class OpInfo:
     sides: dict[str, Any]  # role -> OpRecord of the same (or original) op and step on that side
     slots: list[SlotView] = field(default_factory=list)
     metrics_source: str = ""  # "comparison" when taken from the loaded CompareReport, else "tensors"
+    arguments: dict[str, Any] = field(default_factory=dict)  # path -> number, string or flag the op was called with
+    argument_changes: list[str] | None = None  # those that differ from golden's call (None: no golden call)
 
 
 @dataclass

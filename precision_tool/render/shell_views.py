@@ -76,6 +76,12 @@ def op_info(info):
         if overflowed and len(records) > 1:
             status += f" in {', '.join(overflowed)}"
         head.add_row(f"Float status, {role}", Text(status, style="red" if overflowed else "green"))
+    if info.arguments:
+        head.add_row("Arguments", ", ".join(f"{path}={value!r}" for path, value in info.arguments.items()))
+    if info.argument_changes:
+        head.add_row("Arguments vs golden", Text("; ".join(info.argument_changes), style="red"))
+    elif info.argument_changes is not None and info.arguments:
+        head.add_row("Arguments vs golden", Text("the same", style="green"))
     lines = [Text(f"ni {op.name}", style="bold"), head, Text("Tensors", style="bold")]
     for view in info.slots:  # a line that wraps goes on under the side's name, not at the left edge
         lines.extend(_hanging(line, SLOT_INDENT) for line in _slot_lines(view))

@@ -106,7 +106,19 @@ def node_info(session, query: str, step: int | None, direction: str | None) -> O
     if session.has("golden") and role != "golden":
         for view in info.slots:
             view.metric = _metric(session, info, view)
+    _arguments(info)
     return info
+
+
+def _arguments(info: OpInfo) -> None:
+    """The numbers, strings and flags ``info.op`` was called with; how golden's call of it differs."""
+    from precision_tool.analysis.arguments import argument_changes, flag_paths, scalar_arguments
+
+    op = info.op
+    info.arguments = scalar_arguments(op.attrs, flag_paths(op.type, op.attrs))
+    golden = info.sides.get("golden")
+    if golden is not None and info.role != "golden" and golden.type == op.type:
+        info.argument_changes = argument_changes(golden.attrs, op.attrs, op.type)
 
 
 def counterpart(op, slot: str, side: str) -> tuple[str, str]:

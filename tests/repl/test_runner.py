@@ -147,3 +147,29 @@ def test_an_op_without_forward_is_found_in_its_own_direction(runner):
     assert run(runner, "ni sgd").op.direction == "optimizer"
     assert run(runner, "pt sgd/ApplyGradientDescent").label == "target:sgd/ApplyGradientDescent:output_0@0#optimizer"
     assert "has no forward record in the target dump; it has optimizer" in error_of(runner, "ni sgd -d forward")
+
+
+def test_ni_shows_the_arguments_and_how_golden_called_the_op():
+    """The argument a port changed (a LayerNorm's epsilon) is the evidence `diagnose` gives: `ni` shows it."""
+    from precision_tool.repl.runner import Runner
+    from precision_tool.repl.session import ShellSession
+
+    from .conftest import TextShell
+    from .shell_fakes import FakeDump
+
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    dumps = {"golden": FakeDump("/data/golden.h5", "golden"), "target": FakeDump("/data/target.h5", "target")}
+    for role, eps in (("golden", 1e-5), ("target", 0.01)):
+        for name, epsilon in (("ln_1/aten.native_layer_norm_0", 1e-5), ("ln_2/aten.native_layer_norm_0", eps)):
+            dumps[role].add(0, name, "aten.native_layer_norm", {"input_0": x, "output_0": x}, attrs={
+                "overload": "default", "args": [{"tensor": 0, "dtype": "float32"}, [4], None, None, epsilon],
+                "kwargs": {}})
+    session = ShellSession(dumps)
+    changed = run(Runner(session), "ni ln_2")
+    assert changed.arguments == {"args[1][0]": 4, "args[4]": 0.01}
+    assert changed.argument_changes == ["args[4]: 1e-05 in golden, 0.01 in target"]
+    assert run(Runner(session), "ni ln_1").argument_changes == []
+    out, _ = TextShell(Runner(session))("ni ln_2")
+    assert "Arguments              args[1][0]=4, args[4]=0.01" in out
+    assert "Arguments vs golden    args[4]: 1e-05 in golden, 0.01 in target" in out
+    assert "Arguments vs golden    the same" in TextShell(Runner(session))("ni ln_1")[0]
