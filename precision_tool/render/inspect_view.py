@@ -163,6 +163,8 @@ def _overflow_table(records: list[OpRecord]):
     for r in records:
         peak = max((max(abs(t.stats.min), abs(t.stats.max)) for t in r.outputs
                     if t.stats.count and not math.isnan(t.stats.min)), default=math.nan)
+        if any(t.stats.inf for t in r.outputs):  # (min and max are those of the finite values)
+            peak = math.inf
         cause = "inherited" if r.inherited_nonfinite else "here"
         rows.append([str(r.step), str(r.exec_index), r.name, r.type, _DIRECTIONS.get(r.direction, r.direction),
                      r.compute_dtype, cause, f"{peak:.6g}"])

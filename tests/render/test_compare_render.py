@@ -403,6 +403,23 @@ def test_inspect_at_80_columns_keeps_each_overflowing_op_on_one_line():
     assert lines[start - 2] == "recorded        28 ops, 110 tensors"
 
 
+def test_inspect_shows_inf_as_the_largest_output_of_an_op_whose_outputs_hold_inf(tmp_path):
+    """Statistics keep the finite values' min and max: an output of -inf and zeros peaks at inf, not at 0."""
+    from precision_tool.dump.reader import open_dump
+    from precision_tool.render.inspect_view import summary_view
+
+    dump = MemoryDump("t.h5", role="target")
+    dump.add("attn/aten.scalar_tensor_0", "aten.scalar_tensor", {"output_0": np.array(-np.inf, np.float32)},
+             overflow=True)
+    dump.add("attn/aten.where_0", "aten.where", {"output_0": np.array([0.0, -np.inf], np.float32)},
+             overflow=True, inherited_nonfinite=True)
+    dump.add("fc/aten.mm_0", "aten.mm", {"output_0": np.array([3.0, -70000.0], np.float32)}, overflow=True)
+    with open_dump(dump.save(tmp_path / "t.h5")) as opened:
+        lines = _console_text(summary_view(opened.summary()), 120)
+    start = lines.index("first overflowing ops")
+    assert [line.split()[-1] for line in lines[start + 3:start + 6]] == ["inf", "inf", "70000"]
+
+
 def _long_chart(ops: int, flagged_at: int, name: str):
     from precision_tool.render.chart import ExecutionChart
 
