@@ -82,7 +82,8 @@ def as_in_golden(golden, records: list[OpRecord]) -> set[tuple[int, int]]:
     status too, its outputs holding as many inf and as many NaN: values the model makes by design."""
     if golden is None or not records:
         return set()
-    flagged = {(r.step, r.name, r.direction): r for r in golden.ops() if r.overflow}
+    flagged = {(r.step, r.name, r.direction): r for step in sorted({r.step for r in records})
+               for r in golden.ops(step=step) if r.overflow}  # (only the steps where the target overflowed)
     shared = set()
     for record in records:
         twin = flagged.get((record.step, record.name, record.direction))
