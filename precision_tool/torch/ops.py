@@ -103,6 +103,12 @@ _HIDDEN_WRITES = {
 # ``scaler.step(optimizer)`` (torch.amp.GradScaler.update). They stay in the step the optimizer ended.
 _STEP_TAIL = frozenset("_amp_update_scale_".split())
 
+# A loss scaler's own arithmetic (torch.amp.GradScaler: unscale the gradients and check them, update the
+# scale): float32 bookkeeping, as an NPU's loss-scale manager keeps it; computed in float16 the default
+# scale 2**16 would itself be inf.
+_LOSS_SCALING = frozenset("_amp_foreach_non_finite_check_and_unscale_ _amp_non_finite_check_and_unscale_ "
+                          "_amp_update_scale_".split())
+
 # Ops whose autocast policy is "fp32 unless you pass a dtype"; a cast is its own category.
 _CASTS = frozenset("_to_copy to".split())
 
@@ -142,6 +148,7 @@ class AtenOp:
     hidden_writes: tuple[int, ...] = ()  # positions of arguments it writes undeclared (`_HIDDEN_WRITES`)
     step_tail: bool = False  # concludes the optimizer step just ended (`_STEP_TAIL`)
     flags: tuple[tuple[int, str], ...] = ()  # (position, name) of every bool argument (`OpCall.attrs`' "flags")
+    loss_scaling: bool = False  # a loss scaler's float32 bookkeeping (`_LOSS_SCALING`)
 
     def mutated_args(self, args: tuple, kwargs: dict) -> list:
         """The tensors (or tensor lists) this call writes to."""
@@ -182,7 +189,7 @@ def _describe(func) -> AtenOp:
                   tuple(i for i, arg in enumerate(func._schema.arguments) if arg.name in _HIDDEN_WRITES.get(opname, ())),
                   opname in _STEP_TAIL,
                   tuple((i, arg.name) for i, arg in enumerate(func._schema.arguments)
-                        if str(arg.type) in ("bool", "Optional[bool]")))
+                        if str(arg.type) in ("bool", "Optional[bool]")), opname in _LOSS_SCALING)
 
 
 def lookup(op_type: str, overload: str = "default"):

@@ -12,9 +12,10 @@ their format, so autograd works unchanged and backward ops are simulated too.
 
 Ops that already run in float16/bfloat16 (``torch.autocast``, ``.half()``)
 or float64 run natively; their outputs still pass through the overflow mode
-and raise the status. Gradient accumulation into parameters and optimizer
-updates run in float32, as the engine's optimizer does; an inf/NaN they
-produce still raises the status.
+and raise the status. Gradient accumulation into parameters, optimizer
+updates and a loss scaler's arithmetic (GradScaler's unscale, check and
+scale update) run in float32, as the engine's optimizer and an NPU's
+loss-scale manager do; an inf/NaN they produce still raises the status.
 """
 
 from __future__ import annotations
@@ -88,10 +89,11 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         floats, format_ids, all_float32 = _float_inputs(call.args, call.kwargs)
         if (info.mutated or info.hidden_writes) and self._parameters:
             self._parameters.written(call)
-        if (not all_float32 or info.collective or call.direction == "optimizer"
+        if (not all_float32 or info.collective or call.direction == "optimizer" or info.loss_scaling
                 or (call.node is not None and _accumulates_grad(call))
                 or (info.cast and call.kwargs.get("dtype", torch.float32) != torch.float32)):
-            result = self._run_native(call, floats, before, saturate=bool(floats) and call.direction != "optimizer")
+            result = self._run_native(call, floats, before, saturate=bool(floats) and call.direction != "optimizer"
+                                      and not info.loss_scaling)
         else:
             key = (id(info), len(floats), *format_ids)  # (hashing the frozen dataclasses costs more)
             plan = self._plans.get(key) or self._plan(key, info, floats)
