@@ -355,10 +355,10 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             return stats
         return self._stats.get(tensor, dtype)
 
-    def end_step(self, step: int, loss: float, loss_scale: float, overflow: bool) -> None:
+    def end_step(self, step: int, loss: float, loss_scale: float, overflow: bool, skipped: bool = False) -> None:
         if self._step is None:
             return
-        self._writer.end_step(StepRecord(step, loss, loss_scale, overflow or self._step_overflow,
+        self._writer.end_step(StepRecord(step, loss, loss_scale, overflow or self._step_overflow, skipped,
                                          precision_mode=self._precision_mode, ops_recorded=self._step_ops))
         self._step = None
         self._stats.clear()

@@ -116,6 +116,7 @@ class Session:
         self.exec_index = 0
         self.step_open = False
         self.step_overflow = False
+        self.stepped = self.scaled = False  # this step: an optimizer stepped; a loss scaler updated its scale
         self.pending_boundary = False
         self.manual_steps = False
         self.optimizer = None
@@ -205,6 +206,7 @@ class Session:
         """A loss scaler's update ran. Dispatch saw it, unless the mode was popped: then this is the step
         boundary the op marks there (an update also ends an iteration whose optimizer step it skipped, and no
         optimizer hook was called)."""
+        self.scaled = True
         if self._mode is not None or self.manual_steps or _current_node() is not None:
             return
         self.pending_boundary = True
@@ -273,7 +275,7 @@ class Session:
                 gc.unfreeze()
 
     def _optimizer_begins(self, optimizer, args, kwargs) -> None:
-        self.optimizer = optimizer
+        self.optimizer, self.stepped = optimizer, True
         if self._idle_at_op_level():  # its ops, unseen, end a concluded step and open one, as in dispatch (a
             self._ops_would_run()  # second optimizer's step after the first's)
         if not self._warned_autocast and _autocast_active():
@@ -304,17 +306,18 @@ class Session:
         loss = _as_float(loss, math.nan)
         loss_scale = _as_float(loss_scale, 1.0)
         self._gradients.flush()
+        skipped = self.scaled and not self.stepped  # a loss scaler skipped the optimizer's step (inf/NaN gradients)
         for recorder in self._watching:
-            recorder.end_step(self.step, loss, loss_scale, self.step_overflow)
+            recorder.end_step(self.step, loss, loss_scale, self.step_overflow, skipped)
         self.namer.new_step()
         self.step += 1
         self.exec_index = 0
-        self.step_open = False
-        self.step_overflow = False
+        self.step_open = self.step_overflow = False
         self._watching = []
 
     def _open_step(self) -> None:
-        self.step_open = True
+        self.step_open, self.scaled = True, False
+        self.stepped = self.optimizer is not None  # (a step opened by an optimizer's first op)
         self._told_autocast = False
         self._watching = [r for r in self.recorders if r.begin_step(self.step)]
         if self._mode is not None and not self.simulators and \

@@ -171,14 +171,17 @@ def test_a_constant_asked_for_as_infinite_raises_no_float_status():
     assert [ref.name for ref in sim.overflow_ops] == ["aten.mul_0"]
 
 
-@pytest.mark.parametrize("precision_mode", ["allow_mix_precision", "force_fp16"])
-def test_a_grad_scaler_keeps_its_scale_in_float32_and_halves_it_on_float16_overflow(tmp_path, precision_mode):
+@pytest.mark.parametrize("precision_mode, explicit", [("allow_mix_precision", False), ("force_fp16", False),
+                                                      ("force_fp16", True)])
+def test_a_grad_scaler_keeps_its_scale_in_float32_and_halves_it_on_float16_overflow(tmp_path, precision_mode,
+                                                                                     explicit):
     """GradScaler's default scale, 2**16, is beyond float16: its unscale, check and update are float32
     bookkeeping, as an NPU's loss-scale manager keeps them. A weight gradient of 2 x the scale overflows the
-    float16 matmul of backward: the update is skipped and the scale halved, until it fits (at 2**14)."""
+    float16 matmul of backward: the update is skipped and the scale halved, until it fits (at 2**14). The
+    dump marks the skipped steps, whether ``ptt.step`` or the scaler's update ends them."""
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)
-    before = model.weight.detach().clone()
+    before = model.weight.detach().numpy().copy()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     scaler = torch.amp.GradScaler("cpu")
     x = torch.ones(2, 4)
@@ -187,13 +190,16 @@ def test_a_grad_scaler_keeps_its_scale_in_float32_and_halves_it_on_float16_overf
         for _ in range(3):
             optimizer.zero_grad()
             scaler.scale(model(x).sum()).backward()
-            unchanged = torch.equal(model.weight, before)
+            unchanged = np.array_equal(model.weight.detach().numpy(), before)  # (numpy's: no op in the dump)
             scaler.step(optimizer)
             scaler.update()
-            scales.append((scaler.get_scale(), unchanged and torch.equal(model.weight, before)))
+            if explicit:
+                ptt.step(None, scaler.get_scale())
+            scales.append((scaler.get_scale(), unchanged and np.array_equal(model.weight.detach().numpy(), before)))
     assert scales == [(32768.0, True), (16384.0, True), (16384.0, False)]
-    assert torch.equal(model.weight, before - 0.5 * 2.0)  # d(sum)/dW = 2 for every weight: x is ones
+    assert np.array_equal(model.weight.detach().numpy(), before - np.float32(0.5 * 2.0))  # d(sum)/dW = 2: x is ones
     with open_dump(tmp_path / "run.h5") as dump:
         updates = [r for r in dump.ops() if r.type == "aten._amp_update_scale_"]
         assert [(r.step, r.compute_dtype, r.tensors[0].dtype, r.overflow) for r in updates] == [
             (0, "float32", "float32", False), (1, "float32", "float32", False), (2, "float32", "float32", False)]
+        assert [(s.step, s.skipped) for s in dump.steps()] == [(0, True), (1, True), (2, False)]
