@@ -69,7 +69,6 @@ class OverflowReport:
         return next((entry for entry in ours if not entry.inherited), ours[0] if ours else None)
 
 
-
 @dataclass(frozen=True)
 class FusionSuspect:
     """A fused op whose error against golden is clearly larger than its unfused ops show."""

@@ -22,7 +22,7 @@ import numpy as np
 from precision_tool.bulk import bulk_objects
 from precision_tool.compare.batch import score_packed
 from precision_tool.compare.cancel import StopFlag, pool_map, raise_if_interrupted
-from precision_tool.compare.judged import NOT_READ, gradient_scale, loss_scale_ratios, skip_consumed_near_zero
+from precision_tool.compare.judged import gradient_scale, loss_scale_ratios, skip_consumed_near_zero, statistics_only
 from precision_tool.compare.matching import TensorPair, match_ops
 from precision_tool.compare.metrics import PairAccumulator
 from precision_tool.compare.report import SHAPE_MISMATCH, CompareReport, DumpInfo, OpComparison, TensorRow
@@ -98,7 +98,7 @@ def _compare_sources(golden: DumpSource, target: DumpSource, options: CompareOpt
         golden=dump_info(golden), target=dump_info(target), ops=_group(match.pairs, rows),
         unmatched_golden=match.unmatched_golden, unmatched_target=match.unmatched_target,
         covered_by_fusion=match.covered_by_fusion,
-        stats_only=any(row.stats is not None and row.skip != NOT_READ for row in rows),
+        stats_only=any(statistics_only(row) for row in rows),
     )
     report.notes.extend(compare_notes(report.golden, report.target, report.stats_only,
                                       (len(golden_ops), len(target_ops)), bool(match.pairs)))

@@ -45,6 +45,12 @@ def not_read(target: TensorRecord, golden: TensorRecord) -> str:
     return NOT_READ
 
 
+def statistics_only(row) -> bool:
+    """Whether ``row`` (a `TensorRow`) compares statistics, values missing on a side (a tensor neither side
+    read, `NOT_READ`, is no statistics side)."""
+    return row.stats is not None and row.skip != NOT_READ
+
+
 SENTINEL = 1e30  # inputs holding values this large are masks (finfo.min), not terms of a sum
 
 

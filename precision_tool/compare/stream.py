@@ -31,7 +31,7 @@ import numpy as np
 from precision_tool.bulk import bulk_objects
 from precision_tool.compare.comparator import (CompareOptions, Progress, _group, _score_pairs, _size, compare_notes,
                                                dump_info)
-from precision_tool.compare.judged import NOT_READ, loss_scale_ratios, near_zero_writers, skip_consumed
+from precision_tool.compare.judged import loss_scale_ratios, near_zero_writers, skip_consumed, statistics_only
 from precision_tool.compare.matching import GOLDEN, TARGET, Unmatched, _Matcher
 from precision_tool.compare.report import DumpInfo, OpComparison
 from precision_tool.compare.stream_index import COLUMN_WINDOW, StepPlan, StreamUnsupported, near_zero_candidates, plan_step
@@ -103,8 +103,7 @@ def _stream(golden: Dump, target: Dump, options: CompareOptions, sink: OpSink, p
                              plan.golden_rows[start:start + WINDOW_OPS], golden, target)
             ops = window.compared(options, ratios, step_found, counter)
             outcome.paired = outcome.paired or bool(window.pairs)
-            stats_only = stats_only or any(row.stats is not None and row.skip != NOT_READ for op in ops
-                                           for row in op.rows)
+            stats_only = stats_only or any(statistics_only(row) for op in ops for row in op.rows)
             for op in ops:
                 sink.add(op, *window.rows_of[op.exec_index])
             outcome.unmatched_golden += window.matcher.result.unmatched_golden
