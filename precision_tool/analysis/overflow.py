@@ -68,18 +68,21 @@ def overflow_entry(record: OpRecord, loss_scale: float | None, invalid: bool = F
     )
 
 
-AS_IN_GOLDEN = ("golden's op makes as many inf/NaN: the model's own values (an attention mask's -inf), not an "
-                "overflow of this run")
+AS_IN_GOLDEN = ("golden's op makes as many inf/NaN (a saturation mode writes an inf as the format's largest "
+                "value): the model's own values (an attention mask's -inf), not an overflow of this run")
 
 
 def _nonfinite(record: OpRecord) -> tuple[int, int]:
+    """(inf or saturated, NaN) values among ``record``'s outputs: a saturation mode writes an inf (a mask's
+    -inf) as the format's largest value."""
     outputs = [t.stats for t in record.outputs if t.stats.count]
-    return sum(s.inf for s in outputs), sum(s.nan for s in outputs)
+    return sum(s.inf + s.saturated for s in outputs), sum(s.nan for s in outputs)
 
 
 def as_in_golden(golden, records: list[OpRecord]) -> set[tuple[int, int]]:
     """(step, exec index) of the ``records`` whose golden op (same step, name and direction) raised the float
-    status too, its outputs holding as many inf and as many NaN: values the model makes by design."""
+    status too, its outputs holding as many inf (saturated values, in a saturation mode) and as many NaN: values
+    the model makes by design."""
     if golden is None or not records:
         return set()
     flagged = {(r.step, r.name, r.direction): r for step in sorted({r.step for r in records})

@@ -46,7 +46,7 @@ class OverflowEntry:
     output_ranges: tuple[Range, ...]
     hint: str
     invalid: bool = False  # it makes NaN from finite inputs, written as numbers by a saturation mode
-    in_golden: bool = False  # golden's op raised it too, with as many inf and NaN: the model's (a mask's -inf)
+    in_golden: bool = False  # golden's op raised it too, as many inf (or saturated) and NaN: the model's (a mask)
 
 
 @dataclass

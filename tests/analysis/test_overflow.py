@@ -73,20 +73,24 @@ def test_an_inf_golden_makes_too_is_marked_as_golden_and_the_first_overflow_is_t
         dump.add("attn/where", "aten.where", {"output_0": mask}, overflow=True, inherited_nonfinite=True)
         dump.add("attn/exp", "aten.exp", {"output_0": np.array([exp, 1.0], np.float32)}, overflow=exp == np.inf)
         dump.add("attn2/where", "aten.where", {"output_0": second_mask}, overflow=True)
+        saturated = np.where(mask == -np.inf, np.float32(-65504), mask) if dump is target else mask
+        dump.add("attn3/add", "aten.add", {"output_0": saturated}, dtypes={"output_0": "float16"}, overflow=True)
 
     with open_dump(golden.save(tmp_path / "golden.h5")) as golden, \
             open_dump(target.save(tmp_path / "target.h5")) as target:
         alone = overflow_report(target)
         report = overflow_report(target, golden=golden)
-    assert [e.in_golden for e in alone.entries] == [False] * 4 and alone.first.name == "attn/mask"
+    assert [e.in_golden for e in alone.entries] == [False] * 5 and alone.first.name == "attn/mask"
     assert [(e.name, e.in_golden) for e in report.entries] == [
-        ("attn/mask", True), ("attn/where", True), ("attn/exp", False), ("attn2/where", False)]
-    assert report.as_in_golden == 2 and report.first.name == "attn/exp"
+        ("attn/mask", True), ("attn/where", True), ("attn/exp", False), ("attn2/where", False),
+        ("attn3/add", True)]  # (a saturation mode's -65504 for golden's -inf)
+    assert (report.entries[-1].saturated, report.entries[-1].inf) == (2, 0)
+    assert report.as_in_golden == 3 and report.first.name == "attn/exp"
     assert report.entries[0].hint == AS_IN_GOLDEN
     assert report.entries[0].output_ranges[0].min != report.entries[0].output_ranges[0].min  # none finite: NaN
     text = _text(view(report))
-    assert text[0] == (f"4 op executions raised the float status in step 0 in {target.path}; the first: "
-                       "attn/exp (aten.exp), step 0 forward; 2 of them as golden's ops do (the model's own "
+    assert text[0] == (f"5 op executions raised the float status in step 0 in {target.path}; the first: "
+                       "attn/exp (aten.exp), step 0 forward; 3 of them as golden's ops do (the model's own "
                        "inf/NaN); no update was skipped; loss scale stayed 1")
     assert text[2].startswith("[1] as golden  step 0 forward #0  attn/mask (aten.scalar_tensor)")
     assert text[4] == "    inputs -  outputs [no finite value]"
