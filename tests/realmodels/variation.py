@@ -24,8 +24,8 @@ import precision_tool.torch as ptt
 @dataclass(frozen=True)
 class Variation:
     model: str  # gpt2 | mlp | cnn | bert | vit (the last two: the suite's tiny configs)
-    target: str  # fp32 | bf16 | amp (fp16 autocast and a GradScaler) | mix | cast (model.to(torch.bfloat16) inside
-    # the dump: weights, optimizer state and data in bfloat16)
+    target: str  # fp32 | bf16 | amp (fp16 autocast and a GradScaler) | mix | mixamp (mix and a GradScaler) | cast
+    # (model.to(torch.bfloat16) inside the dump: weights, optimizer state and data in bfloat16)
     fault: str = ""  # a fault of cases.FAULTS
     role: str = ""
     expect_class: str = "none"
@@ -52,9 +52,9 @@ class Variation:
         extra = [f"{k}{v}" for k, v in (("w", self.width), ("l", self.layers), ("s", self.steps)) if v != {
             "w": 32, "l": 2, "s": 2}[k]]
         extra += [x for x, on in ((self.optimizer, self.optimizer), (f"clip{self.clip:g}", self.clip),
-                                  (f"rec-{self.record}", self.target == "amp" and self.record != "scale"),
+                                  (f"rec-{self.record}", self.scaled and self.record != "scale"),
                                   (f"scale2^{int(self.init_scale).bit_length() - 1}",
-                                   self.target == "amp" and self.init_scale != 2.0 ** 16),
+                                   self.scaled and self.init_scale != 2.0 ** 16),
                                   (f"lr{self.lr:g}", self.lr), (f"seed{self.seed}", self.seed),
                                   (f"drop{self.dropout:g}", self.dropout), ("eval", self.evaluate),
                                   (self.implementation, self.implementation),
@@ -64,6 +64,11 @@ class Variation:
     @property
     def clean(self) -> bool:
         return not self.fault
+
+    @property
+    def scaled(self) -> bool:
+        """The target loop runs a GradScaler."""
+        return self.target in ("amp", "mixamp")
 
 
 def build(v: Variation, target: bool = False):
@@ -115,7 +120,7 @@ def train(run, v: Variation, target: bool) -> None:
     if target and v.target == "cast":  # inside the dump: the cast's copies are recorded, as in a user's script
         run.model.to(torch.bfloat16)
         run.batch = {k: x.to(torch.bfloat16) if x.is_floating_point() else x for k, x in run.batch.items()}
-    scaler = torch.amp.GradScaler("cpu", init_scale=v.init_scale) if target and v.target == "amp" else None
+    scaler = torch.amp.GradScaler("cpu", init_scale=v.init_scale) if target and v.scaled else None
     for _ in range(v.steps):
         with torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext():
             loss = run.loss(run.model, run.batch)
@@ -164,7 +169,9 @@ def collect(v: Variation, workdir: Path, mode: str = "dump") -> tuple[Path, Path
     run, roles = build(v, target=True)
     if v.fault and FAULTS[v.fault] is not None:
         FAULTS[v.fault](run, roles.get(v.role, ""))
-    context = ptt.simulate_npu("allow_mix_precision") if v.target == "mix" else contextlib.nullcontext()
+    # (torch's GradScaler looks for inf/NaN in the gradients: it needs the overflow mode that writes them)
+    context = ptt.simulate_npu("allow_mix_precision") if v.target == "mix" else \
+        ptt.simulate_npu("allow_mix_precision", "inf_nan") if v.target == "mixamp" else contextlib.nullcontext()
     with context, _attention(v), ptt.dump(target, mode=mode, seed=0):
         train(run, v, True)
     return golden, target
@@ -260,4 +267,12 @@ VARIATIONS += [
     Variation("bert", "fp32", attention="math"),
     Variation("vit", "fp32", attention="math"),
     Variation("bert", "bf16", attention="math", implementation="fused"),
+]
+VARIATIONS += [
+    # the simulated NPU (Inf/NaN overflow mode) with a GradScaler: its scale (2**16 by default, beyond float16)
+    # is float32 bookkeeping; a scale so high that the first updates are skipped while it halves; a forward
+    # fault under the scaler
+    Variation("gpt2", "mixamp", steps=3),
+    Variation("cnn", "mixamp", steps=3, init_scale=2.0 ** 24, record="updated"),
+    Variation("gpt2", "mixamp", "scale", "act", K, steps=3),
 ]
