@@ -67,14 +67,19 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         self.mixlists = load_mixlist(modify_mixlist, _AnyAtenOp()) if modify_mixlist else MixLists()
         self.status = FloatStatus()
         self.overflow_ops: list[OpRef] = []
+        self._raised = 0  # op executions that raised the status, all told
+        self._scaled_at = 0  # ... when a GradScaler last scaled a loss (torch_npu's scaler clears the status there)
+        self._scale_hook: _ScaleHook | None = None
         self._parameters = _RoundedParameters()
         self._plans: dict = {}  # ids of (op info, float input count, inputs' formats) -> `_Plan`
 
     def __enter__(self) -> "simulate_npu":
         SESSION.attach(simulator=self)
+        self._scale_hook = _ScaleHook(self)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        self._scale_hook.remove()
         SESSION.detach(simulator=self)
 
     def step(self, loss=None, loss_scale=None) -> None:
@@ -89,7 +94,9 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         floats, format_ids, all_float32 = _float_inputs(call.args, call.kwargs)
         if (info.mutated or info.hidden_writes) and self._parameters:
             self._parameters.written(call)
-        if (not all_float32 or info.collective or call.direction == "optimizer" or info.loss_scaling
+        if info.type == _UNSCALE and self.overflow_mode == "saturation" and self._raised > self._scaled_at:
+            result = self._status_found(call, floats, before)
+        elif (not all_float32 or info.collective or call.direction == "optimizer" or info.loss_scaling
                 or (call.node is not None and _accumulates_grad(call))
                 or (info.cast and call.kwargs.get("dtype", torch.float32) != torch.float32)):
             result = self._run_native(call, floats, before, saturate=bool(floats) and call.direction != "optimizer"
@@ -132,6 +139,19 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         # overflows: the float status stays as it was
         call.overflow = overflow and (bool(floats) or not _asks_infinity(call.args, call.kwargs))
         return result
+
+    def _status_found(self, call: OpCall, floats: list, before):
+        """A GradScaler's unscale-and-check after an op raised the status since the loss was scaled, in the
+        saturation mode: as torch_npu's kernel does there, it reads the float status, counts the overflow in
+        ``found_inf`` and leaves the gradients as they are (saturated values hold no inf for the check to
+        find, and the update is skipped anyway)."""
+        if before is not None:
+            before()
+        found_inf = call.args[1] if len(call.args) > 1 else call.kwargs["found_inf"]
+        found_inf.add_(1.0)
+        call.outputs = result_tensors(call.info, call.args, call.kwargs, None)
+        call.compute_dtype = dtype_name(floats[0].dtype) if floats else ""
+        return None
 
     def _run_movement(self, call: OpCall, plan: "_Plan", before):
         if before is not None:
@@ -227,8 +247,34 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         call.inherited = has_nonfinite(floats)
         ref = OpRef(call.step, call.name, call.info.type, call.direction, call.exec_index)
         self.status.raise_(ref)
+        self._raised += 1
         if len(self.overflow_ops) < OVERFLOW_OPS_LIMIT:
             self.overflow_ops.append(ref)
+
+
+_UNSCALE = "aten._amp_foreach_non_finite_check_and_unscale_"
+
+
+class _ScaleHook:
+    """While ``sim`` runs, ``torch.amp.GradScaler.scale`` marks where the float status window of a torch_npu
+    scaler opens (it clears the status there, in the saturation mode): an overflow in forward before the loss
+    is scaled does not skip the update. Removed like a hook handle."""
+
+    def __init__(self, sim: "simulate_npu"):
+        from torch.amp import GradScaler
+
+        original = self._original = GradScaler.scale
+
+        def scale(scaler, outputs):
+            sim._scaled_at = sim._raised
+            return original(scaler, outputs)
+
+        GradScaler.scale = scale
+
+    def remove(self) -> None:
+        from torch.amp import GradScaler
+
+        GradScaler.scale = self._original
 
 
 class _Plan:

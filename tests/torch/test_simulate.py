@@ -171,14 +171,16 @@ def test_a_constant_asked_for_as_infinite_raises_no_float_status():
     assert [ref.name for ref in sim.overflow_ops] == ["aten.mul_0"]
 
 
-@pytest.mark.parametrize("precision_mode, explicit", [("allow_mix_precision", False), ("force_fp16", False),
-                                                      ("force_fp16", True)])
+@pytest.mark.parametrize("precision_mode, overflow_mode, explicit", [
+    ("allow_mix_precision", "inf_nan", False), ("force_fp16", "inf_nan", False), ("force_fp16", "inf_nan", True),
+    ("force_fp16", "saturation", False), ("allow_mix_precision", "saturation", True)])
 def test_a_grad_scaler_keeps_its_scale_in_float32_and_halves_it_on_float16_overflow(tmp_path, precision_mode,
-                                                                                     explicit):
+                                                                                     overflow_mode, explicit):
     """GradScaler's default scale, 2**16, is beyond float16: its unscale, check and update are float32
     bookkeeping, as an NPU's loss-scale manager keeps them. A weight gradient of 2 x the scale overflows the
-    float16 matmul of backward: the update is skipped and the scale halved, until it fits (at 2**14). The
-    dump marks the skipped steps, whether ``ptt.step`` or the scaler's update ends them."""
+    float16 matmul of backward: the update is skipped and the scale halved, until it fits (at 2**14). In the
+    saturation mode the gradient holds 65504, no inf: the check reads the float status, as torch_npu's does.
+    The dump marks the skipped steps, whether ``ptt.step`` or the scaler's update ends them."""
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)
     before = model.weight.detach().numpy().copy()
@@ -186,7 +188,7 @@ def test_a_grad_scaler_keeps_its_scale_in_float32_and_halves_it_on_float16_overf
     scaler = torch.amp.GradScaler("cpu")
     x = torch.ones(2, 4)
     scales = []
-    with ptt.simulate_npu(precision_mode, "inf_nan"), ptt.dump(tmp_path / "run.h5"):
+    with ptt.simulate_npu(precision_mode, overflow_mode), ptt.dump(tmp_path / "run.h5"):
         for _ in range(3):
             optimizer.zero_grad()
             scaler.scale(model(x).sum()).backward()
@@ -203,3 +205,23 @@ def test_a_grad_scaler_keeps_its_scale_in_float32_and_halves_it_on_float16_overf
         assert [(r.step, r.compute_dtype, r.tensors[0].dtype, r.overflow) for r in updates] == [
             (0, "float32", "float32", False), (1, "float32", "float32", False), (2, "float32", "float32", False)]
         assert [(s.step, s.skipped) for s in dump.steps()] == [(0, True), (1, True), (2, False)]
+
+
+def test_in_the_saturation_mode_an_overflow_before_the_loss_is_scaled_does_not_skip_the_update():
+    """torch_npu's scaler clears the float status when it scales the loss: an op that overflowed earlier in the
+    step (here a forward op outside the loss) leaves the update alone; the status still says it overflowed."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    before = model.weight.detach().numpy().copy()
+    with ptt.simulate_npu("force_fp16", "saturation") as sim:
+        peak = torch.full((2,), 300.0) * torch.full((2,), 300.0)  # 90000: saturates at 65504
+        loss = model(torch.ones(2, 4)).sum()
+        optimizer.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    assert peak.tolist() == [65504.0, 65504.0] and sim.status and sim.status.first.type == "aten.mul"
+    assert scaler.get_scale() == 1024.0
+    assert np.array_equal(model.weight.detach().numpy(), before - np.float32(0.5 * 2.0))
