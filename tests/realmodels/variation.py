@@ -46,6 +46,7 @@ class Variation:
     # per-parameter loop (as a CPU golden run and a CUDA target run of the same script do by default)
     attention: str = ""  # math: the target's scaled_dot_product_attention runs the math backend, golden's the
     # fused CPU kernel (a GPU target picks its own kernels)
+    overflow_mode: str = ""  # mix and mixamp targets: the simulator's overflow mode ("": its default, saturation)
 
     @property
     def id(self) -> str:
@@ -58,7 +59,8 @@ class Variation:
                                   (f"lr{self.lr:g}", self.lr), (f"seed{self.seed}", self.seed),
                                   (f"drop{self.dropout:g}", self.dropout), ("eval", self.evaluate),
                                   (self.implementation, self.implementation),
-                                  (f"attn-{self.attention}", self.attention)) if on]
+                                  (f"attn-{self.attention}", self.attention),
+                                  (self.overflow_mode, self.overflow_mode)) if on]
         return "-".join(["var", self.model, self.fault or "clean", self.target, *extra])
 
     @property
@@ -169,9 +171,9 @@ def collect(v: Variation, workdir: Path, mode: str = "dump") -> tuple[Path, Path
     run, roles = build(v, target=True)
     if v.fault and FAULTS[v.fault] is not None:
         FAULTS[v.fault](run, roles.get(v.role, ""))
-    # (torch's GradScaler looks for inf/NaN in the gradients: it needs the overflow mode that writes them)
-    context = ptt.simulate_npu("allow_mix_precision") if v.target == "mix" else \
-        ptt.simulate_npu("allow_mix_precision", "inf_nan") if v.target == "mixamp" else contextlib.nullcontext()
+    modes = (v.overflow_mode,) if v.overflow_mode else ()
+    context = ptt.simulate_npu("allow_mix_precision", *modes) if v.target in ("mix", "mixamp") else \
+        contextlib.nullcontext()
     with context, _attention(v), ptt.dump(target, mode=mode, seed=0):
         train(run, v, True)
     return golden, target
@@ -269,10 +271,11 @@ VARIATIONS += [
     Variation("bert", "bf16", attention="math", implementation="fused"),
 ]
 VARIATIONS += [
-    # the simulated NPU (Inf/NaN overflow mode) with a GradScaler: its scale (2**16 by default, beyond float16)
-    # is float32 bookkeeping; a scale so high that the first updates are skipped while it halves; a forward
-    # fault under the scaler
+    # the simulated NPU with a GradScaler: its scale (2**16 by default, beyond float16) is float32 bookkeeping;
+    # a scale so high that the first updates are skipped while it halves, in either overflow mode (saturation:
+    # the check reads the float status, as torch_npu's does); a forward fault under the scaler
     Variation("gpt2", "mixamp", steps=3),
+    Variation("cnn", "mixamp", steps=3, init_scale=2.0 ** 24, record="updated", overflow_mode="inf_nan"),
     Variation("cnn", "mixamp", steps=3, init_scale=2.0 ** 24, record="updated"),
-    Variation("gpt2", "mixamp", "scale", "act", K, steps=3),
+    Variation("gpt2", "mixamp", "scale", "act", K, steps=3, overflow_mode="inf_nan"),
 ]
