@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from precision_tool.analysis.results import OverflowEntry, OverflowReport, Range
+from precision_tool.analysis.results import OverflowEntry, OverflowReport, Range, preferring_ours
 from precision_tool.dump.records import OpRecord
 
 # Op types whose overflow has a better cure than "keep it in float32".
@@ -107,8 +107,8 @@ def overflow_report(dump, limit: int | None = None, golden=None) -> OverflowRepo
     records = [r for r in dump.ops() if r.overflow]
     from precision_tool.analysis.attribution import makes_nan_hidden
 
-    shown = records if limit is None else records[:limit]
     shared = as_in_golden(golden, records)
+    shown = records if limit is None else preferring_ours(records, lambda r: (r.step, r.exec_index) in shared, limit)
     entries = [overflow_entry(r, scales.get(r.step), makes_nan_hidden(dump, r), (r.step, r.exec_index) in shared)
                for r in shown]
     return OverflowReport(

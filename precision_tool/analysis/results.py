@@ -68,6 +68,19 @@ class OverflowReport:
         ours = [entry for entry in self.entries if not entry.in_golden]
         return next((entry for entry in ours if not entry.inherited), ours[0] if ours else None)
 
+    def cut(self, limit: int | None) -> list[OverflowEntry]:
+        """At most ``limit`` entries (None: all) in execution order, those golden's ops explain (`in_golden`)
+        only where room is left: a run's every step repeats its attention mask's -inf before an overflow of its
+        own shows."""
+        return self.entries if limit is None else preferring_ours(self.entries, lambda e: e.in_golden, limit)
+
+
+def preferring_ours(items: list, in_golden, limit: int) -> list:
+    """The first ``limit`` of ``items`` for which ``in_golden`` is false, then the others where room is left;
+    in their order."""
+    ranked = sorted(range(len(items)), key=lambda i: (bool(in_golden(items[i])), i))[:limit]
+    return [items[i] for i in sorted(ranked)]
+
 
 @dataclass(frozen=True)
 class FusionSuspect:

@@ -81,7 +81,7 @@ def diagnose(source, compare_first=False, limit=None, show_all=False, scheduler=
     limit = defaults.OVERFLOW_LIMIT if limit is None else limit
     diagnosis = full
     if limit and full.overflow is not None:
-        cut = dataclasses.replace(full.overflow, entries=full.overflow.entries[:limit])
+        cut = dataclasses.replace(full.overflow, entries=full.overflow.cut(limit))
         diagnosis = dataclasses.replace(full, overflow=cut)
     flagged = compare(source) if compare_first else None
     return AutoCheck(diagnosis, flagged, limit, show_all, full=full)

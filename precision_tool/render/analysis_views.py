@@ -18,7 +18,7 @@ def _range(r) -> str:
 
 
 def overflow_report(report, limit: int | None = None):
-    entries = report.entries if limit is None else report.entries[:limit]
+    entries = report.cut(limit)
     if not report.total:
         return Text(f"No op raised the float status{_source(report)}.", style="green")
     first = report.first
@@ -38,7 +38,9 @@ def overflow_report(report, limit: int | None = None):
         low, high = report.loss_scale[0], report.loss_scale[-1]
         summary.append(f"; loss scale {num(low)} -> {num(high)}" if low != high
                        else f"; loss scale stayed {num(low)}")
-    lines = [summary, Text(f"showing {len(entries)} of {report.total}, in execution order", style="bold")]
+    left_out = 0 < shared < report.total and sum(e.in_golden for e in entries) < shared  # some of golden's unshown
+    lines = [summary, Text(f"showing {len(entries)} of {report.total}, in execution order"
+                           + (", ops golden's explain where room is left" if left_out else ""), style="bold")]
     for number, entry in enumerate(entries, 1):
         lines.extend(_overflow_entry(number, entry, entry is first))
     return Group(*lines)

@@ -95,6 +95,15 @@ def test_an_inf_golden_makes_too_is_marked_as_golden_and_the_first_overflow_is_t
     assert text[2].startswith("[1] as golden  step 0 forward #0  attn/mask (aten.scalar_tensor)")
     assert text[4] == "    inputs -  outputs [no finite value]"
     assert text[10].startswith("[3] FIRST  step 0 forward #2  attn/exp (aten.exp)")
+    # a limit shows the target's own overflows first, then golden's where room is left, in execution order
+    assert [e.name for e in report.cut(2)] == ["attn/exp", "attn2/where"]
+    assert [e.name for e in report.cut(3)] == ["attn/mask", "attn/exp", "attn2/where"]
+    with open_dump(tmp_path / "golden.h5") as golden, open_dump(tmp_path / "target.h5") as target:
+        limited = overflow_report(target, limit=2, golden=golden)
+    assert [e.name for e in limited.entries] == ["attn/exp", "attn2/where"] and limited.total == 5
+    assert _text(view(report, 2))[1] == ("showing 2 of 5, in execution order, ops golden's explain where room "
+                                         "is left")
+    assert _text(view(report))[1] == "showing 5 of 5, in execution order"
 
 
 def _text(renderable) -> list[str]:
