@@ -68,7 +68,8 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         self.status = FloatStatus()
         self.overflow_ops: list[OpRef] = []
         self._raised = 0  # op executions that raised the status, all told
-        self._scaled_at = 0  # ... when a GradScaler last scaled a loss (torch_npu's scaler clears the status there)
+        self._scaled_at = 0  # ... when a GradScaler first scaled a loss since its last update (torch_npu's scaler
+        self._window_open = False  # clears the status there, once an iteration: micro-batches share the window)
         self._scale_hook: _ScaleHook | None = None
         self._parameters = _RoundedParameters()
         self._plans: dict = {}  # ids of (op info, float input count, inputs' formats) -> `_Plan`
@@ -94,6 +95,8 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         floats, format_ids, all_float32 = _float_inputs(call.args, call.kwargs)
         if (info.mutated or info.hidden_writes) and self._parameters:
             self._parameters.written(call)
+        if info.type == _UPDATE:
+            self._window_open = False
         if info.type == _UNSCALE and self.overflow_mode == "saturation" and self._raised > self._scaled_at:
             result = self._status_found(call, floats, before)
         elif (not all_float32 or info.collective or call.direction == "optimizer" or info.loss_scaling
@@ -252,13 +255,14 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
             self.overflow_ops.append(ref)
 
 
-_UNSCALE = "aten._amp_foreach_non_finite_check_and_unscale_"
+_UNSCALE, _UPDATE = "aten._amp_foreach_non_finite_check_and_unscale_", "aten._amp_update_scale_"
 
 
 class _ScaleHook:
     """While ``sim`` runs, ``torch.amp.GradScaler.scale`` marks where the float status window of a torch_npu
-    scaler opens (it clears the status there, in the saturation mode): an overflow in forward before the loss
-    is scaled does not skip the update. Removed like a hook handle."""
+    scaler opens: it clears the status at its first ``scale`` since its last update, in the saturation mode.
+    An overflow in forward before the loss is scaled does not skip the update; one in any micro-batch's
+    backward does. Removed like a hook handle."""
 
     def __init__(self, sim: "simulate_npu"):
         from torch.amp import GradScaler
@@ -266,7 +270,8 @@ class _ScaleHook:
         original = self._original = GradScaler.scale
 
         def scale(scaler, outputs):
-            sim._scaled_at = sim._raised
+            if not sim._window_open:
+                sim._scaled_at, sim._window_open = sim._raised, True
             return original(scaler, outputs)
 
         GradScaler.scale = scale

@@ -225,3 +225,21 @@ def test_in_the_saturation_mode_an_overflow_before_the_loss_is_scaled_does_not_s
     assert peak.tolist() == [65504.0, 65504.0] and sim.status and sim.status.first.type == "aten.mul"
     assert scaler.get_scale() == 1024.0
     assert np.array_equal(model.weight.detach().numpy(), before - np.float32(0.5 * 2.0))
+
+
+def test_in_the_saturation_mode_an_overflow_in_any_micro_batch_skips_the_accumulated_update():
+    """Gradient accumulation: the scaler scales each micro-batch's loss, but torch_npu's clears the status once an
+    iteration (its first ``scale`` since the update), so the first micro-batch's overflow still counts."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 14)
+    before = model.weight.detach().numpy().copy()
+    with ptt.simulate_npu("force_fp16", "saturation") as sim:
+        optimizer.zero_grad()
+        for x in (torch.full((2, 4), 4.0), torch.full((2, 4), 0.5)):  # d(sum)/dW = 8, then 1: 2**17 overflows
+            scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    assert sim.status and scaler.get_scale() == 2.0 ** 13
+    assert np.array_equal(model.weight.detach().numpy(), before)
