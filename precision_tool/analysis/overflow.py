@@ -52,12 +52,14 @@ def overflow_entry(record: OpRecord, loss_scale: float | None, invalid: bool = F
     """The report entry of one overflowing op record (``invalid``: see `overflow_hint`; ``in_golden``: golden's
     op makes the same inf and NaN)."""
     outputs = [t for t in record.outputs if t.stats.count]
-    hint = AS_IN_GOLDEN if in_golden else overflow_hint(record, loss_scale, invalid)
+    saturated = sum(t.stats.saturated for t in outputs)
+    hint = overflow_hint(record, loss_scale, invalid) if not in_golden else AS_IN_GOLDEN_SATURATED if saturated \
+        else AS_IN_GOLDEN
     return OverflowEntry(
         step=record.step, exec_index=record.exec_index, name=record.name, type=record.type,
         direction=record.direction, compute_dtype=record.compute_dtype,
         inherited=record.inherited_nonfinite,
-        saturated=sum(t.stats.saturated for t in outputs),
+        saturated=saturated,
         inf=sum(t.stats.inf for t in outputs),
         nan=sum(t.stats.nan for t in outputs),
         input_ranges=tuple(_range(t) for t in record.inputs if t.stats.count),
@@ -68,8 +70,10 @@ def overflow_entry(record: OpRecord, loss_scale: float | None, invalid: bool = F
     )
 
 
-AS_IN_GOLDEN = ("golden's op makes as many inf/NaN (a saturation mode writes an inf as the format's largest "
-                "value): the model's own values (an attention mask's -inf), not an overflow of this run")
+_MODELS_OWN = "the model's own values (an attention mask's -inf), not an overflow of this run"
+AS_IN_GOLDEN = f"golden's op makes as many inf/NaN: {_MODELS_OWN}"
+AS_IN_GOLDEN_SATURATED = ("golden's op makes as many inf/NaN (written as the format's largest value here): "
+                          f"{_MODELS_OWN}")
 
 
 def _nonfinite(record: OpRecord) -> tuple[int, int]:

@@ -87,6 +87,9 @@ def test_an_inf_golden_makes_too_is_marked_as_golden_and_the_first_overflow_is_t
     assert (report.entries[-1].saturated, report.entries[-1].inf) == (2, 0)
     assert report.as_in_golden == 3 and report.first.name == "attn/exp"
     assert report.entries[0].hint == AS_IN_GOLDEN
+    assert report.entries[-1].hint == ("golden's op makes as many inf/NaN (written as the format's largest value "
+                                       "here): the model's own values (an attention mask's -inf), not an overflow "
+                                       "of this run")
     assert report.entries[0].output_ranges[0].min != report.entries[0].output_ranges[0].min  # none finite: NaN
     text = _text(view(report))
     assert text[0] == (f"5 op executions raised the float status in step 0 in {target.path}; the first: "
