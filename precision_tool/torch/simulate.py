@@ -95,9 +95,7 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         floats, format_ids, all_float32 = _float_inputs(call.args, call.kwargs)
         if (info.mutated or info.hidden_writes) and self._parameters:
             self._parameters.written(call)
-        if info.type == _UPDATE:
-            self._window_open = False
-        if info.type == _UNSCALE and self.overflow_mode == "saturation" and self._raised > self._scaled_at:
+        if info.loss_scaling and self._status_says_overflow(info):
             result = self._status_found(call, floats, before)
         elif (not all_float32 or info.collective or call.direction == "optimizer" or info.loss_scaling
                 or (call.node is not None and _accumulates_grad(call))
@@ -142,6 +140,13 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
         # overflows: the float status stays as it was
         call.overflow = overflow and (bool(floats) or not _asks_infinity(call.args, call.kwargs))
         return result
+
+    def _status_says_overflow(self, info) -> bool:
+        """For a GradScaler's op: whether it is the unscale-and-check, in the saturation mode, after an op raised
+        the status since the loss was scaled (the scale update closes that window)."""
+        if info.type == _UPDATE:
+            self._window_open = False
+        return info.type == _UNSCALE and self.overflow_mode == "saturation" and self._raised > self._scaled_at
 
     def _status_found(self, call: OpCall, floats: list, before):
         """A GradScaler's unscale-and-check after an op raised the status since the loss was scaled, in the
