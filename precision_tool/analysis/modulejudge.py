@@ -44,6 +44,7 @@ from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.errors import noise_floor, stats_only
 from precision_tool.analysis.omissions import declares_float32
 from precision_tool.analysis.replay import is_float
+from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.rewrites import REWRITE_FLOOR, _fmt, output_dtype
 from precision_tool.analysis.statsjudge import (_changed_integers, _diverging, _integer_verdict, _unreduced_error,
@@ -62,6 +63,9 @@ def judge_module(scan, record: OpRecord) -> Verdict | None:
         # near 0: 7 % on its input gradient in a clean bf16 ResNet), which nothing replays here
     a = scan._attribute(record, replay=False)
     scan.result.judged.add((record.step, record.name, record.direction))
+    verdict = judge_draw(scan, record, a) if record.direction == "forward" else None  # a Dropout's other masks
+    if verdict is not None:
+        return verdict
     verdict = _judge_output(scan, record)
     if verdict is None and record.direction == "forward" and not (a.overflowed or a.new_nan):
         verdict = _judge_own_code(scan, record, _children(scan, record))

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from precision_tool.defaults import SIGNIFICANT_ERROR
+
 VERDICT_CLASSES = ("overflow", "invalid_operation", "fusion", "precision_loss", "kernel_bug", "boost", "none")
 
 
@@ -132,6 +134,13 @@ class Attribution:
     new_nan: int = 0  # output NaN where golden is finite
     inputs_off: tuple[str, ...] = ()  # input slots holding overflowed or NaN values against golden
     introduced_at: tuple[str, ...] = ()  # output slots whose introduced error is SIGNIFICANT_ERROR or more
+
+    @property
+    def ill_conditioned(self) -> bool:
+        """Whether rounding the op's golden inputs to its dtype alone moves its output by SIGNIFICANT_ERROR: there
+        the expected bound (input and output rounding) says nothing of what a kernel that holds intermediates in
+        that dtype loses on top, so an excess over it is no evidence of a wrong kernel; precision loss is judged."""
+        return self.expected is not None and self.expected >= SIGNIFICANT_ERROR
 
     @property
     def excess(self) -> float | None:

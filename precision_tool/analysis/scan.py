@@ -26,7 +26,8 @@ their boundary; every other op by its own tensors:
    is replayed on its *own* recorded inputs: when its recorded output does not
    follow from them, the kernel computes something else (**kernel_bug**);
    when it does, the op only amplified its inputs' error (LayerNorm, Adam's
-   update) and is passed.
+   update) and is passed. A random draw (dropout's mask) unlike golden's ends
+   the scan: nothing after it compares (`randomness`).
 5. A forward op that introduces significant error that its dtype explains is
    ill-conditioned there: **precision_loss**, when harmful. In backward, or
    absorbed, it becomes a note: expected dtype loss.
@@ -56,6 +57,7 @@ from precision_tool.analysis.omissions import (changed_leaf, fewer_gradients, na
                                                runs_float32)
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.pairing import align_loop_ops
+from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
 from precision_tool.analysis.modulejudge import judge_module
@@ -279,10 +281,13 @@ class Scanner(RewriteJudge):
             verdict = self._called_differently(record, a)
             if verdict is not None:
                 return verdict
+        verdict = judge_draw(self, record, a)  # other random draws than golden's: nothing after compares
+        if verdict is not None:
+            return verdict
         a = self._attribute(record, replay=True)
         self.result.attributions.append(a)
         if a.introduced is not None and a.introduced >= max(SIGNIFICANT_ERROR, floor) \
-                and a.introduced > INTRODUCED_EXCESS * max(a.expected or 0.0, 1e-12) and not _ill_conditioned(a):
+                and a.introduced > INTRODUCED_EXCESS * max(a.expected or 0.0, 1e-12) and not a.ill_conditioned:
             return self._kernel_verdict(record, a, f"computes {a.excess:.3g}x worse than {a.compute_dtype} allows")
         unexplained = a.observed >= max(floor, INTRODUCED_EXCESS * max(a.inherited, a.introduced or 0.0))
         if unexplained:
@@ -491,9 +496,3 @@ class Scanner(RewriteJudge):
                 and a.observed > INTRODUCED_EXCESS * a.inherited:
             self.result.first_module = record.name
 
-
-def _ill_conditioned(a: Attribution) -> bool:
-    """Whether rounding the op's golden inputs to its dtype alone moves its output by SIGNIFICANT_ERROR: there
-    the expected bound (input and output rounding) says nothing of what a kernel that holds intermediates in
-    that dtype loses on top, so an excess over it is no evidence of a wrong kernel; precision loss is judged."""
-    return a.expected is not None and a.expected >= SIGNIFICANT_ERROR

@@ -46,6 +46,7 @@ from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.departures import skipped_verdict, target_only_verdict
 from precision_tool.analysis.errors import noise_floor
 from precision_tool.analysis.omissions import narrower_than_declared
+from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
 from precision_tool.analysis.rewrites import _fmt, output_dtype
@@ -74,6 +75,9 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
         return scan._called_differently(record, a) if a.observed >= noise_floor(output_dtype(record)) else None
     verdict = _written_between(scan, record, a)
     if verdict is not None or record.direction != "forward":
+        return verdict
+    verdict = judge_draw(scan, record, a)  # other random draws than golden's: nothing after compares
+    if verdict is not None:
         return verdict
     if a.observed < noise_floor(output_dtype(record)) and record.step == scan._first_step \
             and module_path(record.name):  # constants that act elsewhere (a BatchNorm's momentum), as for full dumps

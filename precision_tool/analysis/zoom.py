@@ -137,8 +137,9 @@ def zoom_region(report, golden_metadata: dict, target_metadata: dict, cosine_thr
 
 def _named_op(report, verdict):
     """The compared op ``verdict`` names (its step and name), or None; an op only golden ran (a backward call
-    the target never made) as one without tensors."""
-    if verdict is None or verdict.cls == "none" or not verdict.op or verdict.step is None:
+    the target never made) as one without tensors. A none that names an op (other random draws than golden's:
+    `randomness`) names where the tensors are to confirm it."""
+    if verdict is None or not verdict.op or verdict.step is None:
         return None
 
     def named(op) -> bool:

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from precision_tool.compare.check import CheckResult
 from precision_tool.render.compare_export import json_number, json_text
-from precision_tool.render.compare_view import SHORT_DIRECTIONS, dtype_pair, fmt_err
+from precision_tool.render.compare_view import SHORT_DIRECTIONS, dtype_pair, fmt_err, random_draw_hint
 from precision_tool.render.fit_table import Column, FitTable
 
 # "why" repeats value and limit in words: on a narrow terminal it goes first, then type, dtype, #, metric
@@ -25,11 +25,12 @@ def footer(result: CheckResult) -> Text:
     if result.passed:
         return Text.assemble(("PASSED", "bold green"), f" | {result.checked} tensors checked | {unmatched}")
     first = result.first_failure
+    hint = random_draw_hint(first.type, first.direction)
     return Text.assemble(
         ("FAILED", "bold red"),
         f" | {len(result.failures)} failures in {len(result.failing_ops)} ops of {result.checked} tensors checked"
         f" | {unmatched}\nfirst failing op: step {first.step} #{first.exec_index} {first.op} ({first.type}, "
-        f"{first.direction}) {first.tensor}: {first.message}")
+        f"{first.direction}) {first.tensor}: {first.message}", (f"\n  {hint}" if hint else "", "yellow"))
 
 
 def check_view(result: CheckResult) -> Group:

@@ -12,6 +12,7 @@ import math
 from rich.console import Group
 from rich.text import Text
 
+from precision_tool.analysis.randomness import is_random_draw
 from precision_tool.compare.report import CompareReport, OpComparison, TensorRow, row_flags
 from precision_tool.render.cells import hanging
 from precision_tool.render.chart import ExecutionChart
@@ -161,6 +162,9 @@ def summary_line(report: CompareReport, cosine_threshold: float) -> Text:
         text.append("\nfirst flagged: ", style="bold")
         text.append(f"step {op.step} #{op.exec_index} {op.name} ({op.type}, {op.direction}): "
                     + "; ".join(op.flag_reasons(cosine_threshold)), style="bold red")
+        hint = random_draw_hint(op.type, op.direction)
+        if hint:
+            text.append(f"\n  {hint}", style="yellow")
         module = s.first_flagged_module
         if module is not None:
             text.append("\nfirst flagged module: ", style="bold")
@@ -168,6 +172,15 @@ def summary_line(report: CompareReport, cosine_threshold: float) -> Text:
     else:
         text.append("\nno op flagged", style="bold green")
     return text
+
+
+def random_draw_hint(op_type: str, direction: str) -> str:
+    """What a first flagged op that draws random values means (`analysis.randomness`); "" for other ops."""
+    if direction != "forward" or not is_random_draw(op_type):
+        return ""
+    return ("a random draw: the runs draw other random numbers from here on (dropout masks), and every op after "
+            "it differs for that alone; compare runs that draw the same (dropout off, or one seed on one "
+            "generator)")
 
 
 def compare_view(report: CompareReport, ops: list[OpComparison], cosine_threshold: float,

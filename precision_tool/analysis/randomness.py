@@ -1,0 +1,132 @@
+"""Random draws: an op whose values come from the random number generator (dropout's mask, an initialiser).
+
+Two runs compare value by value only while they draw the same random numbers. A target seeded otherwise, or
+on a device whose generator is not the CPU's (an accelerator's, with the same seed), draws other dropout masks:
+from the first such op on, every op differs from golden's, though none computes anything wrong. The scan then
+stops at that op with this verdict, instead of blaming the first op whose other checks the difference trips.
+
+An op is taken for a random draw by its type (`RANDOM_DRAWS`). Its outputs differ from golden's while its
+inputs agree (or are not read: ``bernoulli_`` overwrites its input). What tells other draws from a wrong
+kernel is the distribution: other draws of the same distribution agree with golden's in mean and standard
+deviation within what sampling explains (`same_distribution`); a kernel drawing from another distribution
+(another probability, another range) does not, and is named as a kernel_bug.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from precision_tool.analysis.replay import is_float
+from precision_tool.analysis.results import Verdict
+from precision_tool.analysis.structure import module_path
+from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
+from precision_tool.dump.records import OpRecord
+from precision_tool.engine.formats import FORMATS
+
+# aten ops (torch dumps: "aten.bernoulli_"), and the engine's own Dropout, whose values are random draws
+RANDOM_DRAWS = frozenset("""
+bernoulli bernoulli_ uniform_ normal normal_ random_ exponential_ geometric_ cauchy_ log_normal_ rand rand_like
+randn randn_like randint randint_like randperm multinomial poisson binomial native_dropout _fused_dropout
+rrelu_with_noise rrelu_with_noise_ _standard_gamma _sample_dirichlet Dropout
+""".split())
+
+_DROPOUT_MODULE = re.compile(r"(Feature)?(Alpha)?Dropout([123]d)?")  # torch.nn's dropout modules
+
+SAMPLING_SIGMAS = 6.0  # other draws of one distribution: their means (standard deviations) within this many
+# standard errors of each other
+FORMAT_SLACK = 1e-2  # and within this fraction of the values' scale: a 16-bit target rounds what it draws
+
+
+def is_random_draw(op_type: str) -> bool:
+    """Whether ``op_type`` ("aten.bernoulli_", "aten.native_dropout.default", "Dropout", a module's
+    "module.Dropout2d") draws random values."""
+    parts = op_type.split(".")
+    if parts[0] == "module":
+        return _DROPOUT_MODULE.fullmatch(op_type[len("module."):]) is not None
+    return any(part in RANDOM_DRAWS for part in parts[1:3] if parts[0] == "aten") or op_type in RANDOM_DRAWS
+
+
+def same_distribution(golden, target) -> bool:
+    """Whether two tensors' statistics (`TensorStats`) are what two draws of one distribution give."""
+    n = min(golden.count, target.count)
+    if n <= 0 or not (golden.finite and target.finite):
+        return False
+    scale = max(golden.std, target.std, 0.0)
+    slack = FORMAT_SLACK * (scale + abs(golden.mean))
+    mean_error = SAMPLING_SIGMAS * scale / math.sqrt(n) + slack
+    std_error = SAMPLING_SIGMAS * scale / math.sqrt(2 * n) + slack
+    return abs(golden.mean - target.mean) <= mean_error and abs(golden.std - target.std) <= std_error
+
+
+def random_draw_verdict(record: OpRecord, partner: OpRecord | None, golden_seed, target_seed) -> Verdict | None:
+    """The verdict at a random draw ``record`` whose outputs differ from golden's ``partner``'s while its inputs
+    agree: none (other draws of the same distribution: the runs are not comparable from here on) or kernel_bug
+    (another distribution). None when ``record`` is no random draw."""
+    if partner is None or partner.type != record.type or not is_random_draw(record.type):
+        return None
+    golden_outputs = {t.slot: t for t in partner.outputs if is_float(t.dtype) and t.stats.count}
+    pairs = [(golden_outputs[t.slot], t) for t in record.outputs if t.slot in golden_outputs and t.stats.count]
+    if not pairs:
+        return None
+    module = module_path(record.name)
+    off = [(g, t) for g, t in pairs if not same_distribution(g.stats, t.stats)]
+    if off:
+        g, t = off[0]
+        evidence = (f"{record.name} ({record.type}) draws random values, and its {t.slot} differs from golden's "
+                    "while its inputs agree",
+                    f"not as two draws of one distribution differ: mean {t.stats.mean:.6g} against golden's "
+                    f"{g.stats.mean:.6g}, standard deviation {t.stats.std:.6g} against {g.stats.std:.6g}")
+        return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, evidence,
+                       f"check what the target's {record.type} draws from: its probability or range, and the "
+                       "kernel", module=module)
+    seeds = (f"the runs are seeded differently (golden {golden_seed}, target {target_seed})"
+             if golden_seed is not None and target_seed is not None and golden_seed != target_seed else
+             "both runs record the same seed: the target's generator draws another stream (an accelerator's "
+             "generator is not the CPU's), or the run consumed random numbers in another order before")
+    g, t = pairs[0]
+    seen = "" if any(x.has_data for x in record.outputs) else " (as its statistics show: the dumps keep no values)"
+    evidence = (f"{record.name} ({record.type}) draws random values: its {t.slot} is not golden's{seen}, though "
+                "its inputs agree",
+                f"the same distribution (mean {t.stats.mean:.6g} against golden's {g.stats.mean:.6g}), other draws: "
+                + seeds,
+                "every op after it differs from golden's for this reason alone, so the comparison cannot judge "
+                "them; no op before it introduces an error")
+    return Verdict(record.name, "none", record.step, record.direction, record.type, evidence,
+                   "collect both runs drawing the same random numbers: dropout off (p=0, or the forward in eval "
+                   "mode) or the same seed on the same generator; then diagnose again", module=module)
+
+
+def drawn_apart(golden, target, dtype: str) -> bool:
+    """Whether two draws' statistics (`TensorStats`) show other values, beyond what rounding to the target's
+    ``dtype`` moves: a mask's zeros and ones round to themselves, so any difference counts there."""
+    if (golden.min, golden.max) == (target.min, target.max) and {golden.min, golden.max} <= {0.0, 1.0}:
+        return golden.mean != target.mean
+    fmt = FORMATS.get(dtype)
+    unit = fmt.unit_roundoff if fmt is not None else 0.0
+    return abs(golden.mean - target.mean) > unit * (abs(golden.mean) + golden.std) or \
+        abs(golden.std - target.std) > unit * golden.std
+
+
+def judge_draw(scan, record: OpRecord, attribution) -> Verdict | None:
+    """`random_draw_verdict` at ``record`` in a scan (`scan.Scanner`), where its inputs agree with golden's and
+    its output departs by SIGNIFICANT_ERROR (statistics only: its statistics are other values', `drawn_apart`,
+    by more than INTRODUCED_EXCESS times its inputs' departure); the attribution joins the scan's on a
+    verdict. Also for a module call (a Dropout module's)."""
+    from precision_tool.analysis.notes import meta
+
+    if attribution.inherited >= SIGNIFICANT_ERROR or not is_random_draw(record.type):
+        return None
+    partner = scan._golden_of(record)
+    if any(t.has_data for t in record.outputs):
+        if attribution.observed < SIGNIFICANT_ERROR:
+            return None
+    elif attribution.inherited and attribution.observed <= INTRODUCED_EXCESS * attribution.inherited or \
+            partner is None or not any(drawn_apart(g.stats, t.stats, t.dtype) for g in partner.outputs
+                                    for t in record.outputs if g.slot == t.slot and t.stats.count and
+                                    g.stats.count and is_float(t.dtype)):
+        return None
+    verdict = random_draw_verdict(record, partner, meta(scan.golden, "seed"), meta(scan.target, "seed"))
+    if verdict is not None:
+        scan.result.attributions.append(attribution)
+    return verdict
