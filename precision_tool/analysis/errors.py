@@ -133,14 +133,14 @@ def noise_floor(dtype: str) -> float:
     return 16 * fmt.unit_roundoff if fmt is not None else 16 * FORMATS["float32"].unit_roundoff
 
 
-def _asks_for_infinity(value) -> bool:
+def asks_for_infinity(value) -> bool:
     """Whether an op's recorded arguments hold an infinite number (a torch dump writes it ``{"float": "-inf"}``)."""
     if isinstance(value, dict):
         if set(value) == {"float"}:
             return str(value["float"]).lstrip("+-") in ("inf", "infinity")
-        return any(_asks_for_infinity(v) for v in value.values())
+        return any(asks_for_infinity(v) for v in value.values())
     if isinstance(value, (list, tuple)):
-        return any(_asks_for_infinity(v) for v in value)
+        return any(asks_for_infinity(v) for v in value)
     return isinstance(value, float) and math.isinf(value)
 
 
@@ -151,7 +151,7 @@ def starts_nonfinite(record: OpRecord) -> bool | None:
     no overflow; only a constant its format turned into inf is, not one asked for as inf (the math attention's
     ``scalar_tensor(-inf)`` mask value)."""
     if not any(t.stats.count and t.dtype in FORMATS for t in record.inputs):
-        if _asks_for_infinity(record.attrs):
+        if asks_for_infinity(record.attrs):
             return None
         return False if any(t.stats.count and t.dtype in FORMATS and t.stats.inf for t in record.outputs) else None
 

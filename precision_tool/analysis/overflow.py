@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from precision_tool.analysis.errors import asks_for_infinity
 from precision_tool.analysis.results import OverflowEntry, OverflowReport, Range, preferring_ours
+from precision_tool.analysis.structure import fingerprint
 from precision_tool.dump.records import OpRecord
+from precision_tool.engine.formats import FORMATS
 
 # Op types whose overflow has a better cure than "keep it in float32".
 _EXP_LIKE = {"Exp", "Pow", "Square"}
@@ -48,13 +51,14 @@ def _range(tensor) -> Range:
 
 
 def overflow_entry(record: OpRecord, loss_scale: float | None, invalid: bool = False,
-                   in_golden: bool = False) -> OverflowEntry:
+                   in_golden: bool = False, asked: bool = False) -> OverflowEntry:
     """The report entry of one overflowing op record (``invalid``: see `overflow_hint`; ``in_golden``: golden's
-    op makes the same inf and NaN)."""
+    op makes the same inf and NaN; ``asked``: an infinite constant the model asked for, or carried from one)."""
     outputs = [t for t in record.outputs if t.stats.count]
     saturated = sum(t.stats.saturated for t in outputs)
-    hint = overflow_hint(record, loss_scale, invalid) if not in_golden else AS_IN_GOLDEN_SATURATED if saturated \
-        else AS_IN_GOLDEN
+    hint = AS_IN_GOLDEN_SATURATED if in_golden and saturated else AS_IN_GOLDEN if in_golden else \
+        (CARRIES_CONSTANT if record.inherited_nonfinite else ASKED_CONSTANT) if asked else \
+        overflow_hint(record, loss_scale, invalid)
     return OverflowEntry(
         step=record.step, exec_index=record.exec_index, name=record.name, type=record.type,
         direction=record.direction, compute_dtype=record.compute_dtype,
@@ -67,6 +71,7 @@ def overflow_entry(record: OpRecord, loss_scale: float | None, invalid: bool = F
         hint=hint,
         invalid=invalid and not record.inherited_nonfinite,
         in_golden=in_golden,
+        asked=asked and not in_golden,
     )
 
 
@@ -74,6 +79,9 @@ _MODELS_OWN = "the model's own values (an attention mask's -inf), not an overflo
 AS_IN_GOLDEN = f"golden's op makes as many inf/NaN: {_MODELS_OWN}"
 AS_IN_GOLDEN_SATURATED = ("golden's op makes as many inf/NaN (written as the format's largest value here): "
                           f"{_MODELS_OWN}")
+ASKED_CONSTANT = "asked for as an infinite constant (an attention mask's -inf): the model's own value, not an overflow"
+CARRIES_CONSTANT = ("carries only infinite constants the model asked for (an attention mask's -inf): the model's own "
+                    "values, not an overflow")
 
 
 def _nonfinite(record: OpRecord) -> tuple[int, int]:
@@ -99,6 +107,37 @@ def as_in_golden(golden, records: list[OpRecord]) -> set[tuple[int, int]]:
     return shared
 
 
+def asked_constants(records: list[OpRecord], shared: set) -> set[tuple[int, int]]:
+    """(step, exec index) of the ``records`` (op executions that raised the float status, in execution order)
+    that write an infinite constant the model asked for, reading no float tensor (``scalar_tensor(-inf)``,
+    ``full(-inf)``: a mask value), or that inherit their inf/NaN only from such values or from those golden's
+    ops make too (``shared``), followed by their statistics (`structure.fingerprint`): the mask added to the
+    attention scores."""
+    own_values: set = set()
+    asked = set()
+    for record in records:
+        key = (record.step, record.exec_index)
+        reads_float = any(t.stats.count and t.dtype in FORMATS for t in record.inputs)
+        if not reads_float and asks_for_infinity(record.attrs):
+            asked.add(key)
+        elif record.inherited_nonfinite and key not in shared:
+            carried = [t for t in record.inputs if t.stats.count and (t.stats.inf or t.stats.nan or t.stats.saturated)]
+            if not carried or any(_values_key(t) not in own_values for t in carried):
+                continue
+            asked.add(key)
+        elif key not in shared:
+            continue
+        own_values.update(_values_key(t) for t in record.outputs if t.stats.count)
+    return asked
+
+
+def _values_key(tensor) -> tuple:
+    """What tells a tensor's values from another's by their statistics (`structure.fingerprint` and the inf and
+    NaN counts), NaN made comparable: the statistics of values none of which is finite are NaN."""
+    s = tensor.stats
+    return tuple("nan" if x != x else x for x in (*fingerprint(tensor), s.inf, s.nan))
+
+
 def overflow_report(dump, limit: int | None = None, golden=None) -> OverflowReport:
     """Every op execution of ``dump`` that raised the float status, in execution order; with ``golden``, those
     whose golden op makes the same inf/NaN are marked (`as_in_golden`).
@@ -112,9 +151,11 @@ def overflow_report(dump, limit: int | None = None, golden=None) -> OverflowRepo
     from precision_tool.analysis.attribution import makes_nan_hidden
 
     shared = as_in_golden(golden, records)
-    shown = records if limit is None else preferring_ours(records, lambda r: (r.step, r.exec_index) in shared, limit)
-    entries = [overflow_entry(r, scales.get(r.step), makes_nan_hidden(dump, r), (r.step, r.exec_index) in shared)
-               for r in shown]
+    asked = asked_constants(records, shared)
+    own = shared | asked
+    shown = records if limit is None else preferring_ours(records, lambda r: (r.step, r.exec_index) in own, limit)
+    entries = [overflow_entry(r, scales.get(r.step), makes_nan_hidden(dump, r), (r.step, r.exec_index) in shared,
+                              (r.step, r.exec_index) in asked) for r in shown]
     return OverflowReport(
         entries=entries,
         total=len(records),
@@ -123,4 +164,5 @@ def overflow_report(dump, limit: int | None = None, golden=None) -> OverflowRepo
         loss_scale=[s.loss_scale for s in steps],
         source=str(dump.path),
         as_in_golden=len(shared),
+        asked=len(asked - shared),
     )

@@ -19,7 +19,7 @@ import re
 
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
-from precision_tool.analysis.structure import module_path
+from precision_tool.analysis.structure import fingerprint, module_path
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 from precision_tool.engine.formats import FORMATS
@@ -126,7 +126,45 @@ def judge_draw(scan, record: OpRecord, attribution) -> Verdict | None:
                                     for t in record.outputs if g.slot == t.slot and t.stats.count and
                                     g.stats.count and is_float(t.dtype)):
         return None
-    verdict = random_draw_verdict(record, partner, meta(scan.golden, "seed"), meta(scan.target, "seed"))
+    if record.is_module and partner is not None and _passes_through(partner) != _passes_through(record):
+        verdict = _one_side_draws(record, not _passes_through(record), f"{record.type} records no ops: its output "
+                                  "equals its input in one run and not in the other")
+    else:
+        verdict = random_draw_verdict(record, partner, meta(scan.golden, "seed"), meta(scan.target, "seed"))
     if verdict is not None:
         scan.result.attributions.append(attribution)
     return verdict
+
+
+def unequal_draws(rewrite) -> Verdict | None:
+    """kernel_bug at a forward module call (`structure.Rewritten`) that draws random values in one run and not
+    in the other: dropout on in one, off in the other (a module left in training mode, another probability).
+    Named there as an argument called differently is, not as an implementation to check."""
+    record = rewrite.target_record
+    if rewrite.direction != "forward" or record is None:
+        return None
+    golden = [t for t in rewrite.golden_ops if is_random_draw(t)]
+    target = [t for t in rewrite.target_ops if is_random_draw(t)]
+    if bool(golden) == bool(target):
+        return None
+    ops = ", ".join(dict.fromkeys(t.removeprefix("aten.") for t in target or golden))
+    return _one_side_draws(record, bool(target), f"({ops}): {rewrite.describe()}", rewrite.name)
+
+
+def _one_side_draws(record: OpRecord, target_draws: bool, how: str, name: str | None = None) -> Verdict:
+    drawing, other = ("the target's", "golden's") if target_draws else ("golden's", "the target's")
+    name = name or record.name
+    evidence = (f"in {name}, {drawing} call draws random values where {other} draws none {how}",
+                f"dropout is on in one run and off in the other: the module in training mode in {drawing} run and "
+                f"in eval mode in {other}, or a dropout probability of 0 in {other}")
+    return Verdict(name, "kernel_bug", record.step, "forward", record.type, evidence,
+                   "run the module in the same mode in both runs (model.train() or model.eval()) with the same "
+                   "dropout probability; to compare values, with dropout off in both", module=name)
+
+
+def _passes_through(record: OpRecord) -> bool:
+    """Whether a module call's first float output holds its first float input's values, by their statistics
+    (a Dropout in eval mode)."""
+    inputs = [t for t in record.inputs if is_float(t.dtype) and t.stats.count]
+    outputs = [t for t in record.outputs if is_float(t.dtype) and t.stats.count]
+    return bool(inputs and outputs) and fingerprint(inputs[0]) == fingerprint(outputs[0])

@@ -49,6 +49,13 @@ class OverflowEntry:
     hint: str
     invalid: bool = False  # it makes NaN from finite inputs, written as numbers by a saturation mode
     in_golden: bool = False  # golden's op raised it too, as many inf (or saturated) and NaN: the model's (a mask)
+    asked: bool = False  # an infinite constant the model asked for (scalar_tensor(-inf): a mask), or values that
+    # carry only such constants (the mask added to the scores): the model's own, whatever golden does
+
+    @property
+    def models_own(self) -> bool:
+        """Whether the inf/NaN are the model's own values (`in_golden` or `asked`), not an overflow of the run."""
+        return self.in_golden or self.asked
 
 
 @dataclass
@@ -62,19 +69,26 @@ class OverflowReport:
     loss_scale: list[float]
     source: str = ""  # the dump it was read from
     as_in_golden: int = 0  # op executions (of ``total``) whose golden op raised it too: `OverflowEntry.in_golden`
+    asked: int = 0  # op executions (of ``total``, not as golden) of infinite constants asked for: `OverflowEntry.asked`
 
     @property
     def first(self) -> OverflowEntry | None:
-        """The first entry that neither inherits its inf/NaN nor makes what golden's op makes too; else the first
-        that golden's op does not explain; None when golden's ops explain them all."""
-        ours = [entry for entry in self.entries if not entry.in_golden]
+        """The first entry that neither inherits its inf/NaN nor holds the model's own (`models_own`: what golden's
+        op makes too, a constant asked for as infinite); else the first not the model's own; None when they all
+        are."""
+        ours = [entry for entry in self.entries if not entry.models_own]
         return next((entry for entry in ours if not entry.inherited), ours[0] if ours else None)
 
+    @property
+    def models_own(self) -> int:
+        """How many of the op executions hold the model's own inf/NaN (`OverflowEntry.models_own`)."""
+        return self.as_in_golden + self.asked
+
     def cut(self, limit: int | None) -> list[OverflowEntry]:
-        """At most ``limit`` entries (None: all) in execution order, those golden's ops explain (`in_golden`)
-        only where room is left: a run's every step repeats its attention mask's -inf before an overflow of its
-        own shows."""
-        return self.entries if limit is None else preferring_ours(self.entries, lambda e: e.in_golden, limit)
+        """At most ``limit`` entries (None: all) in execution order, those holding the model's own inf/NaN
+        (`OverflowEntry.models_own`) only where room is left: a run's every step repeats its attention mask's
+        -inf before an overflow of its own shows."""
+        return self.entries if limit is None else preferring_ours(self.entries, lambda e: e.models_own, limit)
 
 
 def preferring_ours(items: list, in_golden, limit: int) -> list:

@@ -39,6 +39,7 @@ from precision_tool.analysis.missing import MissingJudge
 from precision_tool.analysis.omissions import fewer_updates
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
+from precision_tool.analysis.randomness import unequal_draws
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.analysis.updates import (backward_departs, introduced_by_group, module_on_golden_inputs,
@@ -71,6 +72,9 @@ class RewriteJudge(MissingJudge):
 
     def _judge_rewrite(self, rewrite: Rewritten) -> Verdict | None:
         record = rewrite.target_record
+        verdict = unequal_draws(rewrite)  # dropout on in one run only
+        if verdict is not None:
+            return verdict
         if rewrite.direction == "backward":
             lacking = self._lacking_results(rewrite)
             if lacking and self._feeds_missing(rewrite, lacking):

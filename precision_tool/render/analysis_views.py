@@ -27,10 +27,13 @@ def overflow_report(report, limit: int | None = None):
                    f"{_list(report.steps)}{_source(report)}")
     if first is not None:
         summary.append(f"; the first: {first.name} ({first.type}), step {first.step} {first.direction}")
-    shared = report.as_in_golden
+    shared, asked = report.as_in_golden, report.asked
     if shared:
         summary.append(f"; {'all as' if shared == report.total else f'{shared} of them as'} golden's ops do "
                        "(the model's own inf/NaN)")
+    if asked:
+        summary.append(f"; {'all' if asked == report.total else f'{asked} of them'} infinite constants the model "
+                       "asks for (a mask's -inf), or carried from them")
     skipped = report.skipped_steps
     summary.append(f"; updates skipped at step{'s' if len(skipped) > 1 else ''} {_list(skipped)}" if skipped
                    else "; no update was skipped")
@@ -38,9 +41,10 @@ def overflow_report(report, limit: int | None = None):
         low, high = report.loss_scale[0], report.loss_scale[-1]
         summary.append(f"; loss scale {num(low)} -> {num(high)}" if low != high
                        else f"; loss scale stayed {num(low)}")
-    left_out = 0 < shared < report.total and sum(e.in_golden for e in entries) < shared  # some of golden's unshown
+    own = report.models_own  # some of the model's own unshown:
+    left_out = 0 < own < report.total and sum(e.models_own for e in entries) < own
     lines = [summary, Text(f"showing {len(entries)} of {report.total}, in execution order"
-                           + (", ops golden's explain where room is left" if left_out else ""), style="bold")]
+                           + (", the model's own inf/NaN where room is left" if left_out else ""), style="bold")]
     for number, entry in enumerate(entries, 1):
         lines.extend(_overflow_entry(number, entry, entry is first))
     return Group(*lines)
@@ -48,7 +52,8 @@ def overflow_report(report, limit: int | None = None):
 
 def _overflow_entry(number: int, entry, is_first: bool) -> list[Text]:
     """One overflowing op as a few short lines: readable at any terminal width."""
-    status = ("as golden", "dim") if entry.in_golden else ("inherited", "yellow") if entry.inherited else \
+    status = ("as golden", "dim") if entry.in_golden else ("constant", "dim") if entry.asked else \
+        ("inherited", "yellow") if entry.inherited else \
         (("FIRST", "bold red") if is_first else ("overflow", "red"))
     head = Text.assemble(f"[{number}] ", (status[0], status[1]),
                          f"  step {entry.step} {entry.direction} #{entry.exec_index}  {entry.name} ({entry.type})"

@@ -61,12 +61,18 @@ def section(title: str, summary: str):
 def overflow_summary(report) -> str:
     if not report or not report.total:
         return "no op raised the float status" if report else "no overflow data"
-    first, shared = report.first, report.as_in_golden
+    first, shared, asked = report.first, report.as_in_golden, getattr(report, "asked", 0)
     if first is None and shared == report.total:
         return f"{plural(report.total, 'op execution')} raised the float status, each as golden's op does"
+    if first is None and shared + asked == report.total:
+        return (f"{plural(report.total, 'op execution')} raised the float status, each with the model's own "
+                "inf/NaN: " + "; ".join(x for x in (f"{shared} as golden's ops do" if shared else "",
+                                                   f"{asked} infinite constants it asks for or carries (a mask's -inf)"
+                                                   if asked else "") if x))
     return (f"{plural(report.total, 'op execution')} raised the float status"
             + (f", the first {first.name} (step {first.step} {first.direction})" if first is not None else "")
-            + (f"; {shared} as golden's ops do" if shared else ""))
+            + (f"; {shared} as golden's ops do" if shared else "")
+            + (f"; {asked} infinite constants the model asks for" if asked else ""))
 
 
 def fusion_summary(report) -> str:

@@ -104,8 +104,8 @@ def test_an_inf_golden_makes_too_is_marked_as_golden_and_the_first_overflow_is_t
     with open_dump(tmp_path / "golden.h5") as golden, open_dump(tmp_path / "target.h5") as target:
         limited = overflow_report(target, limit=2, golden=golden)
     assert [e.name for e in limited.entries] == ["attn/exp", "attn2/where"] and limited.total == 5
-    assert _text(view(report, 2))[1] == ("showing 2 of 5, in execution order, ops golden's explain where room "
-                                         "is left")
+    assert _text(view(report, 2))[1] == ("showing 2 of 5, in execution order, the model's own inf/NaN where "
+                                         "room is left")
     assert _text(view(report))[1] == "showing 5 of 5, in execution order"
 
 
@@ -133,3 +133,59 @@ def test_the_diagnosis_summary_says_when_golden_explains_every_overflow():
     mixed = replace(report, entries=[entry, replace(entry, name="exp", in_golden=False)], as_in_golden=17)
     assert overflow_summary(mixed) == ("18 op executions raised the float status, the first exp (step 0 forward); "
                                        "17 as golden's ops do")
+
+
+def _fake_dump(records):
+    class Fake:
+        path = "t.h5"
+
+        def steps(self):
+            return []
+
+        def ops(self):
+            return records
+
+    return Fake()
+
+
+def test_an_infinite_constant_the_model_asks_for_and_what_carries_it_are_its_own_not_the_first():
+    """A mask's scalar_tensor(-inf), the where that spreads it and the add of it to the scores are the model's
+    own -inf even where golden's ops do not make them (golden ran another attention path): never the first,
+    hinted as the model's. An overflow of the run's own that also reads the mask stays an overflow; so does a
+    constant the format turned into inf (asked for as 1e6 in float16)."""
+    from precision_tool.dump.records import TensorRecord, TensorStats
+
+    nan = float("nan")
+    minus_inf = TensorStats(1, nan, nan, nan, nan, 0.0, inf=1)
+    spread = TensorStats(16, 0.0, 0.0, 0.0, 0.0, 0.0, inf=8)
+    scores = TensorStats(16, -1.0, 1.0, 0.0, 0.5, 2.0)
+    masked = TensorStats(16, -1.0, 1.0, 0.1, 0.5, 2.0, inf=8)
+    hot = TensorStats(16, -1.0, 1.0, 0.0, 0.5, 2.0, inf=3)
+
+    def record(index, name, op_type, inputs, outputs, attrs=None, inherited=False, dtype="float32"):
+        tensors = tuple(TensorRecord(f"input_{i}", dtype, (4, 4), s) for i, s in enumerate(inputs)) + \
+            tuple(TensorRecord(f"output_{i}", dtype, (4, 4), s) for i, s in enumerate(outputs))
+        return OpRecord(0, index, name, op_type, "forward", dtype, True, tensors, inherited_nonfinite=inherited,
+                        attrs=attrs or {})
+
+    constant = record(1, "attn/aten.scalar_tensor_0", "aten.scalar_tensor", [], [minus_inf],
+                      {"args": [{"float": "-inf"}]})
+    where = record(2, "attn/aten.where_0", "aten.where", [minus_inf], [spread], inherited=True)
+    add = record(3, "attn/aten.add_0", "aten.add", [scores, spread], [masked], inherited=True)
+    own = record(4, "mlp/aten.exp_0", "aten.exp", [scores], [hot], dtype="float16")
+    reads_both = record(5, "attn/aten.add_1", "aten.add", [hot, spread], [masked], inherited=True)
+    too_big = record(6, "x/aten.full_0", "aten.full", [], [minus_inf], {"args": [{"float": "1000000.0"}]},
+                     dtype="float16")
+    report = overflow_report(_fake_dump([constant, where, add, own, reads_both, too_big]))
+    assert [e.asked for e in report.entries] == [True, True, True, False, False, False]
+    assert (report.asked, report.models_own, report.first.name) == (3, 3, "mlp/aten.exp_0")
+    assert report.entries[0].hint.startswith("asked for as an infinite constant (an attention mask's -inf)")
+    assert report.entries[1].hint.startswith("carries only infinite constants the model asked for")
+    assert report.entries[4].hint.startswith("propagates an earlier overflow")
+    assert [e.name for e in report.cut(2)] == ["mlp/aten.exp_0", "attn/aten.add_1"]  # the run's own first
+    alone = overflow_report(_fake_dump([constant, where, add]))
+    assert alone.first is None
+    from precision_tool.render.diagnosis_parts import overflow_summary
+
+    assert overflow_summary(alone) == ("3 op executions raised the float status, each with the model's own "
+                                       "inf/NaN: 3 infinite constants it asks for or carries (a mask's -inf)")

@@ -53,3 +53,11 @@ def test_compare_and_check_say_what_a_first_flagged_random_draw_means(tmp_path, 
     assert checked.status == 1 and hint in " ".join(checked.stdout.split())
     clean = run_cli("check", golden, golden)  # nothing fails: no hint
     assert clean.status == 0 and "random draw" not in clean.stdout
+
+
+@pytest.mark.parametrize("mode, level", [("stats", "op"), ("stats", "module"), ("dump", "module")])
+def test_dropout_on_in_the_target_alone_is_named_at_its_module_in_every_capture(mode, level, tmp_path):
+    variation = Variation("gpt2", "fp32", "", "drop", "kernel_bug", "forward", dropout=0.1, golden_eval=True)
+    diagnosis, right, said = run_variation(variation, tmp_path, mode, level)
+    assert right, f"{said}: {diagnosis.verdict.evidence}"
+    assert "dropout is on in one run and off in the other" in diagnosis.verdict.evidence[1]

@@ -47,6 +47,7 @@ class Variation:
     attention: str = ""  # math: the target's scaled_dot_product_attention runs the math backend, golden's the
     # fused CPU kernel (a GPU target picks its own kernels)
     overflow_mode: str = ""  # mix and mixamp targets: the simulator's overflow mode ("": its default, saturation)
+    golden_eval: bool = False  # golden trains with its modules in eval mode: dropout is on in the target alone
     draws: int = -1  # >= 0: the target's generator reseeded to this once its model is built, the seed recorded
     # alike: other dropout masks than golden's, as an accelerator's generator draws (the verdict: none, there)
 
@@ -63,12 +64,14 @@ class Variation:
                                   (self.implementation, self.implementation),
                                   (f"attn-{self.attention}", self.attention),
                                   (self.overflow_mode, self.overflow_mode),
-                                  (f"draws{self.draws}", self.draws >= 0)) if on]
+                                  (f"draws{self.draws}", self.draws >= 0),
+                                  ("golden-eval", self.golden_eval)) if on]
         return "-".join(["var", self.model, self.fault or "clean", self.target, *extra])
 
     @property
     def clean(self) -> bool:
-        return not self.fault
+        """No fault planted, and the runs set up alike: the verdict must be none."""
+        return not self.fault and not self.golden_eval
 
     @property
     def scaled(self) -> bool:
@@ -89,7 +92,8 @@ def build(v: Variation, target: bool = False):
         model = tf.GPT2LMHeadModel(config)
         ids = torch.randint(0, 64, (4, 16))
         run = Run(model, None, {"input_ids": ids, "labels": ids}, _hf_loss)
-        roles = {"act": f"transformer.h.{v.layers - 1}.mlp.act", "fc": "transformer.h.0.mlp.c_fc"}
+        roles = {"act": f"transformer.h.{v.layers - 1}.mlp.act", "fc": "transformer.h.0.mlp.c_fc",
+                 "drop": "transformer.drop"}
         default = "adamw"
     elif v.model in ("bert", "vit"):  # the suite's tiny configs (cases.bert, cases.vit), SDPA attention
         from tests.realmodels import cases
@@ -126,6 +130,8 @@ def train(run, v: Variation, target: bool) -> None:
         run.model.to(torch.bfloat16)
         run.batch = {k: x.to(torch.bfloat16) if x.is_floating_point() else x for k, x in run.batch.items()}
     scaler = torch.amp.GradScaler("cpu", init_scale=v.init_scale) if target and v.scaled else None
+    if v.golden_eval and not target:
+        run.model.eval()
     for _ in range(v.steps):
         with torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext():
             loss = run.loss(run.model, run.batch)
@@ -298,4 +304,8 @@ VARIATIONS += [
     Variation("gpt2", "mix", dropout=0.1, draws=7),
     Variation("gpt2", "bf16", "scale", "act", K, dropout=0.1),
     Variation("gpt2", "mix", "scale", "act", K, dropout=0.1),
+    # golden trained with dropout off (its modules in eval mode), the target with it on: the first dropout that
+    # draws in one run only is named, as an argument called differently is (not as a kernel to check)
+    Variation("gpt2", "fp32", "", "drop", K, "forward", dropout=0.1, golden_eval=True),
+    Variation("gpt2", "bf16", "", "drop", K, "forward", dropout=0.1, golden_eval=True),
 ]
