@@ -64,7 +64,7 @@ from precision_tool.analysis.modulejudge import judge_module
 from precision_tool.analysis.statsjudge import judge_statistics
 from precision_tool.analysis.rewrites import RewriteJudge, _fmt, output_dtype, with_module
 from precision_tool.engine.formats import FORMATS
-from precision_tool.analysis.structure import (Consumers, enclosing_module, fingerprint, missing_backward,
+from precision_tool.analysis.structure import (Consumers, enclosing_module, fingerprint, is_a_loss, missing_backward,
                                                module_path, occurrence_keys as _occurrence_keys, owning_module,
                                                rewritten_backward, rewritten_modules, rewritten_optimizer)
 from precision_tool.collect.selection import narrows_ops
@@ -146,7 +146,8 @@ class Scanner(RewriteJudge):
         self.target_key = _occurrence_keys(target)
         self._realign(golden, target)
         self.target_by_key = {self.target_key[id(r)]: r for r in target}
-        self.missing = missing_backward(golden, target)
+        cut = any(s.step == step and s.cut_short for s in self.target.steps())  # the run failed in it: the rest
+        self.missing = [] if cut else missing_backward(golden, target)  # is missing by no op's doing
         self.pending_missing = list(self.missing)
         self.departures = DepartureFinder(self.golden, self.target, golden, target, self._golden_of, self._target_of,
                                           lambda r: self._attribute(r, replay=False))
@@ -304,8 +305,7 @@ class Scanner(RewriteJudge):
     def _rewritten(self, record: OpRecord, a: Attribution) -> Verdict | None:
         """Under the noise floor, an op whose output and inputs depart by REWRITE_UNITS of its format: an input a
         computation only the target runs rewrote (`departures.rewritten`) is the culprit there."""
-        fmt = FORMATS.get(output_dtype(record))
-        bound = REWRITE_UNITS * (fmt.unit_roundoff if fmt is not None else 0.0)
+        bound = REWRITE_UNITS * getattr(FORMATS.get(output_dtype(record)), "unit_roundoff", 0.0)
         if record.is_module or min(a.observed, a.inherited) < max(bound, 1e-12):
             return None
         found = self.departures.rewritten(record, self.views.get(id(record)) or GoldenView(self.golden, []))
@@ -435,7 +435,8 @@ class Scanner(RewriteJudge):
             floor = threshold(output_dtype(reader))
             if a.observed >= floor and (threshold is not noise_floor or a.observed > 4 * a.inherited):
                 return True
-            if (a.overflowed or a.new_nan) and depth < _HARM_DEPTH and self._harmful(reader, threshold, depth + 1):
+            if (a.overflowed or a.new_nan) and (is_a_loss(reader) or depth < _HARM_DEPTH and  # a loss it ruins
+                                                self._harmful(reader, threshold, depth + 1)):  # is harm enough
                 return True
         return False
 

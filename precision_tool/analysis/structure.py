@@ -314,6 +314,13 @@ def owning_module(record: OpRecord) -> str:
     return record.name if record.is_module else module_path(record.name)
 
 
+def is_a_loss(record: OpRecord) -> bool:
+    """Whether ``record`` is a forward op whose float outputs are single values: a loss (what a script reads and
+    stops at when it is not finite, so that nothing after it reads it but the check)."""
+    floats = [t for t in record.outputs if is_float(t.dtype)]
+    return record.direction == "forward" and bool(floats) and all(t.stats.count == 1 for t in floats)
+
+
 def fingerprint(tensor) -> tuple:
     s = tensor.stats  # no shape: an op often reads a reshaped view of what another wrote
     return s.count, s.min, s.max, s.mean, s.norm

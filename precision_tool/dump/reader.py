@@ -159,7 +159,8 @@ class Dump:
                                                 f"({a.get('loss')!r}, {a.get('loss_scale')!r})") from None
                 records.append(StepRecord(step, loss, loss_scale,
                                           bool(a.get("overflow", False)), bool(a.get("skipped", False)),
-                                          str(a.get("precision_mode", "")), self._opscount(step)))
+                                          str(a.get("precision_mode", "")), self._opscount(step),
+                                          bool(a.get("cut_short", False))))
             self._step_records = records
         return list(self._step_records)
 

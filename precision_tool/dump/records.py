@@ -143,6 +143,7 @@ class StepRecord:
     skipped: bool = False
     precision_mode: str = ""
     ops_recorded: int = 0
+    cut_short: bool = False  # the run failed inside this step: its ops up to the failure only (torch dumps)
 
 
 @dataclass
@@ -164,3 +165,4 @@ class DumpSummary:
     size_bytes: int
     first_overflows: list[OpRecord] = field(default_factory=list)
     step_numbers: list[int] = field(default_factory=list)  # the step of each loss / loss_scale entry
+    cut_short: list[int] = field(default_factory=list)  # steps the run failed inside (`StepRecord.cut_short`)

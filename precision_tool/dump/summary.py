@@ -47,6 +47,7 @@ def summarize(dump, first_overflows: int = 5) -> DumpSummary:
         size_bytes=dump.size_bytes,
         first_overflows=first,
         step_numbers=[s.step for s in steps],
+        cut_short=[s.step for s in steps if s.cut_short],
     )
 
 

@@ -198,6 +198,8 @@ class DumpWriter:
             "overflow": bool(step_record.overflow), "skipped": bool(step_record.skipped),
             "precision_mode": step_record.precision_mode or "",
         }
+        if step_record.cut_short:
+            values["cut_short"] = True
         if self._long_shapes:
             values["long_shapes"] = layout.dumps(self._long_shapes)
         for key, value in (extra or {}).items():

@@ -54,6 +54,7 @@ def summary_json(summary: DumpSummary) -> dict:
         "complete": summary.complete,
         "steps_complete": summary.steps_complete,
         "steps_planned": meta.get("steps"),
+        "cut_short": list(summary.cut_short),
         "ops": summary.ops,
         "tensors": summary.tensors,
         "overflow_ops": summary.overflow_ops,
@@ -100,7 +101,9 @@ def summary_view(summary: DumpSummary):
     from precision_tool.render.diagnosis_parts import plural
 
     data = summary_json(summary)
-    state = "complete" if summary.complete else f"INCOMPLETE ({summary.steps_complete} steps readable)"
+    cut = summary.cut_short
+    failed = f"; the run failed in step {cut[-1]}, kept up to the failure" if cut else ""
+    state = "complete" if summary.complete else f"INCOMPLETE ({summary.steps_complete} steps readable{failed})"
     meta = summary.metadata
     form = f"schema {summary.schema_version}" if meta.get("format") != "msprobe" else \
         "msprobe dump (" + ", ".join(str(meta[k]) for k in ("msprobe_framework", "msprobe_task", "msprobe_level", "rank")

@@ -147,6 +147,9 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             if self._step is not None and (exc_type is None or concluded):  # (an exception in the next batch's
                 # loading keeps the step it follows)
                 self.end_step(self._step, math.nan, 1.0, False)
+            elif self._step is not None and self._step_ops:  # the run failed inside the step (a loss gone NaN
+                # that the script stops at): the ops up to the failure, the evidence, kept and marked
+                self.end_step(self._step, math.nan, 1.0, False, cut_short=True)
             if self._writer is None and exc_type is None:
                 self._open_writer()
         finally:
@@ -355,11 +358,13 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             return stats
         return self._stats.get(tensor, dtype)
 
-    def end_step(self, step: int, loss: float, loss_scale: float, overflow: bool, skipped: bool = False) -> None:
+    def end_step(self, step: int, loss: float, loss_scale: float, overflow: bool, skipped: bool = False,
+                 cut_short: bool = False) -> None:
         if self._step is None:
             return
         self._writer.end_step(StepRecord(step, loss, loss_scale, overflow or self._step_overflow, skipped,
-                                         precision_mode=self._precision_mode, ops_recorded=self._step_ops))
+                                         precision_mode=self._precision_mode, ops_recorded=self._step_ops,
+                                         cut_short=cut_short))
         self._step = None
         self._stats.clear()
         self.steps_written += 1

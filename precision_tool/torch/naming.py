@@ -21,8 +21,10 @@ the dispatcher.
 
 Activation checkpointing runs a module's forward again during backward: its
 ops are named as forward ops of that module (the module keeps the path its
-first call had), and the nodes they make name the backward ops that run them,
-as in a run without checkpointing.
+first call had), counted afresh, so that they take the names of the first
+call's ops; the nodes they make name the backward ops that run them (the
+first call of reentrant checkpointing ran under no_grad and made none), as in
+a run without checkpointing.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Namer:
         self._stack: list[tuple[torch.nn.Module, str, bool]] = []  # (module, path, entered during backward)
         self._paths: dict[int, str] = {}  # id(module) -> the path of its first call
         self._counters: dict[tuple[str, str], int] = {}
+        self._recomputed: dict[tuple[str, str], int] = {}  # the counters of the recomputation under way
         self._forward_of: dict[int, str] = {}  # autograd sequence nr -> name of the forward op that made it
         self._previous_forward_of: dict[int, str] = {}
         self._param_names: dict[int, str] = {}
@@ -102,19 +105,24 @@ class Namer:
         ``node`` is the autograd node being executed (backward), ``optimizer``
         the optimizer whose ``step`` is running; both None in forward.
         """
+        counters = self._counters
         if node is not None and not (self._stack and self._stack[-1][2]):
             direction, scope = BACKWARD, self._backward_scope(node)
         elif optimizer is not None:
             direction, scope = OPTIMIZER, f"optimizer/{type(optimizer).__name__}"
         else:
             direction, scope = FORWARD, self._stack[-1][1] if self._stack else ""
+            if self._stack and self._stack[-1][2]:  # recomputed in backward: counted as in the module's first call
+                counters = self._recomputed
         key = (scope, op_type)
-        k = self._counters.get(key, 0)
-        self._counters[key] = k + 1
+        k = counters.get(key, 0)
+        counters[key] = k + 1
         name = f"{scope}/{op_type}_{k}" if scope else f"{op_type}_{k}"
         seq = _sequence_nr()
         if seq != self._last_seq:
-            if direction == FORWARD:  # this op's autograd node was created just before dispatch
+            # this op's autograd node was created just before dispatch; under no_grad it made none, and the node
+            # made since is another's (reentrant checkpointing's, made once the block returns)
+            if direction == FORWARD and torch.is_grad_enabled():
                 self._forward_of[seq - 1] = name
             self._last_seq = seq
         return direction, name
@@ -139,7 +147,10 @@ class Namer:
         if self.on_enter is not None:
             self.on_enter(module, args)
         path = self._path_of(module)
-        self._stack.append((module, path, _current_node() is not None))  # (checkpointing's recomputation)
+        recomputing = _current_node() is not None  # checkpointing's recomputation, in backward
+        if recomputing and not any(frame[2] for frame in self._stack):
+            self._recomputed = {}  # a recomputation begins: its ops take the names of the first call's
+        self._stack.append((module, path, recomputing))
         if id(module) not in self._seen_modules:
             self._seen_modules.add(id(module))
             for name, param in module._parameters.items():

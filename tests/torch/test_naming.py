@@ -150,9 +150,11 @@ class _Checkpointed(torch.nn.Module):
 def test_a_checkpointed_module_recomputed_in_backward_keeps_its_path_and_names_its_backward_ops(tmp_path,
                                                                                                reentrant):
     """Activation checkpointing runs the block's forward again during backward: its ops are forward ops of
-    the block's own path (its second call), and the backward ops are named after forward ops, never after
-    an autograd node's class (``AddmmBackward0/aten.mm_0``). Non-reentrant checkpointing stops the
-    recomputation with an exception once it has what the node needs: the module scope ends there too."""
+    the block's own path, named as in its first call, and the backward ops are named after forward ops, never
+    after an autograd node's class (``AddmmBackward0/aten.mm_0``): the names a run without checkpointing
+    gives them (reentrant: the recomputation's nodes run the backward; the first call, under no_grad, made
+    none, and the checkpoint's own node names nothing). Non-reentrant checkpointing stops the recomputation
+    with an exception once it has what the node needs: the module scope ends there too."""
     torch.manual_seed(0)
     model = _Checkpointed(reentrant)
     x = torch.randn(2, 4, requires_grad=True)
@@ -164,10 +166,11 @@ def test_a_checkpointed_module_recomputed_in_backward_keeps_its_path_and_names_i
     backward = [name for name, direction in names if direction == "backward"]
     assert all(name.startswith("_Checkpointed/") for name in backward), backward
     if reentrant:
-        assert recomputed == ["_Checkpointed/b/fc/aten.addmm_1", "_Checkpointed/b/act/aten.gelu_1"]
-        assert "_Checkpointed/b/fc/aten.addmm_1/aten.mm_0" in backward
+        assert recomputed == ["_Checkpointed/b/fc/aten.addmm_0", "_Checkpointed/b/act/aten.gelu_0"]
+        assert "_Checkpointed/b/fc/aten.addmm_0/aten.mm_0" in backward
+        assert "_Checkpointed/b/act/aten.gelu_0/aten.gelu_backward_0" in backward
     else:  # the gelu's input is all the node needs: the recomputation stops after the Linear
-        assert recomputed == ["_Checkpointed/b/fc/aten.addmm_1"]
+        assert recomputed == ["_Checkpointed/b/fc/aten.addmm_0"]
         assert "_Checkpointed/b/act/aten.gelu_0/aten.gelu_backward_0" in backward
         assert "_Checkpointed/b/fc/aten.addmm_0/aten.mm_0" in backward
 
