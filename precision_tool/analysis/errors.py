@@ -144,6 +144,17 @@ def asks_for_infinity(value) -> bool:
     return isinstance(value, float) and math.isinf(value)
 
 
+def overflows_here(record: OpRecord, a) -> bool:
+    """Whether ``record`` (its `Attribution` ``a``) makes inf or NaN where golden holds finite values, from
+    inputs within SIGNIFICANT_ERROR of golden's, or from inputs that rounding alone moved further, finite
+    wherever golden's are (no op before overflowed: Adam's update in float16 dividing by a second moment and
+    an eps rounded to 0). An input holding inf or NaN of its own points to an earlier op."""
+    from precision_tool.defaults import SIGNIFICANT_ERROR
+
+    return bool(a.overflowed or a.new_nan) and (a.inherited < SIGNIFICANT_ERROR or not (
+        a.inputs_off or record.inherited_nonfinite))
+
+
 def starts_nonfinite(record: OpRecord) -> bool | None:
     """From its statistics alone: False when ``record`` reaches +-max or inf on a side none of its inputs
     reaches (it overflowed), True when it makes NaN from inputs without NaN or inf, else None. An op that reads

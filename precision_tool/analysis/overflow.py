@@ -26,6 +26,11 @@ def overflow_hint(record: OpRecord, loss_scale: float | None, invalid: bool = Fa
     if record.direction == "backward" and loss_scale and loss_scale > 1.0:
         return (f"gradient overflow (loss scale {loss_scale:g}): lower the loss scale or use a dynamic "
                 "loss-scale manager, which skips such steps and shrinks the scale")
+    if record.direction == "optimizer" and record.compute_dtype in ("float16", "bfloat16"):
+        return (f"the optimizer updates in {record.compute_dtype}: keep the parameters it updates and its states in "
+                "float32 (the model in float32 under torch.autocast, or a float32 master copy for the optimizer)"
+                + (", where Adam's eps (1e-8) and small second moments do not round to 0"
+                   if record.compute_dtype == "float16" and "Adam" in record.name.split("/")[1:2][0] else ""))
     if record.pass_name:
         return (f"a fused kernel ({record.pass_name}) overflows: compare with a fusion-off run, and switch "
                 "the pass off if the unfused ops stay in range")
@@ -44,6 +49,33 @@ def overflow_hint(record: OpRecord, loss_scale: float | None, invalid: bool = Fa
     if record.compute_dtype in ("float16", "bfloat16"):
         return f"result exceeds the {record.compute_dtype} range: {keep_fp32}, or rescale its inputs"
     return "result is not finite in float32: check the inputs and the learning rate"
+
+
+_DIVISIONS = frozenset("div div_ addcdiv addcdiv_ reciprocal reciprocal_ rsqrt rsqrt_ _foreach_div_ _foreach_addcdiv_"
+                       .split())
+
+
+def starts_here(record: OpRecord, golden: OpRecord | None, inherited: float) -> tuple[str, ...]:
+    """The evidence that an overflow or NaN starts at ``record`` (its golden op ``golden``), whose inputs depart
+    from golden's by ``inherited``: SIGNIFICANT_ERROR or more only by rounding (`errors.overflows_here`); an
+    input holding zeros where golden's holds none (an eps float16 rounds to 0) is named."""
+    from precision_tool.defaults import SIGNIFICANT_ERROR
+
+    evidence = [f"its inputs are within {inherited:.3g} of golden: the problem starts here" if inherited <
+                SIGNIFICANT_ERROR else f"its inputs are finite, {inherited:.3g} from golden's by rounding alone (no "
+                "op before it overflowed): the problem starts here",
+                "golden holds finite values there; the ops reading it diverge"]
+    theirs = {t.slot: t.stats for t in golden.inputs} if golden is not None else {}
+    for tensor in record.inputs:
+        mine, gold = tensor.stats, theirs.get(tensor.slot)
+        fmt = FORMATS.get(tensor.dtype)
+        if gold is not None and fmt is not None and mine.count and gold.count and mine.min == 0.0 and gold.min > 0:
+            divides = "it divides by " if record.type.removeprefix("aten.").split(".")[0] in _DIVISIONS else ""
+            evidence.append(f"its {tensor.slot} holds zeros where golden's smallest value is {gold.min:.3g}: "
+                            f"{divides}zeros {tensor.dtype}'s range made (values below its smallest, "
+                            f"{fmt.smallest_subnormal:.3g}, round to 0)")
+            break
+    return tuple(evidence)
 
 
 def _range(tensor) -> Range:

@@ -51,11 +51,11 @@ from precision_tool.analysis.attribution import (GoldenView, attribute_record, g
                                                  replay_errors, self_consistency, significant_slots)
 from precision_tool.analysis.departures import (REWRITE_UNITS, DepartureFinder, integer_verdict,
                                                 skipped_verdict, target_only_verdict)
-from precision_tool.analysis.errors import noise_floor, rounding_error, stats_only
+from precision_tool.analysis.errors import noise_floor, overflows_here, rounding_error, stats_only
 from precision_tool.analysis.fusion import switch_off_action
 from precision_tool.analysis.omissions import (changed_leaf, fewer_gradients, narrower_than_declared,
                                                runs_float32)
-from precision_tool.analysis.overflow import overflow_entry
+from precision_tool.analysis.overflow import overflow_entry, starts_here
 from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.replay import is_float
@@ -246,7 +246,7 @@ class Scanner(RewriteJudge):
         if not any(t.has_data and is_float(t.dtype) for t in record.outputs):
             return judge_statistics(self, record) if stats_only(record) else None
         a = self._attribute(record, replay=False)
-        if (a.overflowed or a.new_nan) and not self._inherits_overflow(record, a) and a.inherited < SIGNIFICANT_ERROR:
+        if overflows_here(record, a) and not self._inherits_overflow(record, a):
             return self._judge_overflow(record, a)
         if self._float32:
             verdict = narrower_than_declared(record, self._golden_of(record), a.observed)
@@ -361,8 +361,7 @@ class Scanner(RewriteJudge):
                                          "(their outputs match golden): harmless")
             return None
         self.result.attributions.append(a)
-        extra = (f"its inputs are within {a.inherited:.3g} of golden: the problem starts here",
-                 "golden holds finite values there; the ops reading it diverge")
+        extra = starts_here(record, self._golden_of(record), a.inherited)
         if invalid:
             return Verdict(record.name, "invalid_operation", record.step, record.direction, record.type,
                            (f"{record.name} ({record.type}, computing in {record.compute_dtype}) turns finite "

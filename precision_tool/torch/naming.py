@@ -24,7 +24,9 @@ ops are named as forward ops of that module (the module keeps the path its
 first call had), counted afresh, so that they take the names of the first
 call's ops; the nodes they make name the backward ops that run them (the
 first call of reentrant checkpointing ran under no_grad and made none), as in
-a run without checkpointing.
+a run without checkpointing. Reentrant checkpointing's own node names its
+own ops (``CheckpointFunctionBackward/aten.add_0``), not after the first op
+of the block it wraps, which would give them the names of that op's backward.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import torch
 
 from precision_tool.engine.hooks import BACKWARD, FORWARD, OPTIMIZER
 
+_CHECKPOINT_NODE = "CheckpointFunctionBackward"  # torch.utils.checkpoint's reentrant Function
 _sequence_nr = torch._C._autograd._get_sequence_nr
 _current_node = torch._C._current_autograd_node
 
@@ -120,9 +123,8 @@ class Namer:
         name = f"{scope}/{op_type}_{k}" if scope else f"{op_type}_{k}"
         seq = _sequence_nr()
         if seq != self._last_seq:
-            # this op's autograd node was created just before dispatch; under no_grad it made none, and the node
-            # made since is another's (reentrant checkpointing's, made once the block returns)
-            if direction == FORWARD and torch.is_grad_enabled():
+            if direction == FORWARD:  # this op's autograd node was created just before dispatch (or, under
+                # no_grad in a custom Function's forward, that Function's: its backward ops are named after it)
                 self._forward_of[seq - 1] = name
             self._last_seq = seq
         return direction, name
@@ -133,6 +135,8 @@ class Namer:
         return self._forward_of.get(seq) or self._previous_forward_of.get(seq) or ""
 
     def _backward_scope(self, node) -> str:
+        if node.name() == _CHECKPOINT_NODE:  # reentrant checkpointing's own node: it runs the recomputation and
+            return _CHECKPOINT_NODE  # the block's backward, whose ops have names of their own, and adds of its own
         forward = self.forward_op_of(node)
         if forward:
             return forward

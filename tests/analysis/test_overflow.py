@@ -1,5 +1,7 @@
 """The overflow report: first overflow first, counts, ranges, hints."""
 
+from dataclasses import replace
+
 from precision_tool.analysis import overflow_report
 from precision_tool.analysis.overflow import overflow_hint
 from precision_tool.dump.records import OpRecord
@@ -189,3 +191,36 @@ def test_an_infinite_constant_the_model_asks_for_and_what_carries_it_are_its_own
 
     assert overflow_summary(alone) == ("3 op executions raised the float status, each with the model's own "
                                        "inf/NaN: 3 infinite constants it asks for or carries (a mask's -inf)")
+
+
+def test_an_update_that_divides_by_zeros_float16_made_starts_the_overflow_though_rounding_moved_its_inputs():
+    """Adam's update in float16: its denominator holds zeros (an eps and small second moments below float16's
+    range) where golden's smallest is 4.5e-7. Its inputs depart by 8.5 % through rounding alone, all finite:
+    the overflow starts there. An input holding inf of its own points to an earlier op instead."""
+    from precision_tool.analysis.errors import overflows_here
+    from precision_tool.analysis.overflow import starts_here
+    from precision_tool.analysis.results import Attribution
+    from precision_tool.dump.records import TensorRecord, TensorStats
+
+    def update(denominator: TensorStats, dtype: str) -> OpRecord:
+        tensors = (TensorRecord("input_0", dtype, (8,), TensorStats(8, -0.07, 0.08, 0.0, 0.02, 0.05)),
+                   TensorRecord("input_2", dtype, (8,), denominator),
+                   TensorRecord("output_0", dtype, (8,), TensorStats(8, -0.07, 0.08, 0.0, 0.02, 0.05, inf=3)))
+        return OpRecord(0, 392, "optimizer/AdamW/aten.addcdiv__0", "aten.addcdiv_", "optimizer", dtype, True, tensors)
+
+    target = update(TensorStats(8, 0.0, 0.16, 0.007, 0.018, 1.25), "float16")
+    golden = update(TensorStats(8, 4.47e-7, 0.16, 0.007, 0.018, 1.25), "float32")
+    rounded = Attribution(0, target.name, target.type, "optimizer", "float16", 0.0027, 0.085, None, None,
+                          overflowed=3)
+    assert overflows_here(target, rounded)
+    assert not overflows_here(target, replace(rounded, inputs_off=("input_2",)))  # an inf it reads: earlier
+    assert overflows_here(target, replace(rounded, inherited=0.002, inputs_off=("input_2",)))
+    assert starts_here(target, golden, 0.085) == (
+        "its inputs are finite, 0.085 from golden's by rounding alone (no op before it overflowed): the problem "
+        "starts here",
+        "golden holds finite values there; the ops reading it diverge",
+        "its input_2 holds zeros where golden's smallest value is 4.47e-07: it divides by zeros float16's range "
+        "made (values below its smallest, 5.96e-08, round to 0)")
+    assert overflow_hint(target, 1.0).startswith("the optimizer updates in float16: keep the parameters it "
+                                                 "updates and its states in float32")
+    assert "Adam's eps (1e-8)" in overflow_hint(target, 1.0)
