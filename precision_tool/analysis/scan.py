@@ -6,11 +6,11 @@ groups whose op sequences differ from golden's (`structure`) are judged at
 their boundary; every other op by its own tensors:
 
 1. **Overflow**: golden's value fits, the target's format could not hold it
-   (`errors.split_error`), and the op's inputs are still close to golden: the
-   overflow starts here. A NaN from finite inputs is an **invalid
-   operation**. Either is the culprit only when it is *harmful*: some op that
-   reads the result diverges too. A mask saturated from -3.4e38 to -65504 is
-   absorbed by the softmax that reads it and is only noted.
+   (`errors.split_error`), and the op's inputs are close to golden, or finite
+   where golden's are (`errors.overflows_here`): the overflow starts here. A
+   NaN from finite inputs is an **invalid operation**. Either is the culprit
+   only when *harmful*: an op that reads it diverges, or a loss holds it. A
+   mask saturated to -65504 is absorbed by the softmax and only noted.
 2. Ops whose observed error stays under their dtype's noise floor are passed,
    unless a computation only the target runs rewrote one of their inputs by
    more than REWRITE_UNITS units of its format (a 2 % scale under bfloat16,
