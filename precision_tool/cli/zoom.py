@@ -213,10 +213,28 @@ def _run_script(script: list[str], environment: dict, expected: str) -> None:
     except OSError as exc:
         raise ConfigError(f"cannot run {script[0]!r}: {exc.strerror or exc}") from None
     if status != 0:
-        raise InputError(script[0], f"exited with status {status} in the {what}")
+        failed = _failed_step(expected) if _stamp(expected) not in (None, before) else None
+        if failed is None:
+            raise InputError(script[0], f"exited with status {status} in the {what}")
+        click.echo(f"precision-tool: warning: {script[0]}: exited with status {status} in the {what}, failing in "
+                   f"step {failed}: its steps up to the failure are compared", err=True)
+        return
     if _stamp(expected) in (None, before):  # absent, or the previous run's file left as it was
         raise InputError(script[0], f"wrote no {os.path.basename(expected)} in the {what}: does it train "
                                     "inside ptt.dump(...)?")
+
+
+def _failed_step(path: str) -> int | None:
+    """The step a failed torch script's dump ``path`` keeps cut short (`StepRecord.cut_short`: its ops up to the
+    failure, the evidence a zoom goes on with), or None."""
+    from precision_tool.dump.reader import open_dump
+    from precision_tool.errors import PrecisionToolError
+
+    try:
+        with open_dump(path) as dump:
+            return next((s.step for s in reversed(dump.steps()) if s.cut_short), None)
+    except (PrecisionToolError, OSError):
+        return None
 
 
 def _stamp(path: str):

@@ -78,3 +78,22 @@ def test_a_step_the_optimizer_concluded_before_the_failure_is_whole(tmp_path):
             raise RuntimeError("the data loader failed")
     with open_dump(tmp_path / "d.h5") as dump:
         assert [(s.step, s.cut_short) for s in dump.steps()] == [(0, False)]
+
+
+def test_zoom_goes_on_with_a_target_run_that_fails_in_a_step_it_kept(tmp_path, run_cli, monkeypatch):
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.chdir(tmp_path)
+    script = [sys.executable, root / "tests/torch/failing_script.py"]
+    result = run_cli("zoom", "-o", tmp_path / "zoom", "--", *script)
+    assert result.status == 0, result.stderr
+    warning = ("exited with status 1 in the stats phase, target run, failing in step 1: its steps up to the "
+               "failure are compared")
+    assert warning in " ".join(result.stderr.split())
+    out = " ".join(result.stdout.split())
+    assert "Verdict: overflow" in out and "Op: MLP/act/aten.mul_0 (step 1, forward, aten.mul)" in out
+    refused = run_cli("zoom", "-o", tmp_path / "early", "--", *script, "early")
+    assert refused.status == 2 and "exited with status 1 in the stats phase, target run" in refused.stderr
