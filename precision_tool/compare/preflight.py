@@ -149,7 +149,8 @@ def _completeness(side: str, dump, allow_incomplete: bool) -> list[Problem]:
         return []
     of = f" of {planned}" if _whole(planned) else ""
     why = "is still being written by another process" if being_written else "is incomplete (killed or failed)"
-    failed = [s.step for s in dump.steps() if s.cut_short] if not being_written and hasattr(dump, "steps") else []
+    steps = getattr(dump, "steps", None) if not being_written else None
+    failed = [s.step for s in (steps() if callable(steps) else steps or ()) if getattr(s, "cut_short", False)]
     if failed:  # (the torch capture keeps the ops of the step a script failed in, up to the failure)
         why = f"failed in step {failed[-1]}, whose ops up to the failure are kept"
     message = f"{_path(dump)}: the {side} run {why}: {committed}{of} steps committed"

@@ -147,8 +147,9 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             if self._step is not None and (exc_type is None or concluded):  # (an exception in the next batch's
                 # loading keeps the step it follows)
                 self.end_step(self._step, math.nan, 1.0, False)
-            elif self._step is not None and self._step_ops:  # the run failed inside the step (a loss gone NaN
-                # that the script stops at): the ops up to the failure, the evidence, kept and marked
+            elif self._step is not None and self._step_ops and not issubclass(exc_type, KeyboardInterrupt):
+                # the run failed inside the step (a loss gone NaN that the script stops at; not stopped by
+                # Ctrl-C): the ops up to the failure, the evidence, kept and marked
                 self.end_step(self._step, math.nan, 1.0, False, cut_short=True)
             if self._writer is None and exc_type is None:
                 self._open_writer()

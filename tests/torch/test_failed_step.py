@@ -97,3 +97,13 @@ def test_zoom_goes_on_with_a_target_run_that_fails_in_a_step_it_kept(tmp_path, r
     assert "Verdict: overflow" in out and "Op: MLP/act/aten.mul_0 (step 1, forward, aten.mul)" in out
     refused = run_cli("zoom", "-o", tmp_path / "early", "--", *script, "early")
     assert refused.status == 2 and "exited with status 1 in the stats phase, target run" in refused.stderr
+
+
+def test_ctrl_c_inside_a_step_is_no_failure_and_keeps_the_completed_steps_only(tmp_path):
+    model, optimizer, x, y = make_mlp()
+    with pytest.raises(KeyboardInterrupt):
+        with ptt.dump(tmp_path / "d.h5", mode="stats"):
+            model(x)
+            raise KeyboardInterrupt
+    with open_dump(tmp_path / "d.h5") as dump:
+        assert not dump.complete and dump.steps() == []
