@@ -127,8 +127,8 @@ def judge_draw(scan, record: OpRecord, attribution) -> Verdict | None:
                                     g.stats.count and is_float(t.dtype)):
         return None
     if record.is_module and partner is not None and _passes_through(partner) != _passes_through(record):
-        verdict = _one_side_draws(record, not _passes_through(record), f"{record.type} records no ops: its output "
-                                  "equals its input in one run and not in the other")
+        verdict = _one_side_draws(record, not _passes_through(record), f"({record.type}, which records no ops: "
+                                  "its output equals its input in one run and not in the other)")
     else:
         verdict = random_draw_verdict(record, partner, meta(scan.golden, "seed"), meta(scan.target, "seed"))
     if verdict is not None:

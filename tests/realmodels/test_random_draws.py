@@ -61,3 +61,11 @@ def test_dropout_on_in_the_target_alone_is_named_at_its_module_in_every_capture(
     diagnosis, right, said = run_variation(variation, tmp_path, mode, level)
     assert right, f"{said}: {diagnosis.verdict.evidence}"
     assert "dropout is on in one run and off in the other" in diagnosis.verdict.evidence[1]
+
+
+def test_at_module_level_the_dropout_on_in_one_run_only_is_told_by_its_output_equal_to_its_input(tmp_path):
+    variation = Variation("gpt2", "fp32", "", "drop", "kernel_bug", "forward", dropout=0.1, golden_eval=True)
+    diagnosis, _, _ = run_variation(variation, tmp_path, "stats", "module")
+    assert diagnosis.verdict.evidence[0] == (
+        f"in {DRAWN}, the target's call draws random values where golden's draws none (module.Dropout, which "
+        "records no ops: its output equals its input in one run and not in the other)")
