@@ -23,6 +23,9 @@ head, a frozen group, ...) is **boost** unless a culprit comes before it
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 from precision_tool.analysis.actions import INVALID_ACTION
 from precision_tool.analysis.boost import boost_start, explain_boost
 from precision_tool.analysis.errors import starts_nonfinite
@@ -76,6 +79,29 @@ def _overflow_verdict(entry: OverflowEntry, report: OverflowReport, record: OpRe
         if fusion_off is None:
             evidence.append("collect a fusion-off run to tell a fusion fault from a plain overflow")
     return Verdict(entry.name, "overflow", entry.step, entry.direction, entry.type, tuple(evidence), entry.hint)
+
+
+def _golden_overflows(golden, verdict: Verdict) -> Verdict:
+    """``verdict`` (none, at no op), told that golden's own run overflows where it does: an inf or NaN of its own
+    (not a constant the model asks for, `overflow.asked_constants`) that the target makes too, so that the
+    comparison finds nothing to blame on the port, while neither run trains."""
+    if not any(s.overflow for s in golden.steps()):
+        return verdict
+    first = overflow_report(golden).first
+    if first is None:
+        return verdict
+    losses = [s for s in golden.steps() if not math.isfinite(s.loss) and s.ops_recorded]
+    loss = f"; its loss is {losses[0].loss} at step {losses[0].step}" if losses and any(
+        math.isfinite(s.loss) for s in golden.steps()) else ""
+    evidence = (*verdict.evidence,
+                f"golden's own run overflows: {first.name} ({first.type}, {first.compute_dtype}) at step "
+                f"{first.step} {first.direction} holds {first.inf} inf and {first.nan} NaN value(s){loss}",
+                "the target does the same there: the model overflows in golden's precision too, which no port "
+                "fixes and no comparison with golden can tell apart")
+    return replace(verdict, evidence=evidence, action=(
+        "fix the model in golden's precision first (its data, initialisation, learning rate, or the op that "
+        f"overflows): `precision-tool inspect {getattr(golden, 'path', 'GOLDEN')}` and the shell's `of` on the golden "
+        "dump list its overflows"))
 
 
 def _invalid_verdict(entry: OverflowEntry, record: OpRecord) -> Verdict:
@@ -218,6 +244,8 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     if verdict is None:
         verdict = Verdict(None, "none", None, evidence=(f"no op at or below cosine {cosine_threshold} and no "
                                                         "unhandled overflow",), action="nothing to do")
+    if verdict.cls == "none" and verdict.op is None:
+        verdict = _golden_overflows(golden, verdict)
     verdict, boost_notes = explain_boost(golden, target, verdict, flagged[0].name if flagged else None)
     notes.extend(boost_notes)
     diagnosis.verdict = verdict

@@ -88,7 +88,9 @@ def overflow_entry(record: OpRecord, loss_scale: float | None, invalid: bool = F
     op makes the same inf and NaN; ``asked``: an infinite constant the model asked for, or carried from one)."""
     outputs = [t for t in record.outputs if t.stats.count]
     saturated = sum(t.stats.saturated for t in outputs)
-    hint = AS_IN_GOLDEN_SATURATED if in_golden and saturated else AS_IN_GOLDEN if in_golden else \
+    nan = sum(t.stats.nan for t in outputs)
+    hint = AS_IN_GOLDEN_NAN if in_golden and nan else AS_IN_GOLDEN_SATURATED if in_golden and saturated else \
+        AS_IN_GOLDEN if in_golden else \
         (CARRIES_CONSTANT if record.inherited_nonfinite else ASKED_CONSTANT) if asked else \
         overflow_hint(record, loss_scale, invalid)
     return OverflowEntry(
@@ -97,7 +99,7 @@ def overflow_entry(record: OpRecord, loss_scale: float | None, invalid: bool = F
         inherited=record.inherited_nonfinite,
         saturated=saturated,
         inf=sum(t.stats.inf for t in outputs),
-        nan=sum(t.stats.nan for t in outputs),
+        nan=nan,
         input_ranges=tuple(_range(t) for t in record.inputs if t.stats.count),
         output_ranges=tuple(_range(t) for t in outputs),
         hint=hint,
@@ -111,6 +113,8 @@ _MODELS_OWN = "the model's own values (an attention mask's -inf), not an overflo
 AS_IN_GOLDEN = f"golden's op makes as many inf/NaN: {_MODELS_OWN}"
 AS_IN_GOLDEN_SATURATED = ("golden's op makes as many inf/NaN (written as the format's largest value here): "
                           f"{_MODELS_OWN}")
+AS_IN_GOLDEN_NAN = ("golden's op makes as many inf/NaN: golden overflows there too, so this is no overflow of the "
+                    "port (the model overflows in golden's precision)")
 ASKED_CONSTANT = "asked for as an infinite constant (an attention mask's -inf): the model's own value, not an overflow"
 CARRIES_CONSTANT = ("carries only infinite constants the model asked for (an attention mask's -inf): the model's own "
                     "values, not an overflow")

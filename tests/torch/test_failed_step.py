@@ -12,9 +12,9 @@ torch = pytest.importorskip("torch")
 ptt = pytest.importorskip("precision_tool.torch")
 
 
-def _run(path, blow_up_at: int | None):
+def _run(path, blow_up_at: int | None, stop: bool = True):
     """Three steps of the MLP; from step ``blow_up_at`` its ReLU multiplies by 1e39 (inf in float32), and the
-    loop stops at the non-finite loss, as training scripts do."""
+    loop stops at the non-finite loss, as training scripts do (unless not ``stop``)."""
     model, optimizer, x, y = make_mlp()
     calls = {"n": 0}
     relu = model.act.forward
@@ -27,11 +27,12 @@ def _run(path, blow_up_at: int | None):
     with ptt.dump(path, mode="dump", seed=0):
         for step in range(3):
             loss = torch.nn.functional.cross_entropy(model(x), y)
-            if not torch.isfinite(loss):
+            if stop and not torch.isfinite(loss):
                 raise FloatingPointError(f"loss is {loss.item()} at step {step}")
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            ptt.step(loss)
 
 
 def test_the_step_a_script_fails_in_is_kept_up_to_the_failure_and_marked(tmp_path, run_cli):
@@ -107,3 +108,24 @@ def test_ctrl_c_inside_a_step_is_no_failure_and_keeps_the_completed_steps_only(t
             raise KeyboardInterrupt
     with open_dump(tmp_path / "d.h5") as dump:
         assert not dump.complete and dump.steps() == []
+
+
+def test_a_golden_run_that_overflows_as_the_target_does_is_told_not_nothing_to_do(tmp_path, run_cli):
+    """Both runs blow up alike: nothing to blame on the port, but "nothing to do" would hide that neither trains."""
+    golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
+    _run(golden, 1, stop=False)
+    _run(target, 1, stop=False)
+    result = run_cli("diagnose", golden, target, "--format", "json")
+    import json
+
+    verdict = json.loads(result.stdout)["verdict"]
+    assert (verdict["class"], verdict["op"]) == ("none", None)
+    assert verdict["evidence"][1] == ("golden's own run overflows: MLP/act/aten.mul_0 (aten.mul, float32) at step 1 "
+                                      "forward holds 45 inf and 35 NaN value(s); its loss is nan at step 1")
+    assert verdict["action"].startswith("fix the model in golden's precision first")
+    clean = json.loads(run_cli("diagnose", golden, golden, "--format", "json").stdout)["verdict"]
+    assert clean["action"].startswith("fix the model in golden's precision first")  # golden against itself too
+    healthy = tmp_path / "healthy.h5"
+    _run(healthy, None)
+    assert json.loads(run_cli("diagnose", healthy, healthy, "--format", "json").stdout)["verdict"]["action"] == \
+        "nothing to do"
