@@ -104,6 +104,39 @@ def _golden_overflows(golden, verdict: Verdict) -> Verdict:
         "dump list its overflows"))
 
 
+def _loss_gone_nonfinite(golden, target, verdict: Verdict) -> Verdict:
+    """``verdict`` (none, at no op) for a target whose loss is not finite at a step where golden's is: not
+    accumulated rounding, but an overflow this dump does not show (module-level records, a region, ops that
+    write no recorded tensor); the first record holding inf or NaN where golden's holds none says from where
+    to collect ops."""
+    golden_losses = {s.step: s.loss for s in golden.steps()}
+    gone = next((s for s in target.steps() if not math.isfinite(s.loss) and math.isfinite(
+        golden_losses.get(s.step, math.nan))), None)
+    if gone is None:
+        return verdict
+    first = None
+    for step in sorted({s.step for s in target.steps()} & set(golden_losses)):
+        theirs = {(r.direction, r.name): r for r in golden.ops(step=step)}
+        first = next((r for r in target.ops(step=step) if _nonfinite(r) and (r.direction, r.name) in theirs
+                      and not _nonfinite(theirs[(r.direction, r.name)])), None)
+        if first is not None or step >= gone.step:
+            break
+    where = (f"; the first record holding inf or NaN where golden's holds none: {first.name} ({first.direction}, "
+             f"step {first.step})" if first is not None else "")
+    evidence = (f"the target's loss is {gone.loss} at step {gone.step}, where golden's is "
+                f"{golden_losses[gone.step]:.6g}: not accumulated rounding, but an overflow this dump does not "
+                f"show{where}",)
+    steps = sorted({max(0, (first.step if first is not None else gone.step) - 1), gone.step})
+    return replace(verdict, evidence=evidence, action=(
+        f"collect steps {steps} again at op level with tensors (`precision-tool zoom`, or ptt.dump(path, "
+        f"mode=\"dump\", steps={steps})): the op that overflows is among them (an optimizer updating in float16 "
+        "writes inf or NaN into the parameters the next step reads)"))
+
+
+def _nonfinite(record: OpRecord) -> bool:
+    return any(t.stats.inf or t.stats.nan for t in record.outputs if t.stats.count)
+
+
 def _invalid_verdict(entry: OverflowEntry, record: OpRecord) -> Verdict:
     """An op that made NaN from inputs holding neither NaN nor inf (from its statistics): invalid operation."""
     evidence = (f"{entry.name} ({entry.type}, computing in {entry.compute_dtype}) turns inputs without NaN or inf "
@@ -246,6 +279,7 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
                                                         "unhandled overflow",), action="nothing to do")
     if verdict.cls == "none" and verdict.op is None:
         verdict = _golden_overflows(golden, verdict)
+        verdict = _loss_gone_nonfinite(golden, target, verdict)
     verdict, boost_notes = explain_boost(golden, target, verdict, flagged[0].name if flagged else None)
     notes.extend(boost_notes)
     diagnosis.verdict = verdict
