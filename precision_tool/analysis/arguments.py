@@ -27,7 +27,7 @@ import ml_dtypes
 import numpy as np
 
 _SKIPPED_KEYS = {"overload", "dtype", "layout", "device", "memory_format", "pin_memory", "non_blocking", "copy",
-                 "half_to_float", "out_dtype", "flags"}
+                 "half_to_float", "out_dtype", "flags", "names"}
 
 
 def _dtype_constants() -> frozenset[float]:
@@ -112,13 +112,37 @@ def argument_changes(golden_attrs: dict | None, target_attrs: dict | None, op_ty
     op's), its flags too (`flag_paths`)."""
     flags = flag_paths(op_type, golden_attrs, target_attrs) if op_type else frozenset()
     golden, target = scalar_arguments(golden_attrs, flags), scalar_arguments(target_attrs, flags)
+    names = _names(target_attrs) or _names(golden_attrs)
     changes = []
     for path in sorted(golden.keys() | target.keys()):
         g, t = golden.get(path, _MISSING), target.get(path, _MISSING)
         if g is not _MISSING and t is not _MISSING and _same(g, t):
             continue
-        changes.append(f"{path}: {_shown(g)} in golden, {_shown(t)} in target")
+        changes.append(f"{_named(path, names)}: {_shown(g)} in golden, {_shown(t)} in target")
     return changes
+
+
+def _names(attrs: dict | None) -> list[str]:
+    """A torch op's positional argument names, as the capture recorded them (``"names"``; else the bool ones,
+    from ``"flags"``, for dumps written before 2026-11-27): position -> name."""
+    if not attrs:
+        return []
+    names = attrs.get("names")
+    if isinstance(names, list) and all(isinstance(n, str) for n in names):
+        return names
+    found: list[str] = []
+    for position, name in _schema_flags(attrs):
+        found += [""] * (position + 1 - len(found))
+        found[position] = name
+    return found
+
+
+def _named(path: str, names: list[str]) -> str:
+    """``args[5] (training)``: a positional argument's path with its schema name, where known."""
+    if not path.startswith("args[") or not names:
+        return path
+    position = int(path[5:path.index("]")])
+    return f"{path} ({names[position]})" if position < len(names) and names[position] else path
 
 
 class _Missing:

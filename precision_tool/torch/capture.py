@@ -34,7 +34,7 @@ from precision_tool.engine.formats import FORMATS
 from precision_tool.engine.hooks import BACKWARD
 from precision_tool.errors import choice_error
 from precision_tool.torch.modules import GradientSummary
-from precision_tool.torch.ops import args_signature, flat_tensors
+from precision_tool.torch.ops import args_signature, autocast_dtype, flat_tensors
 from precision_tool.torch.session import SESSION, OpCall
 from precision_tool.torch.statscache import TensorStatsCache
 from precision_tool.torch.tensors import (EMPTY_STATS, array_stats, has_nonfinite, logical_dtype,
@@ -136,7 +136,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self._join_run()
         if self._writer is None:  # a file that cannot be written is said at the ``with``, not at the first op
             check_target(self.path, overwrite=True, only_dumps=True)
-        self._autocast = _autocast_dtype()  # autocast is off inside dispatch, where the metadata is written
+        self._autocast = autocast_dtype()  # autocast is off inside dispatch, where the metadata is written
         SESSION.attach(recorder=self)
         return self
 
@@ -293,7 +293,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         """A module ran under torch.autocast although the dump was entered outside it: say so in the metadata."""
         if self._autocast or self._writer is None:
             return
-        self._autocast = _autocast_dtype()
+        self._autocast = autocast_dtype()
         if SESSION.simulator is None and self._autocast:
             self._precision_mode = f"autocast_{self._autocast}"
             values = {"autocast": self._autocast, "precision_mode": self._precision_mode}
@@ -454,13 +454,3 @@ def _any_float(dtypes) -> bool:
 def _nonfinite(stats: tuple) -> bool:
     return bool(stats[_NAN] or stats[_INF])
 
-
-def _autocast_dtype() -> str:
-    """The dtype of an active CPU or CUDA autocast region, else ""."""
-    for device in ("cpu", "cuda"):
-        try:
-            if torch.is_autocast_enabled(device):
-                return str(torch.get_autocast_dtype(device)).removeprefix("torch.")
-        except (RuntimeError, TypeError):
-            continue
-    return ""

@@ -149,6 +149,7 @@ class AtenOp:
     step_tail: bool = False  # concludes the optimizer step just ended (`_STEP_TAIL`)
     flags: tuple[tuple[int, str], ...] = ()  # (position, name) of every bool argument (`OpCall.attrs`' "flags")
     loss_scaling: bool = False  # a loss scaler's float32 bookkeeping (`_LOSS_SCALING`)
+    arg_names: tuple[str, ...] = ()  # the schema's positional argument names (`OpCall.attrs`' "names")
 
     def mutated_args(self, args: tuple, kwargs: dict) -> list:
         """The tensors (or tensor lists) this call writes to."""
@@ -189,7 +190,8 @@ def _describe(func) -> AtenOp:
                   tuple(i for i, arg in enumerate(func._schema.arguments) if arg.name in _HIDDEN_WRITES.get(opname, ())),
                   opname in _STEP_TAIL,
                   tuple((i, arg.name) for i, arg in enumerate(func._schema.arguments)
-                        if str(arg.type) in ("bool", "Optional[bool]")), opname in _LOSS_SCALING)
+                        if str(arg.type) in ("bool", "Optional[bool]")), opname in _LOSS_SCALING,
+                  tuple(arg.name for arg in func._schema.arguments if not arg.kwarg_only))
 
 
 def lookup(op_type: str, overload: str = "default"):
@@ -346,3 +348,14 @@ def dtype_name(dtype) -> str:
     if name is None:
         name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
     return name
+
+
+def autocast_dtype() -> str:
+    """The dtype of an active CPU or CUDA autocast region, else ""."""
+    for device in ("cpu", "cuda"):
+        try:
+            if torch.is_autocast_enabled(device):
+                return str(torch.get_autocast_dtype(device)).removeprefix("torch.")
+        except (RuntimeError, TypeError):
+            continue
+    return ""

@@ -34,8 +34,8 @@ from precision_tool.engine.hooks import BACKWARD
 from precision_tool.torch.modules import QUIET, ModuleGradients, without_modes
 from precision_tool.torch.naming import Namer
 from precision_tool.torch.process import StepTailHook, freeze_heap
-from precision_tool.torch.ops import (AtenOp, complete_collective, dtype_name, encode_args, flat_tensors, op_info,
-                                     result_tensors)
+from precision_tool.torch.ops import (AtenOp, autocast_dtype, complete_collective, dtype_name, encode_args,
+                                     flat_tensors, op_info, result_tensors)
 from precision_tool.torch.tensors import FORMAT_ATTR, logical_dtype
 
 _current_node = torch._C._current_autograd_node
@@ -76,6 +76,8 @@ class OpCall:
             self._attrs = {"overload": self.info.overload, "args": encoded_args, "kwargs": encoded_kwargs}
             if self.info.flags:  # what the analysis compares as flags (`analysis.arguments.flag_paths`)
                 self._attrs["flags"] = [list(flag) for flag in self.info.flags]
+            if encoded_args:  # what its evidence calls them (`analysis.arguments.argument_changes`)
+                self._attrs["names"] = list(self.info.arg_names[:len(encoded_args)])
             if self.direction == BACKWARD:
                 self._attrs["autograd_node"] = self.node.name()
                 if self.forward_op:
@@ -278,7 +280,7 @@ class Session:
         self.optimizer, self.stepped = optimizer, True
         if self._idle_at_op_level():  # its ops, unseen, end a concluded step and open one, as in dispatch (a
             self._ops_would_run()  # second optimizer's step after the first's)
-        if not self._warned_autocast and _autocast_active():
+        if not self._warned_autocast and autocast_dtype():
             self._warned_autocast = True
             warnings.warn(AUTOCAST_STEP_WARNING, AutocastOptimizerWarning, stacklevel=3)
 
@@ -337,7 +339,7 @@ class Session:
             self._sync_mode()
         if not self.step_open or self.pending_boundary:
             return
-        if self._watching and not self._told_autocast and _autocast_active():  # visible here, in Python, not
+        if self._watching and not self._told_autocast and autocast_dtype():  # visible here, in Python, not
             for recorder in self._watching:  # inside dispatch; once a step is enough
                 recorder.saw_autocast()
             self._told_autocast = True
@@ -434,16 +436,6 @@ AUTOCAST_STEP_WARNING = (
 
 class AutocastOptimizerWarning(UserWarning):
     """An optimizer step ran while torch.autocast was active."""
-
-
-def _autocast_active() -> bool:
-    for device in ("cpu", "cuda"):
-        try:
-            if torch.is_autocast_enabled(device):
-                return True
-        except (RuntimeError, TypeError):
-            continue
-    return False
 
 
 def _float_leaves(value) -> list:

@@ -36,7 +36,11 @@ def test_a_torch_ops_flags_that_say_what_it_computes_are_compared_and_dtype_flag
     evaluating = {"overload": "default", "args": tensors + [False, 0.1, 1e-05], "kwargs": {}, "flags": flags}
     assert flag_paths("aten.native_batch_norm", training) == {"args[5]"}
     assert argument_changes(training, evaluating, "aten.native_batch_norm") == [
-        "args[5]: True in golden, False in target"]
+        "args[5] (training): True in golden, False in target"]  # named from the flags (dumps before 2026-11-27)
+    names = ["input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps"]
+    other_eps = {**evaluating, "args": tensors + [True, 0.1, 1e-3], "names": names}
+    assert argument_changes({**training, "names": names}, other_eps, "aten.native_batch_norm") == [
+        "args[7] (eps): 1e-05 in golden, 0.001 in target"]  # every positional argument named (the capture's)
     assert argument_changes(training, evaluating) == []  # without the op's type (an engine op): no flags
     # softmax's half_to_float follows the target's dtype
     assert argument_changes({"overload": "default", "args": [{"tensor": 0}, -1, False], "kwargs": {},

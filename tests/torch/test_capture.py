@@ -89,7 +89,8 @@ def test_repeated_ops_share_one_arguments_record(tmp_path):
         first, second = (dump.op(step, "MLP/fc1/aten.addmm_0") for step in (0, 1))
         update = dump.op(1, "optimizer/SGD/aten.add__0", "optimizer")
     assert first.attrs == second.attrs == {"overload": "default", "kwargs": {}, "args": [
-        {"tensor": 0, "dtype": "float32"}, {"tensor": 1, "dtype": "float32"}, {"tensor": 2, "dtype": "float32"}]}
+        {"tensor": 0, "dtype": "float32"}, {"tensor": 1, "dtype": "float32"}, {"tensor": 2, "dtype": "float32"}],
+        "names": ["self", "mat1", "mat2"]}
     assert update.attrs["kwargs"] == {"alpha": -0.1}
 
 
