@@ -30,7 +30,7 @@ def overflow_hint(record: OpRecord, loss_scale: float | None, invalid: bool = Fa
         return (f"the optimizer updates in {record.compute_dtype}: keep the parameters it updates and its states in "
                 "float32 (the model in float32 under torch.autocast, or a float32 master copy for the optimizer)"
                 + (", where Adam's eps (1e-8) and small second moments do not round to 0"
-                   if record.compute_dtype == "float16" and "Adam" in record.name.split("/")[1:2][0] else ""))
+                   if record.compute_dtype == "float16" and "Adam" in record.name else ""))
     if record.pass_name:
         return (f"a fused kernel ({record.pass_name}) overflows: compare with a fusion-off run, and switch "
                 "the pass off if the unfused ops stay in range")

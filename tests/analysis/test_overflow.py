@@ -224,3 +224,7 @@ def test_an_update_that_divides_by_zeros_float16_made_starts_the_overflow_though
     assert overflow_hint(target, 1.0).startswith("the optimizer updates in float16: keep the parameters it "
                                                  "updates and its states in float32")
     assert "Adam's eps (1e-8)" in overflow_hint(target, 1.0)
+    sgd = OpRecord(0, 9, "Update", "SGDUpdate", "optimizer", "float16", True)  # an engine op: no "/" in its name
+    assert overflow_hint(sgd, 1.0) == (
+        "the optimizer updates in float16: keep the parameters it updates and its states in float32 (the model in "
+        "float32 under torch.autocast, or a float32 master copy for the optimizer)")
