@@ -68,7 +68,8 @@ class ConsistencyReport:
                     f"ops over {self.steps} steps identical on every rank")
         first = self.first
         ranks = ", ".join(str(r) for r in first.departing)
-        return (f"ranks disagree: rank{'s' * (len(first.departing) > 1)} {ranks} first depart{'s' * (len(first.departing) == 1)} "
+        several = len(first.departing) > 1
+        return (f"ranks disagree: rank{'s' * several} {ranks} first depart{'s' * (not several)} "
                 f"at step {first.step}, {first.op} {first.slot} ({first.reason or 'values differ'}); "
                 f"{self.total_departures} inconsistent tensor{'s' * (self.total_departures != 1)}")
 

@@ -1,6 +1,5 @@
 """Ctrl-C and SIGKILL in the middle of writing a dump, through the console script."""
 
-import os
 import signal
 import subprocess
 import sys

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from precision_tool.analysis.results import (Attribution, Diagnosis, FusionReport, FusionSuspect, OverflowEntry,
                                              OverflowReport, Range, Verdict)
-from precision_tool.dump.records import OpRecord, TensorRecord, TensorStats
+from precision_tool.dump.records import OpRecord, TensorStats
 from precision_tool.render import shell_views
 from precision_tool.commands.results import (AutoCheck, Candidates, Mismatch, OpListing, TensorComparison, TensorView,
                                          TypeCount)
