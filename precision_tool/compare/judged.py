@@ -20,9 +20,14 @@ from __future__ import annotations
 import math
 
 from precision_tool.dump.records import OpRecord, TensorRecord
+from precision_tool.engine.formats import FORMATS
+from precision_tool.engine.hooks import BACKWARD, OPTIMIZER
 
 NEAR_ZERO_RATIO = 1e-3  # golden norm below this share of its op's largest input norm: the terms cancel
-NEAR_ZERO_TOLERANCE = 1e-2  # ... and its error below this share of that scale: not judged
+NEAR_ZERO_TOLERANCE = 1e-2  # ... and its error below this share of that scale (or of NEAR_ZERO_UNITS unit
+NEAR_ZERO_UNITS = 8  # roundoffs of the target's format, where that is more: bfloat16's): not judged
+NOISE = 1.0  # a gradient near zero whose error is this share of its golden norm or more is noise
+# (`near_zero_writers`): statistics only, whose norm departs from golden's by that share
 _NOT_DATA = ("uint8", "int8", "bool")
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
@@ -68,8 +73,9 @@ def input_scale(op: OpRecord) -> float:
     return scale
 
 
-def near_zero(golden_op: OpRecord, golden: TensorRecord, error_norm: float) -> str:
-    """Why an op output whose golden values cancel to near zero is judged against its inputs' scale, or "".
+def near_zero(golden_op: OpRecord, golden: TensorRecord, error_norm: float, dtype: str = "") -> str:
+    """Why an op output whose golden values cancel to near zero is judged against its inputs' scale, or "";
+    ``dtype``: the target tensor's (its rounding sets the tolerance where it is coarse).
 
     Module boundaries are not ops: their outputs are judged as they are.
     """
@@ -80,7 +86,8 @@ def near_zero(golden_op: OpRecord, golden: TensorRecord, error_norm: float) -> s
     if scale <= 0.0 or not math.isfinite(norm) or norm >= NEAR_ZERO_RATIO * scale:
         return ""
     relative = error_norm / scale
-    if not relative < NEAR_ZERO_TOLERANCE:
+    fmt = FORMATS.get(dtype)
+    if not relative < max(NEAR_ZERO_TOLERANCE, NEAR_ZERO_UNITS * fmt.unit_roundoff if fmt else 0.0):
         return ""
     return (f"near zero: golden norm {norm:.3g} is {norm / scale:.2g} of its inputs' {scale:.3g} (the terms "
             f"cancel); its error is {relative:.2g} of that scale")
@@ -110,7 +117,8 @@ def loss_scale_ratios(golden, target) -> dict[int, float]:
 
 
 def skip_consumed_near_zero(pairs: list, rows: list) -> list:
-    """Input rows that hold a tensor some output row found near zero are not judged either (same reason).
+    """Input rows that hold a tensor some output row found near zero are not judged either (same reason), nor
+    the outputs of ops that read only such tensors and golden's own values (`skip_consumed`).
 
     The tensor an op reads is the one an earlier op wrote: the golden statistics identify it.
     """
@@ -118,25 +126,106 @@ def skip_consumed_near_zero(pairs: list, rows: list) -> list:
 
 
 def near_zero_writers(pairs: list, rows: list, found: dict | None = None) -> dict:
-    """(step, golden fingerprint) -> the skip reason of each output row found near zero (the last one wins)."""
+    """`tensor_key` of the golden tensor of each output row found near zero -> (its skip reason, whether it is
+    a gradient: what an optimizer makes of it is skipped too, `skip_consumed`) (the last one wins)."""
     found = {} if found is None else found
     for pair, row in zip(pairs, rows):
         if row.skip.startswith("near zero") and row.kind == "output":
-            found[(row.step, _fingerprint(pair.golden))] = f"{row.skip} (written by {row.op})"
+            found[tensor_key(row.step, pair.golden)] = (f"{row.skip} (written by {row.op})",
+                                                        row.direction == BACKWARD and _noise(row))
     return found
 
 
 def skip_consumed(pairs: list, rows: list, found: dict) -> list:
-    """``rows`` with the input rows whose golden tensor is in ``found`` (`near_zero_writers`) skipped."""
+    """``rows`` with the input rows whose golden tensor is in ``found`` (`near_zero_writers`) skipped; and the
+    output rows of each optimizer op that reads such a tensor and otherwise only values equal to golden's
+    (added to ``found``, so that what reads them later is skipped in turn).
+
+    Rounding noise around an exact zero in a gradient (an attention key bias's) travels on through an optimizer:
+    Adam's moments are made of it, and its normalised update writes steps of the learning rate's size, in
+    random directions, into a parameter the model's outputs do not depend on; the state and the parameter
+    carry it to later steps. None of it is an error of the target's. Forward and backward ops that read such a
+    parameter are judged as they are: there the noise stays small next to the other terms of their outputs.
+    """
     from dataclasses import replace
 
     if not found:
         return rows
-    out = []
-    for pair, row in zip(pairs, rows):
-        reason = found.get((row.step, _fingerprint(pair.golden))) if row.kind == "input" and not row.skip else None
-        out.append(replace(row, skip=reason) if reason else row)
+    out = list(rows)
+    for positions in _by_op(pairs):
+        noise, exact = "", True
+        for position in positions:
+            pair, row = pairs[position], out[position]
+            if row.kind != "input" or row.skip:  # (skipped already: holds no values to compare)
+                continue
+            entry = found.get(tensor_key(row.step, pair.golden))
+            if entry:
+                out[position] = replace(row, skip=entry[0])
+                if entry[1]:
+                    noise = noise or f"{row.tensor}, {_origin(entry[0])}"
+            elif not _equal(row):
+                exact = False
+        if not noise or not exact or out[positions[0]].direction != OPTIMIZER:
+            continue
+        for position in positions:
+            pair, row = pairs[position], out[position]
+            if row.kind != "output":
+                continue
+            if row.skip.startswith("near zero"):  # (small as well: the square of a gradient near zero)
+                found[tensor_key(row.step, pair.golden)] = (f"{row.skip} (written by {row.op})", True)
+            elif not row.skip and row.target_dtype in _FLOATS:
+                out[position] = replace(row, skip=f"{DERIVED}: it reads {noise}, and otherwise golden's values")
+                found[tensor_key(row.step, pair.golden)] = (f"{DERIVED} (written by {row.op})", True)
     return out
+
+
+DERIVED = "derived from near-zero values"
+
+
+def _origin(reason: str) -> str:
+    """``reason`` (a `found` entry) without its measurements: "near zero (written by X)"."""
+    writer = reason.rpartition(" (written by ")[2].rstrip(")")
+    kind = DERIVED if reason.startswith(DERIVED) else "near zero"
+    return f"{kind} (written by {writer})"
+
+
+def _noise(row) -> bool:
+    """Whether a tensor found near zero departs from golden's by as much as golden's values are large: noise
+    on both sides (the target's format's larger than golden's), not a small gradient with an error, whose
+    optimizer ops are judged (where an optimizer fault shows)."""
+    if row.metrics is not None:
+        return not row.metrics.rel_euclidean < NOISE
+    return row.stats is not None and not row.stats.rel_norm_diff < NOISE
+
+
+def _by_op(pairs: list) -> list[list[int]]:
+    """Positions of each target op's pairs, ops in execution order."""
+    groups: dict[int, list[int]] = {}
+    for position, pair in enumerate(pairs):
+        groups.setdefault(id(pair.target_op), []).append(position)
+    ops = sorted(groups.values(), key=lambda p: (pairs[p[0]].target_op.step, pairs[p[0]].target_op.exec_index))
+    return ops
+
+
+def _equal(row) -> bool:
+    """Whether a row's target values are golden's, to the bit as far as its metrics or statistics tell."""
+    if row.problem or row.target_dtype != row.golden_dtype:
+        return False
+    if row.metrics is not None:
+        return row.metrics.max_abs_err == 0.0 and not row.metrics.nonfinite_pairs
+    if row.stats is not None:
+        s = row.stats
+        return s.abs_mean_diff == 0.0 and s.abs_std_diff == 0.0 and s.abs_max_diff == 0.0 and s.abs_min_diff == 0.0
+    return row.target_dtype not in _FLOATS  # neither: a tensor with no values compared (a mask, a workspace)
+
+
+def tensor_key(step: int, tensor: TensorRecord) -> tuple:
+    """What identifies a golden tensor that one op writes and later ops read: its statistics; within its step
+    where every value is one (zeros, a filled constant: such tensors recur), else across steps (state an
+    optimizer carries on, a parameter it updated)."""
+    s = tensor.stats
+    fingerprint = _fingerprint(tensor)
+    return (step, *fingerprint) if s.min == s.max else (None, *fingerprint)
 
 
 def _fingerprint(tensor: TensorRecord) -> tuple:

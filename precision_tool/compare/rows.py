@@ -31,7 +31,7 @@ def pair_row(pair: TensorPair, loss_scale: float = 1.0, metrics: TensorMetrics |
     if metrics is not None:
         extra = metrics.target_only_nonfinite
         if not skip and metrics.count:
-            skip = near_zero(pair.golden_op, g, metrics.rmse * math.sqrt(metrics.count))
+            skip = near_zero(pair.golden_op, g, metrics.rmse * math.sqrt(metrics.count), t.dtype)
     elif stats is not None:
         extra = extra_nonfinite(t.stats, g.stats)
         skip = skip or not_read(t, g)

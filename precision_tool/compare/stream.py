@@ -83,7 +83,7 @@ def _stream(golden: Dump, target: Dump, options: CompareOptions, sink: OpSink, p
         golden, target, options)]
     ratios = loss_scale_ratios(golden, target)
     outcome = StreamOutcome(dump_info(golden), dump_info(target))
-    found: dict = {}  # near-zero writers of every step
+    found: dict = {}  # near-zero writers of every step, and what an optimizer made of them (`skip_consumed`)
     counter = _Progress(progress, sum(_data_elements(plan) for plan in plans) if progress else 0)
     stats_only = False
     while plans:
@@ -101,7 +101,7 @@ def _stream(golden: Dump, target: Dump, options: CompareOptions, sink: OpSink, p
         for start in range(0, len(plan.target_rows), WINDOW_OPS):
             window = _Window(plan, plan.target_rows[start:start + WINDOW_OPS],
                              plan.golden_rows[start:start + WINDOW_OPS], golden, target)
-            ops = window.compared(options, ratios, step_found, counter)
+            ops = window.compared(options, ratios, found, counter)  # (adds the optimizer's noise it carries)
             outcome.paired = outcome.paired or bool(window.pairs)
             stats_only = stats_only or any(statistics_only(row) for op in ops for row in op.rows)
             for op in ops:
@@ -132,7 +132,7 @@ def rescore(golden: Dump, target: Dump, options: CompareOptions, ratios: dict, f
                             np.zeros(0), np.zeros(0))
             window = _Window(plan, np.array([t for t, _ in rows], np.int64), np.array([g for _, g in rows], np.int64),
                              golden, target)
-            step_found = {key: reason for key, reason in found.items() if key[0] == step}
+            step_found = {key: reason for key, reason in found.items() if key[0] in (step, None)}
             for op in window.compared(options, ratios, step_found, _Progress(None, 0)):
                 done[(step, window.rows_of[op.exec_index][0])] = op
     return [done[(step, target_row)] for step, target_row, _ in picks]
