@@ -138,7 +138,10 @@ def declares_float32(dump) -> bool:
 def runs_float32(dump) -> bool:
     """`declares_float32`, and most forward ops of its first step compute in float32: a model cast whole to a
     16-bit format (``model.to(torch.bfloat16)``) declares nothing, yet runs in that format by the user's
-    choice; one module cast by hand is the exception among float32 ops."""
+    choice; one module cast by hand is the exception among float32 ops. The ops counted are the model's, run
+    inside its modules, where it has any: a loop that keeps float32 master weights for a 16-bit model
+    unscales their gradients with one float32 op per parameter, outside every module (and outside the
+    optimizer's step, so that they count as forward ops)."""
     from precision_tool.analysis.structure import is_copy
 
     if not declares_float32(dump):
@@ -146,8 +149,9 @@ def runs_float32(dump) -> bool:
     steps = dump.steps()
     if not steps:
         return True
-    dtypes = [r.compute_dtype for r in dump.ops(step=steps[0].step, direction="forward")
-              if not r.is_module and not is_copy(r.type) and r.compute_dtype in _LOW + ("float32",)]
+    records = [r for r in dump.ops(step=steps[0].step, direction="forward")
+               if not r.is_module and not is_copy(r.type) and r.compute_dtype in _LOW + ("float32",)]
+    dtypes = [r.compute_dtype for r in records if module_path(r.name)] or [r.compute_dtype for r in records]
     return sum(d in _LOW for d in dtypes) * 2 < len(dtypes)
 
 

@@ -227,6 +227,12 @@ class Session:
         if not self.step_open:
             self._open_step()
 
+    def _concluding(self) -> bool:
+        """Whether an op after an optimizer's step belongs to the step it concluded: one run under no_grad outside
+        every module and every optimizer's step (float32 master weights copied back into a 16-bit model, an
+        average of the weights updated), not the next iteration's first."""
+        return self.optimizer is None and not self.namer.module_path and not torch.is_grad_enabled()
+
     def _idle_soon(self, *_) -> None:
         """A step nobody records at op level began inside dispatch, where the mode cannot be popped: pop it at
         the next module call."""
@@ -385,8 +391,8 @@ class Session:
                     setattr(result, FORMAT_ATTR, fmt)
             return result
         node = _current_node()
-        if self.pending_boundary and not (info.step_tail and node is None):  # (a loss scaler's update after
-            self.end_step()  # the optimizer: the step it concludes, not a step of its own before `step()`)
+        if self.pending_boundary and not (node is None and (info.step_tail or self._concluding())):
+            self.end_step()  # (a loss scaler's update after the optimizer: the step it concludes)
         if not self.step_open:
             self._open_step()
         direction, name = self.namer.name(info.type, node, self.optimizer)
