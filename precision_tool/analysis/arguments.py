@@ -106,10 +106,11 @@ def _walk(value, path: str) -> Iterator[tuple[str, object]]:
         yield path, value
 
 
-def argument_changes(golden_attrs: dict | None, target_attrs: dict | None, op_type: str = "") -> list[str]:
+def argument_changes(golden_attrs: dict | None, target_attrs: dict | None, op_type: str = "",
+                     numbers_only: bool = False) -> list[str]:
     """``args[4]: 1e-12 in golden, 0.1 in target`` for each number or string argument that differs, or that
     only one side passes (``approximate: not given in golden, 'tanh' in target``); with ``op_type`` (a torch
-    op's), its flags too (`flag_paths`)."""
+    op's), its flags too (`flag_paths`); ``numbers_only``: numbers and flags passed on both sides."""
     flags = flag_paths(op_type, golden_attrs, target_attrs) if op_type else frozenset()
     golden, target = scalar_arguments(golden_attrs, flags), scalar_arguments(target_attrs, flags)
     names = _names(target_attrs) or _names(golden_attrs)
@@ -117,6 +118,8 @@ def argument_changes(golden_attrs: dict | None, target_attrs: dict | None, op_ty
     for path in sorted(golden.keys() | target.keys()):
         g, t = golden.get(path, _MISSING), target.get(path, _MISSING)
         if g is not _MISSING and t is not _MISSING and _same(g, t):
+            continue
+        if numbers_only and not (isinstance(g, (int, float)) and isinstance(t, (int, float))):
             continue
         changes.append(f"{_named(path, names)}: {_shown(g)} in golden, {_shown(t)} in target")
     return changes
@@ -184,14 +187,14 @@ def tensor_positions(attrs: dict | None) -> frozenset[str]:
     return frozenset(found)
 
 
-def called_differently(record, partner, attribution, agrees: bool = False):
+def called_differently(record, partner, attribution, agrees: bool = False, numbers_only: bool = False):
     """kernel_bug when ``record`` (the target's op) is called with other numbers or strings than its golden
     ``partner``; the scan asks only once the op's output departs from golden beyond what its inputs carry, so
     the call, not rounding, made the error. None when the calls agree, or when tensors sit in other argument
     positions: then the two are different calls that share a name (an op only one run makes, a loss scaler's
     ``loss * scale``, shifts the call counts of its scope), not one call given other constants. ``agrees``: asked
     although the output agrees with golden's (a BatchNorm's momentum changes only the running statistics it
-    updates in place)."""
+    updates in place). ``numbers_only``: only numbers and flags count (`argument_changes`)."""
     from precision_tool.analysis.results import Verdict
     from precision_tool.analysis.structure import module_path
 
@@ -199,7 +202,7 @@ def called_differently(record, partner, attribution, agrees: bool = False):
         return None
     if tensor_positions(partner.attrs) != tensor_positions(record.attrs):
         return None
-    changes = argument_changes(partner.attrs, record.attrs, record.type)
+    changes = argument_changes(partner.attrs, record.attrs, record.type, numbers_only)
     if not changes:
         return None
     a = attribution

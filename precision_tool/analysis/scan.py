@@ -273,12 +273,12 @@ class Scanner(RewriteJudge):
             verdict = self._changed_leaf(record)
             if verdict is not None:
                 return verdict
-        # forward ops, and the optimizer's (its lr, eps, betas and weight decay are call arguments); backward
-        # ops are called with what autograd saved, which loss scaling and autocast change by design. An update
-        # adds a small step to a large parameter: its output departs by less than the gradient it reads when
-        # that carries low-precision noise, so the optimizer's arguments are read once its output departs at all
-        if record.direction == "optimizer" or \
-                record.direction != "backward" and a.observed > INTRODUCED_EXCESS * max(a.inherited, 1e-12):
+        # once the op departs beyond its inputs; a backward op's numbers only (a custom Function's backward
+        # written by hand: its constants are the user's), its strings (its node, the forward op named after it)
+        # are how autograd ran it. An update adds a small step to a large parameter: its output departs by less
+        # than the gradient it reads when that carries low-precision noise, so the optimizer's arguments (lr,
+        # eps, betas, weight decay) are read once its output departs at all
+        if record.direction == "optimizer" or a.observed > INTRODUCED_EXCESS * max(a.inherited, 1e-12):
             verdict = self._called_differently(record, a)
             if verdict is not None:
                 return verdict
@@ -345,7 +345,7 @@ class Scanner(RewriteJudge):
         return changed_leaf(record, self._golden_of(record), self.consumers["any"], errors)
 
     def _called_differently(self, record: OpRecord, a: Attribution) -> Verdict | None:
-        verdict = called_differently(record, self._golden_of(record), a)
+        verdict = called_differently(record, self._golden_of(record), a, numbers_only=record.direction == "backward")
         if verdict is not None:
             self.result.attributions.append(a)
         return verdict
