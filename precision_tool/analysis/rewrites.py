@@ -44,7 +44,7 @@ from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.analysis.updates import (backward_departs, introduced_by_group, module_on_golden_inputs,
                                              permuted, relaid)
-from precision_tool.analysis.structure import Consumers, Rewritten, fingerprint, group_results, module_path
+from precision_tool.analysis.structure import Consumers, Rewritten, fingerprint, group_results, is_copy, module_path
 from precision_tool.compare.judged import gradient_scale
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
@@ -197,9 +197,32 @@ class RewriteJudge(MissingJudge):
             action = (f"the target's {rewrite.name} updates differently from golden's: check that its state (momentum "
                       "or moment buffers) is kept across steps, not reset or re-created, and that both runs use the "
                       "same optimizer and options")
+        added = self._added_forward(rewrite) if rewrite.direction == "backward" else None
+        if added is not None:  # the gradient of an op only the target's forward runs (a forward under a 16-bit
+            # run's noise, where a 2 % scale stands out against 8 times its inputs' error only in backward)
+            where = module_path(added.name) or "the ops outside every module"
+            return Verdict(added.name, "kernel_bug", added.step, "forward", added.type, (
+                f"the target's forward runs {added.name} ({added.type}), which golden's {where} does not run; its "
+                "backward shows what it changes", *evidence),
+                f"the target's {where} runs {added.type} where golden's does not: check that code against golden's",
+                module=module_path(added.name) or None)
         # ops outside any module (a loss computed in the training loop) have no module path: name the op
         return Verdict(rewrite.name or record.name, "kernel_bug", record.step, rewrite.direction,
                        record.type, tuple(evidence), action, module=rewrite.name or None)
+
+    def _added_forward(self, rewrite: Rewritten) -> OpRecord | None:
+        """The first forward op, of a type golden's module never runs there, that only the target runs and whose
+        autograd node ran ops of this rewritten backward group: where the difference the group shows began."""
+        forward_ops = {m.attrs.get("forward_op") for m in self._members(rewrite) if isinstance(m.attrs, dict)}
+        for record in self.step_records:
+            if record.direction != "forward" or record.name not in forward_ops or record.is_module \
+                    or is_copy(record.type) or self._golden_of(record) is not None:
+                continue
+            scope = module_path(record.name)
+            if not any(g.type == record.type and g.direction == "forward" and module_path(g.name) == scope
+                       for g in self.golden_records if g.step == record.step):
+                return record
+        return None
 
     def _members(self, rewrite: Rewritten) -> list[OpRecord]:
         """The target's ops of a rewritten group, in order."""
