@@ -227,6 +227,18 @@ def stats_split(target: TensorStats, golden: TensorStats, target_dtype: str, sca
     return ErrorSplit(gap / norm if norm > 0.0 else math.inf, size=target.count)
 
 
+HARM_DEPTH = 6  # readers followed from an overflow before it counts as absorbed
+RUINED_DEPTH = 64  # ... where the step's loss is not finite and golden's is: a chain of inf or NaN to it is harm
+
+
+def harm_depth(golden, target, step: int) -> int:
+    """How many readers deep an overflow's inf or NaN is followed to find harm: `RUINED_DEPTH` at a step whose
+    loss the target lost (not finite, golden's finite): statistics show no error where values are not finite,
+    and only the chain of non-finite readers to the loss tells harm from an overflow the model absorbs."""
+    losses = [next((s.loss for s in dump.steps() if s.step == step), math.nan) for dump in (golden, target)]
+    return RUINED_DEPTH if math.isfinite(losses[0]) and not math.isfinite(losses[1]) else HARM_DEPTH
+
+
 def stats_only(record: OpRecord) -> bool:
     """Whether ``record`` has float outputs with statistics but none with values (a stats-mode op)."""
     floats = [t for t in record.outputs if is_float(t.dtype)]

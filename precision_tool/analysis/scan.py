@@ -51,7 +51,7 @@ from precision_tool.analysis.attribution import (GoldenView, attribute_record, g
                                                  replay_errors, self_consistency, significant_slots)
 from precision_tool.analysis.departures import (REWRITE_UNITS, DepartureFinder, integer_verdict,
                                                 skipped_verdict, target_only_verdict)
-from precision_tool.analysis.errors import noise_floor, overflows_here, rounding_error, stats_only
+from precision_tool.analysis.errors import harm_depth, noise_floor, overflows_here, rounding_error, stats_only
 from precision_tool.analysis.fusion import switch_off_action
 from precision_tool.analysis.omissions import (changed_leaf, fewer_gradients, narrower_than_declared,
                                                runs_float32)
@@ -74,7 +74,6 @@ from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 
 MAX_REPLAYS = 5000  # bound on ops replayed by one diagnosis
-_HARM_DEPTH = 6  # readers followed from an overflow before it counts as absorbed
 _HARM_FANOUT = 8
 
 
@@ -434,8 +433,8 @@ class Scanner(RewriteJudge):
             floor = threshold(output_dtype(reader))
             if a.observed >= floor and (threshold is not noise_floor or a.observed > 4 * a.inherited):
                 return True
-            if (a.overflowed or a.new_nan) and (is_a_loss(reader) or depth < _HARM_DEPTH and  # a loss it ruins
-                                                self._harmful(reader, threshold, depth + 1)):  # is harm enough
+            if (a.overflowed or a.new_nan) and (is_a_loss(reader) or depth < harm_depth(  # a loss it ruins
+                    self.golden, self.target, reader.step) and self._harmful(reader, threshold, depth + 1)):
                 return True
         return False
 

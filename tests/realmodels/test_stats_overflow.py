@@ -1,0 +1,73 @@
+"""An overflow seen in statistics: attention written by hand, q @ kᵀ taken before its 1/sqrt(d) scale, on large
+activations (embeddings of std 20), passes 65504 under float16 autocast and the loss goes NaN at the first step.
+Statistics show no error where values are not finite: the chain of inf and NaN readers from the matmul to the
+loss (11 ops deep) is the harm, followed to the end where the loss was lost (`errors.harm_depth`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from precision_tool.analysis import diagnose
+from precision_tool.dump.reader import open_dump
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+
+class Attention(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(width, width) for _ in range(4))
+        for projection in (self.q, self.k):
+            nn.init.normal_(projection.weight, std=1.0)
+
+    def forward(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        return self.o(torch.matmul(torch.softmax(scores, -1), v))
+
+
+class Net(nn.Module):
+    def __init__(self, width: int = 32):
+        super().__init__()
+        self.emb = nn.Embedding(64, width)
+        nn.init.normal_(self.emb.weight, std=20.0)
+        self.attn, self.ln, self.head = Attention(width), nn.LayerNorm(width), nn.Linear(width, 64)
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        return self.head(self.ln(h + self.attn(h)))
+
+
+def _train(path, mode: str, float16: bool) -> None:
+    import precision_tool.torch as ptt
+
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = torch.randint(0, 64, (2, 4, 16))
+    with ptt.dump(path, mode=mode):
+        for step in range(2):
+            with torch.autocast("cpu", dtype=torch.float16, enabled=float16):
+                logits = model(data[step])
+            loss = nn.functional.cross_entropy(logits.float().reshape(-1, 64), data[step].reshape(-1))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            ptt.step(loss)
+
+
+@pytest.mark.parametrize("mode", ["stats", "dump"])
+def test_an_overflow_whose_nan_reaches_the_loss_is_named(tmp_path, mode):
+    golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
+    _train(golden, mode, False)
+    _train(target, mode, True)
+    with open_dump(golden) as g, open_dump(target) as t:
+        assert math.isnan(t.steps()[0].loss)
+        verdict = diagnose(g, t).verdict
+    assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == (
+        "overflow", "Net/attn/aten.bmm_0", 0, "forward"), verdict.evidence
