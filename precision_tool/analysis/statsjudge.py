@@ -70,8 +70,12 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
         if verdict is not None:
             scan.result.attributions.append(a)
             return verdict
-    if record.direction == "optimizer":  # its lr, eps, betas and weight decay are call arguments, read as for full
-        # dumps once its output departs at all: the arguments, not the statistics, are the evidence
+    if record.direction == "optimizer":  # a gradient changed after its op wrote it (a hook); its lr, eps, betas
+        # and weight decay are call arguments, read as for full dumps once its output departs at all: the
+        # arguments, not the statistics, are the evidence
+        verdict = _written_between(scan, record, a, update=True)
+        if verdict is not None:
+            return verdict
         return scan._called_differently(record, a) if a.observed >= noise_floor(output_dtype(record)) else None
     verdict = _written_between(scan, record, a)
     if verdict is not None:
@@ -125,15 +129,16 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
     return verdict
 
 
-def _written_between(scan, record: OpRecord, a: Attribution) -> Verdict | None:
+def _written_between(scan, record: OpRecord, a: Attribution, update: bool = False) -> Verdict | None:
     """An input of an op whose output departs, the input by SIGNIFICANT_ERROR (and its dtype's noise) beyond what
     its golden writer's partner wrote, as for full dumps (`departures.floating`): an op only the target runs wrote
     it in between (a hook, a write through .data), or the target skips the op that wrote it in golden (a
     division). Both sides of that comparison are one value's statistics: a cast between them rounds it, and
-    rounding shows in statistics at the second order."""
+    rounding shows in statistics at the second order. ``update``: an optimizer's op, whose output (a parameter
+    a small step moves) departs by less than the gradient it reads: asked whatever its output does."""
     floor = max(noise_floor(output_dtype(record)), SIGNIFICANT_ERROR)
-    if a.observed < floor or a.inherited < floor:  # as for full dumps, an op whose output departs (a loss
-        return None  # scaled by the target alone departs; the ones_like that reads it writes golden's seed)
+    if a.observed < floor and not update or a.inherited < floor:  # as for full dumps, an op whose output departs
+        return None  # (a loss scaled by the target alone departs; the ones_like that reads it writes golden's seed)
     found = scan.departures.floating(record, scan.views.get(id(record)) or GoldenView(scan.golden, []), floor)
     if found is None:
         return None
