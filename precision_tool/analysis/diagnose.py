@@ -104,6 +104,23 @@ def _golden_overflows(golden, verdict: Verdict) -> Verdict:
         "dump list its overflows"))
 
 
+def _then_overflows(verdict: Verdict, report, target) -> Verdict:
+    """``verdict`` (precision_loss at an op computing in a 16-bit format by hand) with what that format does next
+    where the run's first overflow comes after it in its step (a softmax in float16 that underflows to 0, and
+    the log after it writes -inf): the small error at the op is where the run's inf or NaN began."""
+    first = report.first
+    if verdict.cls != "precision_loss" or verdict.op is None or first is None or first.step != verdict.step:
+        return verdict
+    record = target.op(verdict.step, verdict.op, verdict.direction) if verdict.direction == "forward" else None
+    if record is None or first.exec_index <= record.exec_index:
+        return verdict
+    lost = next((f"; the loss is {s.loss} from step {s.step}" for s in target.steps() if not math.isfinite(s.loss)),
+                "")
+    return replace(verdict, evidence=verdict.evidence + (
+        f"later in that step {first.name} ({first.type}, in {first.compute_dtype}) writes {first.inf} inf and "
+        f"{first.nan} NaN value(s), the run's first overflow{lost}",))
+
+
 def _loss_gone_nonfinite(golden, target, verdict: Verdict) -> Verdict:
     """``verdict`` (none, at no op) for a target whose loss is not finite at a step where golden's is: not
     accumulated rounding, but an overflow this dump does not show (module-level records, a region, ops that
@@ -280,6 +297,7 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     if verdict.cls == "none" and verdict.op is None:
         verdict = _golden_overflows(golden, verdict)
         verdict = _loss_gone_nonfinite(golden, target, verdict)
+    verdict = _then_overflows(verdict, overflow_rep, target)
     verdict, boost_notes = explain_boost(golden, target, verdict, flagged[0].name if flagged else None)
     notes.extend(boost_notes)
     diagnosis.verdict = verdict
