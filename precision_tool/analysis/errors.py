@@ -144,6 +144,18 @@ def asks_for_infinity(value) -> bool:
     return isinstance(value, float) and math.isinf(value)
 
 
+def asks_for_extreme(value, limit: float) -> bool:
+    """Whether an op's recorded arguments hold a number of magnitude ``limit`` (its format's largest, as
+    ``torch.finfo(dtype).min`` gives a mask value) or more, or an infinite one: values it writes at the
+    format's limit are the model's constant, not an overflow."""
+    if isinstance(value, dict):
+        return asks_for_infinity(value) if set(value) == {"float"} else any(
+            asks_for_extreme(v, limit) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(asks_for_extreme(v, limit) for v in value)
+    return isinstance(value, float) and not math.isnan(value) and abs(value) >= limit
+
+
 def overflows_here(record: OpRecord, a) -> bool:
     """Whether ``record`` (its `Attribution` ``a``) makes inf or NaN where golden holds finite values, from
     inputs within SIGNIFICANT_ERROR of golden's, or from inputs that rounding alone moved further, finite
@@ -179,8 +191,9 @@ def starts_nonfinite(record: OpRecord) -> bool | None:
 
     in_hi, in_lo, in_nan = extremes(record.inputs)
     out_hi, out_lo, out_nan = extremes(record.outputs)
-    if (out_hi and not in_hi) or (out_lo and not in_lo):
-        return False
+    limit = min((format_limit(t.dtype) for t in record.outputs if t.dtype in FORMATS), default=math.inf)
+    if ((out_hi and not in_hi) or (out_lo and not in_lo)) and not asks_for_extreme(record.attrs, limit):
+        return False  # (masked_fill(scores, mask, finfo.min) writes the mask value it was given)
     if out_nan and not (in_nan or in_hi or in_lo):
         return True
     return None

@@ -191,8 +191,8 @@ class RewriteJudge(MissingJudge):
             return Verdict(rewrite.name, "precision_loss", record.step, rewrite.direction, record.type,
                            tuple(evidence), f"compute {rewrite.name} in float32 (no casts to narrower dtypes inside "
                            f"it), or go back to golden's {_listing_short(rewrite.golden_ops)}", module=rewrite.name)
-        action = (f"the target's {rewrite.name} computes differently from golden's: check that implementation "
-                  f"against golden's {_listing_short(rewrite.golden_ops)}")
+        action = (f"the target's {rewrite.name or 'code outside every module'} computes differently from golden's: "
+                  f"check that implementation against golden's {_listing_short(rewrite.golden_ops)}")
         if rewrite.direction == "optimizer":
             action = (f"the target's {rewrite.name} updates differently from golden's: check that its state (momentum "
                       "or moment buffers) is kept across steps, not reset or re-created, and that both runs use the "
@@ -200,7 +200,7 @@ class RewriteJudge(MissingJudge):
         added = self._added_forward(rewrite) if rewrite.direction == "backward" else None
         if added is not None:  # the gradient of an op only the target's forward runs (a forward under a 16-bit
             # run's noise, where a 2 % scale stands out against 8 times its inputs' error only in backward)
-            where = module_path(added.name) or "the ops outside every module"
+            where = module_path(added.name) or "code outside every module"
             return Verdict(added.name, "kernel_bug", added.step, "forward", added.type, (
                 f"the target's forward runs {added.name} ({added.type}), which golden's {where} does not run; its "
                 "backward shows what it changes", *evidence),

@@ -59,6 +59,7 @@ from precision_tool.analysis.overflow import overflow_entry, starts_here
 from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.replay import is_float
+from precision_tool.analysis.reshaped import another_part
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
 from precision_tool.analysis.modulejudge import judge_module
 from precision_tool.analysis.statsjudge import judge_statistics
@@ -238,8 +239,9 @@ class Scanner(RewriteJudge):
                        introduced_at=significant_slots(errors))
 
     def _judge_op(self, record: OpRecord) -> Verdict | None:
-        verdict = fewer_gradients(record, self._golden_of(record), self.step_records, self.golden_records,
-                                  self.consumers["backward"])
+        partner = self._golden_of(record)  # (then: an input that is another part of an output agreeing)
+        verdict = fewer_gradients(record, partner, self.step_records, self.golden_records, self.consumers["backward"]) \
+            or another_part(record, partner, self.step_records, self._golden_of)
         if verdict is not None:
             return verdict
         if not any(t.has_data and is_float(t.dtype) for t in record.outputs):

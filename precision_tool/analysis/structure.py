@@ -46,12 +46,26 @@ class Rewritten:
     golden_slot: str = "input_0"
 
     def describe(self) -> str:
-        return (f"golden ran {_listing(self.golden_ops)}; the target ran {_listing(self.target_ops)}")
+        """What each run ran; where the two lists would show alike (their first 12 ops the same), from the
+        first op that differs."""
+        common = 0
+        for golden, target in zip(self.golden_ops, self.target_ops):
+            if golden != target:
+                break
+            common += 1
+        if common < _SHOWN or common < 3:
+            return f"golden ran {_listing(self.golden_ops)}; the target ran {_listing(self.target_ops)}"
+        start = common - 1  # the last op in common, for context
+        return (f"after {start} op(s) in common, golden ran {_listing(self.golden_ops[start:])}; the target ran "
+                f"{_listing(self.target_ops[start:])}")
+
+
+_SHOWN = 12  # ops a listing shows
 
 
 def _listing(types: tuple[str, ...]) -> str:
-    shown = ", ".join(t.removeprefix("aten.") for t in types[:12])
-    return f"[{shown}{', ...' if len(types) > 12 else ''}]"
+    shown = ", ".join(t.removeprefix("aten.") for t in types[:_SHOWN])
+    return f"[{shown}{', ...' if len(types) > _SHOWN else ''}]"
 
 
 def is_copy(op_type: str) -> bool:

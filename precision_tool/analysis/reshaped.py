@@ -1,0 +1,86 @@
+"""Another part of the same tensor: an op that reads, whole, an output golden's run reads only part of.
+
+Logits or labels not shifted before a loss (``logits[:, :-1]`` in golden, all of
+them in the target), padding left in, a mask not applied: the op before agrees
+with golden's, the op after reads a tensor of another size, and everything
+after it differs. Views are not ops: no recorded op takes the slice golden takes,
+so a scan that pairs ops sees a first op whose inputs and outputs both mismatch
+(an error it cannot measure, "inherited") and goes past it.
+
+Found from statistics: the target's input is, value for value, the whole output
+of an earlier op of its step (same count, extremes, mean and norm); that op's
+golden partner wrote as many values, near the target's; golden's op reads
+fewer of them. Casts are left out: autocast adds and removes them, and their names
+pair other calls.
+"""
+
+from __future__ import annotations
+
+import math
+
+from precision_tool.analysis.replay import is_float
+from precision_tool.analysis.results import Verdict
+from precision_tool.analysis.structure import fingerprint, is_copy, module_path
+from precision_tool.defaults import SIGNIFICANT_ERROR
+from precision_tool.dump.records import OpRecord
+
+
+def another_part(record: OpRecord, partner: OpRecord | None, step_records: list[OpRecord], golden_of) -> Verdict | None:
+    """kernel_bug at forward op ``record`` when an input of it is the whole output of an earlier op whose golden
+    partner agrees, while ``partner`` (golden's op) reads fewer values there; else None. ``step_records``: the
+    step's records of the target, in order."""
+    if partner is None or partner.type != record.type or record.direction != "forward" or record.is_module \
+            or is_copy(record.type):  # (autocast adds and removes casts: their names pair other calls)
+        return None
+    theirs = {t.slot: t for t in partner.inputs}
+    for tensor in record.inputs:
+        golden = theirs.get(tensor.slot)
+        if golden is None or not is_float(tensor.dtype) or not tensor.stats.count \
+                or golden.stats.count == tensor.stats.count:
+            continue
+        writer, slot = _writer(record, tensor, step_records)
+        if writer is None:
+            continue
+        golden_writer = golden_of(writer)
+        written = golden_writer.tensor(slot) if golden_writer is not None else None
+        if written is None or written.stats.count != tensor.stats.count or golden.stats.count >= tensor.stats.count \
+                or not _near(written, tensor):
+            continue
+        return Verdict(record.name, "kernel_bug", record.step, "forward", record.type, (
+            f"{record.name} ({record.type}) reads {tensor.slot} of shape {_shape(tensor)}, the whole output of "
+            f"{writer.name}, where golden's reads {golden.stats.count} of its {written.stats.count} values "
+            f"(shape {_shape(golden)})",
+            f"{writer.name} agrees with golden's: between it and {record.name} the target takes another part of "
+            "that output (a view or slice golden takes and the target does not: logits or labels not shifted, "
+            "padding or a mask not applied)"),
+            f"check the indexing between {writer.name} and {record.name}: golden reads shape {_shape(golden)} of "
+            f"that output there", module=module_path(record.name) or None)
+    return None
+
+
+def _writer(record: OpRecord, tensor, step_records: list[OpRecord]) -> tuple[OpRecord | None, str]:
+    """The last op of ``record``'s step and direction before it that wrote ``tensor``'s values whole."""
+    key = fingerprint(tensor)
+    found = (None, "")
+    for other in step_records:
+        if other is record:
+            break
+        if other.direction != record.direction or other.is_module:
+            continue
+        for output in other.outputs:
+            if fingerprint(output) == key:
+                found = (other, output.slot)
+    return found
+
+
+def _near(golden, target) -> bool:
+    """Whether two tensors' statistics agree within SIGNIFICANT_ERROR (norm and mean, relative to the norm)."""
+    g, t = golden.stats, target.stats
+    if not (math.isfinite(g.norm) and math.isfinite(t.norm)) or g.norm <= 0.0:
+        return False
+    mean_gap = abs(g.mean - t.mean) * math.sqrt(g.count) / g.norm
+    return abs(g.norm - t.norm) / g.norm < SIGNIFICANT_ERROR and mean_gap < SIGNIFICANT_ERROR
+
+
+def _shape(tensor) -> str:
+    return "(" + ", ".join(str(n) for n in tensor.shape) + ")"

@@ -1,0 +1,101 @@
+"""Faults in the code around a model, on tiny transformers models: the labels and logits of a language-model loss
+not shifted (an op that reads, whole, an output golden reads part of: `analysis.reshaped`), and a causal mask
+off by one written with ``masked_fill(..., finfo.min)`` (the mask value is the model's constant, not an overflow;
+the rewritten module's listing shows where its ops part from golden's).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from precision_tool.analysis import diagnose
+from precision_tool.dump.reader import open_dump
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+
+def _gpt2():
+    import transformers as tf
+
+    tf.logging.set_verbosity_error()
+    return tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32,
+                                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+
+
+def _train(path, model, loss_of, steps: int = 2) -> None:
+    import precision_tool.torch as ptt
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = torch.randint(0, 64, (steps, 2, 12), generator=torch.Generator().manual_seed(1))
+    with ptt.dump(path):
+        for step in range(steps):
+            loss = loss_of(model, data[step])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            ptt.step(loss)
+
+
+def _shifted(model, ids):
+    logits = model(input_ids=ids).logits
+    return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 64), ids[:, 1:].reshape(-1))
+
+
+def _unshifted(model, ids):
+    logits = model(input_ids=ids).logits
+    return nn.functional.cross_entropy(logits.reshape(-1, 64), ids.reshape(-1))
+
+
+def test_labels_not_shifted_are_named_where_the_loss_reads_the_whole_logits(tmp_path):
+    golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
+    torch.manual_seed(0)
+    _train(golden, _gpt2(), _shifted)
+    torch.manual_seed(0)
+    _train(target, _gpt2(), _unshifted)
+    with open_dump(golden) as g, open_dump(target) as t:
+        verdict = diagnose(g, t).verdict
+    assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == (
+        "kernel_bug", "aten._log_softmax_0", 0, "forward"), verdict.evidence
+    assert verdict.evidence[0] == (
+        "aten._log_softmax_0 (aten._log_softmax) reads input_0 of shape (24, 64), the whole output of "
+        "GPT2LMHeadModel/lm_head/aten._unsafe_view_0, where golden's reads 1408 of its 1536 values (shape (22, 64))")
+
+
+def _llama(monkeypatch, diagonal: int):
+    import transformers as tf
+    import transformers.models.llama.modeling_llama as llama
+
+    def attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        key = llama.repeat_kv(key, module.num_key_value_groups)
+        value = llama.repeat_kv(value, module.num_key_value_groups)
+        scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+        if diagonal == 1:
+            scores = scores + attention_mask
+        length = scores.shape[-1]
+        future = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=diagonal)
+        scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
+        weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+        return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+    monkeypatch.setattr(llama, "eager_attention_forward", attention)
+    tf.logging.set_verbosity_error()
+    config = tf.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config._attn_implementation = "eager"
+    return tf.LlamaForCausalLM(config)
+
+
+def test_a_causal_mask_off_by_one_is_named_at_its_attention_not_as_an_overflow(tmp_path, monkeypatch):
+    golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
+    torch.manual_seed(0)
+    _train(golden, _llama(monkeypatch, 1), _shifted)
+    torch.manual_seed(0)
+    _train(target, _llama(monkeypatch, 2), _shifted)  # each token sees the next one
+    with open_dump(golden) as g, open_dump(target) as t:
+        verdict = diagnose(g, t).verdict
+    assert (verdict.cls, verdict.module, verdict.step, verdict.direction) == (
+        "kernel_bug", "LlamaForCausalLM/model/layers.0/self_attn", 0, "forward"), verdict.evidence
+    assert verdict.evidence[0].endswith("after 16 op(s) in common, golden ran [mul, add, masked_fill, _softmax, bmm, "
+                                        "mm]; the target ran [mul, masked_fill, _softmax, bmm, mm]")
