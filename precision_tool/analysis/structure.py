@@ -83,8 +83,8 @@ def module_calls(records: list[OpRecord]) -> list[tuple[OpRecord, list[OpRecord]
     previous_end: dict[str, int] = {}
     ops = [r for r in records if r.direction == "forward" and not r.is_module]
     for record in records:
-        if not record.is_module:
-            continue
+        if not record.is_module or record.direction != "forward":  # (a backward module record is no call: paired
+            continue  # by occurrence, it stood for a call checkpointing recomputes, with none of golden's ops)
         prefix = record.name + "/"
         start = previous_end.get(record.name, -1)
         inside = [r for r in ops if start < r.exec_index < record.exec_index and r.name.startswith(prefix)]
@@ -140,12 +140,13 @@ def rewritten_backward(golden: list[OpRecord], target: list[OpRecord]) -> list[R
     golden_groups = _backward_groups(golden)
     found = []
     writers = None
+    recomputes = _recomputes(target) and not _recomputes(golden)
     for name, group in _backward_groups(target).items():
         partner = golden_groups.get(name)
         if partner is None:
             continue
         g_types, t_types = _compute_types(partner), _compute_types(group)
-        if g_types != t_types:
+        if g_types != t_types and not (recomputes and _placed(g_types) == _placed(t_types)):
             if writers is None:
                 writers = tuple(Consumers([r for r in records if r.direction == "backward"])
                                 for records in (golden, target))
@@ -155,6 +156,28 @@ def rewritten_backward(golden: list[OpRecord], target: list[OpRecord]) -> list[R
                                    golden_first, frozenset((r.direction, r.name) for r in group), target_slot,
                                    golden_slot))
     return _innermost(found)
+
+
+_PLACED = frozenset({"aten.add", "aten.zeros", "aten.zeros_like", "aten.empty", "aten.empty_like", "aten.new_zeros"})
+
+
+def _recomputes(records: list[OpRecord]) -> bool:
+    """Whether a step's forward ops run again (activation checkpointing: a recomputed op takes the name its first
+    call had, `precision_tool.torch.naming`)."""
+    seen: set[str] = set()
+    for record in records:
+        if record.direction == "forward" and not record.is_module:
+            if record.name in seen:
+                return True
+            seen.add(record.name)
+    return False
+
+
+def _placed(types: tuple[str, ...]) -> tuple[str, ...]:
+    """``types`` without the ops whose place in backward the graph's shape decides: the sum of a tensor's
+    gradients from its several readers (the engine adds them where the last arrives), and the buffers it
+    allocates. Checkpointing builds the graph of a block again in backward, and such ops land in other groups."""
+    return tuple(t for t in types if t not in _PLACED)
 
 
 def rewritten_optimizer(golden: list[OpRecord], target: list[OpRecord]) -> list[Rewritten]:
