@@ -278,7 +278,7 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     diagnosis.first_module = (verdict.module if verdict is not None else None) or scan.first_module
     notes.extend(scan.notes)
     if verdict is None:  # overflows the scan could not judge against golden (no data for them)
-        unjudged = [e for e in overflow_rep.entries if not e.inherited and e.name not in handled
+        unjudged = [e for e in overflow_rep.entries if not e.inherited and not e.models_own and e.name not in handled
                     and not _has_data(target, e) and (e.step, e.name, e.direction) not in scan.judged]
         if unjudged:
             entry = unjudged[0]

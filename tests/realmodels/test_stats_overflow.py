@@ -71,3 +71,13 @@ def test_an_overflow_whose_nan_reaches_the_loss_is_named(tmp_path, mode):
         verdict = diagnose(g, t).verdict
     assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == (
         "overflow", "Net/attn/aten.bmm_0", 0, "forward"), verdict.evidence
+
+
+def test_the_mask_constant_of_another_attention_kernel_is_no_overflow_in_statistics(tmp_path):
+    # the math backend's scalar_tensor(-inf), which golden's fused kernel does not run: the model's own value,
+    # listed as such, was the verdict's overflow when the scan had not judged it (no values to judge)
+    from tests.realmodels.variation import Variation, run_variation
+
+    diagnosis, right, said = run_variation(Variation("gpt2", "fp32", attention="math"), tmp_path, "stats")
+    assert right and diagnosis.verdict.cls == "none", said
+    assert diagnosis.overflow.asked == 12 and diagnosis.overflow.first is None
