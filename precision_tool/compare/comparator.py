@@ -174,7 +174,7 @@ def score_pair(pair: TensorPair, golden: DumpSource, target: DumpSource, chunk_e
     if tuple(t.shape) != tuple(g.shape):
         return pair_row(pair, loss_scale, problem=SHAPE_MISMATCH)
     if not (t.has_data and g.has_data):
-        return pair_row(pair, loss_scale, stats=compare_stats(t.stats, g.stats))
+        return pair_row(pair, loss_scale, stats=compare_stats(t.stats, g.stats, loss_scale))
     target_range = (t.stats.min / loss_scale, t.stats.max / loss_scale)
     accumulator = PairAccumulator(target_range, (g.stats.min, g.stats.max),
                                   relative_error_floor(g.dtype), check_finite=not (t.stats.finite and g.stats.finite))

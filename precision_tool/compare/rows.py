@@ -35,6 +35,8 @@ def pair_row(pair: TensorPair, loss_scale: float = 1.0, metrics: TensorMetrics |
     elif stats is not None:
         extra = extra_nonfinite(t.stats, g.stats)
         skip = skip or not_read(t, g)
+        if not skip and math.isfinite(t.stats.norm):  # the error is at most the two norms' sum
+            skip = near_zero(pair.golden_op, g, t.stats.norm / loss_scale + g.stats.norm, t.dtype)
     return TensorRow(op.step, op.exec_index, op.name, op.type, op.direction, t.slot, pair.golden_op.name, g.slot,
                      t.dtype, g.dtype, tuple(t.shape), tuple(g.shape), metrics, stats,
                      ValueCounts.from_stats(t.stats), ValueCounts.from_stats(g.stats), extra, op.pass_name, problem,

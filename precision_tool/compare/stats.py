@@ -57,14 +57,16 @@ def relative_norm_difference(target_norm: float, golden_norm: float) -> float:
     return diff / golden_norm
 
 
-def compare_stats(target: TensorStats, golden: TensorStats) -> StatsDelta:
-    """The differences between two tensors' statistics (over their finite values)."""
+def compare_stats(target: TensorStats, golden: TensorStats, loss_scale: float = 1.0) -> StatsDelta:
+    """The differences between two tensors' statistics (over their finite values), ``loss_scale`` divided out of
+    the target's first (a loss-scaled gradient: each statistic but the count scales with it)."""
+    s = loss_scale
     return StatsDelta(
-        abs_mean_diff=abs(target.mean - golden.mean),
-        abs_std_diff=abs(target.std - golden.std),
-        rel_norm_diff=relative_norm_difference(target.norm, golden.norm),
-        abs_max_diff=abs(target.max - golden.max),
-        abs_min_diff=abs(target.min - golden.min),
+        abs_mean_diff=abs(target.mean / s - golden.mean),
+        abs_std_diff=abs(target.std / s - golden.std),
+        rel_norm_diff=relative_norm_difference(target.norm / s, golden.norm),
+        abs_max_diff=abs(target.max / s - golden.max),
+        abs_min_diff=abs(target.min / s - golden.min),
         golden_magnitude=max(abs(golden.min), abs(golden.max)),
     )
 

@@ -43,3 +43,19 @@ def test_an_optimizer_with_another_epsilon_still_fails_check(tmp_path, run_cli):
     assert checked.status == 1
     assert "first failing op: step 0" in " ".join(checked.stdout.split())
     assert "optimizer/AdamW/" in " ".join(checked.stdout.split())
+
+
+def test_statistics_of_loss_scaled_gradients_are_compared_with_the_scale_divided_out(tmp_path, run_cli):
+    # fp16 autocast and a GradScaler, both runs in stats mode: every backward tensor failed check by the scale
+    # (a relative norm difference of 65535), and the key biases' noise by a thousand times more
+    from precision_tool.compare.check import CheckCriteria, check_report
+
+    golden, target = collect(Variation("bert", "amp"), tmp_path, "stats")
+    report = compare_dumps(golden, target)
+    rows = {(op.step, op.name, row.tensor): row for op in report.ops for row in op.rows}
+    seed = rows[(0, "CrossEntropyLoss/aten.nll_loss_forward_0/aten.nll_loss_backward_0", "output_0")]
+    assert seed.loss_scale == 65536.0 and seed.stats.rel_norm_diff < 1e-6
+    key = rows[(0, f"BertForSequenceClassification/bert/encoder/layer.1{KEY_BIAS_GRADIENT}", "output_0")]
+    assert key.skip.startswith("near zero")  # (its target norm, the most its error can be, is that small)
+    failures = check_report(report, CheckCriteria()).failures
+    assert failures and {f.direction for f in failures} == {"optimizer"}
