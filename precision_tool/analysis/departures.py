@@ -105,8 +105,8 @@ class DepartureFinder:
         when its float output departs beyond its float inputs; else None."""
         if a.observed <= INTRODUCED_EXCESS * a.inherited:
             return None
-        for tensor in record.inputs:
-            if is_float(tensor.dtype) or not tensor.has_data or tensor.dtype == "bool":
+        for tensor in record.inputs:  # (a boolean mask too: a padding mask left out, an off-by-one causal mask)
+            if is_float(tensor.dtype) or not tensor.has_data:
                 continue
             golden = view.get(tensor.slot)
             if golden is None:
@@ -389,12 +389,18 @@ def integer_verdict(record: OpRecord, a: Attribution, d: Departure) -> Verdict:
     """The op that read changed integers: where the change first shows; the integers were made before it."""
     source = (f"{d.producer.name}, which wrote them in golden, wrote golden's values" if d.producer is not None
               else "no recorded op wrote them (ops on integers alone are not recorded)")
-    evidence = (f"{record.name} ({record.type}) reads integer {d.slot} that differs from golden's in {d.differing} "
-                f"of {d.size} element(s), while its float inputs are within {a.inherited:.3g} of golden",
+    mask = record.tensor(d.slot).dtype == "bool"
+    evidence = (f"{record.name} ({record.type}) reads {'boolean' if mask else 'integer'} {d.slot} that differs from "
+                f"golden's in {d.differing} of {d.size} element(s), while its float inputs are within "
+                f"{a.inherited:.3g} of golden",
                 f"its output is {a.observed:.3g} from golden; {source}",
+                "the mask was made otherwise just before it, in the target only (a padding or attention mask left "
+                "out, a causal mask shifted), or the runs read different data" if mask else
                 "the integers were changed just before it, in the target only (an index offset, a shifted "
                 "vocabulary, a clamp), or the runs read different data")
-    action = (f"check how {d.slot} of {record.type} is computed in the target (an off-by-one, a vocabulary "
+    action = (f"check how the mask {d.slot} of {record.type} is built in the target (which positions it hides: "
+              "padding, causality) against golden, and that both runs read the same batch" if mask else
+              f"check how {d.slot} of {record.type} is computed in the target (an off-by-one, a vocabulary "
               "mapping, a tokenizer) against golden, and that both runs read the same batch")
     return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, evidence, action,
                    module=module_path(record.name))

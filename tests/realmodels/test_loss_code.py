@@ -99,3 +99,30 @@ def test_a_causal_mask_off_by_one_is_named_at_its_attention_not_as_an_overflow(t
         "kernel_bug", "LlamaForCausalLM/model/layers.0/self_attn", 0, "forward"), verdict.evidence
     assert verdict.evidence[0].endswith("after 16 op(s) in common, golden ran [mul, add, masked_fill, _softmax, bmm, "
                                         "mm]; the target ran [mul, masked_fill, _softmax, bmm, mm]")
+
+
+def test_a_padding_mask_left_out_is_named_where_the_mask_is_built(tmp_path, monkeypatch):
+    # golden passes the attention mask of a left-padded batch, the target none: the first op that reads the
+    # boolean mask (where) departs while its float inputs agree; it was named in a later layer's rotary half, as
+    # "a value no op wrote" (a view of the query)
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[0, :4] = 0
+
+    def loss_with(attention_mask):
+        def loss_of(model, ids):
+            logits = model(input_ids=ids, attention_mask=attention_mask).logits
+            labels = ids.masked_fill(mask == 0, -100)
+            return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 64), labels[:, 1:].reshape(-1))
+        return loss_of
+
+    golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
+    torch.manual_seed(0)
+    _train(golden, _llama(monkeypatch, 1), loss_with(mask))
+    torch.manual_seed(0)
+    _train(target, _llama(monkeypatch, 1), loss_with(None))
+    with open_dump(golden) as g, open_dump(target) as t:
+        verdict = diagnose(g, t).verdict
+    assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == (
+        "kernel_bug", "LlamaForCausalLM/model/aten.where_0", 0, "forward"), verdict.evidence
+    assert verdict.evidence[0].startswith("LlamaForCausalLM/model/aten.where_0 (aten.where) reads boolean input_0 "
+                                          "that differs from golden's in ")
