@@ -44,6 +44,21 @@ def _dtype_constants() -> frozenset[float]:
 _DTYPE_CONSTANTS = _dtype_constants()
 
 
+def writes_dtype_constant(record) -> bool:
+    """Whether ``record`` reads no float tensor and is given a format's extreme (``scalar_tensor(finfo(float16)
+    .min)``, a mask value): it writes a constant that follows the run's precision, golden's another."""
+    reads_float = any(t.dtype.startswith(("float", "bfloat")) and t.stats.count for t in record.inputs)
+    return not reads_float and _holds_dtype_constant(record.attrs or {})
+
+
+def _holds_dtype_constant(value) -> bool:
+    if isinstance(value, dict):
+        return any(_holds_dtype_constant(v) for k, v in value.items() if k not in _SKIPPED_KEYS)
+    if isinstance(value, (list, tuple)):
+        return any(_holds_dtype_constant(v) for v in value)
+    return isinstance(value, float) and value in _DTYPE_CONSTANTS
+
+
 def scalar_arguments(attrs: dict | None, flags: frozenset[str] = frozenset()) -> dict[str, object]:
     """path -> value of every number and string among ``attrs`` (placeholders and dtype-like values left out), and
     of the booleans at the paths in ``flags``."""
