@@ -332,12 +332,30 @@ def collect(case: Case, workdir: Path, mode: str = "dump", goldens: Path | None 
 
 def run_case(case: Case, workdir: Path, mode: str = "dump"):
     """Collect ``case`` (both runs in ``mode``) and diagnose it; returns the `Diagnosis`."""
+    return diagnosis_of(*collect(case, workdir, mode=mode))
+
+
+def diagnosis_of(golden: Path, target: Path):
+    """The `Diagnosis` of two dump files."""
     from precision_tool.analysis import diagnose
     from precision_tool.dump.reader import open_dump
 
-    golden, target = collect(case, workdir, mode=mode)
     with open_dump(golden) as g, open_dump(target) as t:
         return diagnose(g, t)
+
+
+def fit(path: Path, model, optimizer, loss_of, batches, mode: str = "dump") -> None:
+    """Train ``model`` one optimizer step a batch inside ``ptt.dump(path, mode)``, each step's loss recorded:
+    ``loss_of(model, batch)``."""
+    import precision_tool.torch as ptt
+
+    with ptt.dump(path, mode=mode):
+        for batch in batches:
+            loss = loss_of(model, batch)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            ptt.step(loss)
 
 
 def judge(case: Case, diagnosis) -> tuple[bool, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from precision_tool.compare import compare_dumps
+from tests.realmodels.cases import diagnosis_of
 from tests.realmodels.variation import Variation, collect
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -57,14 +58,11 @@ def _distilbert(path, checkpointing: bool, bf16: bool, fault: bool = False) -> N
 def test_a_bf16_port_that_recomputes_its_blocks_sums_gradients_elsewhere(tmp_path, fault):
     # recomputing a block builds its graph again in backward: the engine adds a residual stream's gradients
     # where the last of them arrives, in another op's group than golden's; a fault in backward is still named
-    from precision_tool.analysis import diagnose
-    from precision_tool.dump.reader import open_dump
-
+        
     golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
     _distilbert(golden, False, False)
     _distilbert(target, True, True, fault)
-    with open_dump(golden) as g, open_dump(target) as t:
-        verdict = diagnose(g, t).verdict
+    verdict = diagnosis_of(golden, target).verdict
     if not fault:
         assert verdict.cls == "none", verdict.evidence  # it was kernel_bug at a LayerNorm's backward, step 1
     else:
@@ -75,10 +73,7 @@ def test_a_bf16_port_that_recomputes_its_blocks_sums_gradients_elsewhere(tmp_pat
 def test_a_port_that_recomputes_its_dropout_draws_the_same_masks(tmp_path):
     # a recomputed call of a module paired with golden's backward record of it, which runs no op: "dropout on in
     # one run only", in a clean float32 run
-    from precision_tool.analysis import diagnose
-    from precision_tool.dump.reader import open_dump
-
+        
     golden, target = collect(Variation("gpt2", "fp32", dropout=0.1, checkpoint="reentrant"), tmp_path)
-    with open_dump(golden) as g, open_dump(target) as t:
-        verdict = diagnose(g, t).verdict
+    verdict = diagnosis_of(golden, target).verdict
     assert verdict.cls == "none", verdict.evidence

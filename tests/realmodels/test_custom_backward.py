@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
-from precision_tool.analysis import diagnose
-from precision_tool.dump.reader import open_dump
+
+from tests.realmodels.cases import diagnosis_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -74,8 +74,7 @@ def test_a_wrong_constant_in_a_hand_written_backward_is_named(tmp_path, mode):
     golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
     _train(golden, mode, False)
     _train(target, mode, True)
-    with open_dump(golden) as g, open_dump(target) as t:
-        verdict = diagnose(g, t).verdict
+    verdict = diagnosis_of(golden, target).verdict
     assert (verdict.cls, verdict.direction, verdict.step, verdict.module) == ("kernel_bug", "backward", 0, ACT)
     assert f"args[1] (other): {3 * CUBIC:g} in golden, {CUBIC:g} in target" in verdict.evidence[0]
 
@@ -84,5 +83,4 @@ def test_the_same_backward_in_both_runs_is_clean(tmp_path):
     golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
     _train(golden, "dump", False)
     _train(target, "dump", False, bf16=True)  # (its backward under autocast's other dtypes)
-    with open_dump(golden) as g, open_dump(target) as t:
-        assert diagnose(g, t).verdict.cls == "none"
+    assert diagnosis_of(golden, target).verdict.cls == "none"

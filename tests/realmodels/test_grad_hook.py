@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from precision_tool.analysis import diagnose
-from precision_tool.dump.reader import open_dump
+
+from tests.realmodels.cases import diagnosis_of, fit
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -20,8 +20,6 @@ HOOK = "GPT2LMHeadModel/transformer/wte/weight/aten.mul_0"
 def _train(path, mode: str, hooked: bool) -> None:
     import transformers as tf
 
-    import precision_tool.torch as ptt
-
     tf.logging.set_verbosity_error()
     torch.manual_seed(0)
     model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=128, n_positions=32,
@@ -29,15 +27,8 @@ def _train(path, mode: str, hooked: bool) -> None:
     assert model.lm_head.weight is model.transformer.wte.weight
     if hooked:
         model.transformer.wte.weight.register_hook(lambda grad: grad * 1.02)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    data = torch.randint(0, 128, (2, 2, 16))
-    with ptt.dump(path, mode=mode):
-        for step in range(2):
-            loss = model(input_ids=data[step], labels=data[step]).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            ptt.step(loss)
+    fit(path, model, torch.optim.SGD(model.parameters(), lr=0.05),
+        lambda model, ids: model(input_ids=ids, labels=ids).loss, torch.randint(0, 128, (2, 2, 16)), mode)
 
 
 @pytest.mark.parametrize("mode", ["dump", "stats"])
@@ -45,7 +36,6 @@ def test_a_hook_on_a_tied_weights_gradient_is_named(tmp_path, mode):
     golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
     _train(golden, mode, False)
     _train(target, mode, True)
-    with open_dump(golden) as g, open_dump(target) as t:
-        verdict = diagnose(g, t).verdict
+    verdict = diagnosis_of(golden, target).verdict
     assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == ("kernel_bug", HOOK, 0, "backward")
     assert f"{HOOK} (aten.mul), an op golden does not run, wrote the value it read" in verdict.evidence[1]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from precision_tool.analysis import diagnose
-from precision_tool.dump.reader import open_dump
+
+from tests.realmodels.cases import diagnosis_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -43,8 +43,7 @@ def test_a_loss_cast_to_float16_by_hand_is_named_with_the_overflow_it_leads_to(t
     golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
     _train(golden, False)
     _train(target, True)
-    with open_dump(golden) as g, open_dump(target) as t:
-        verdict = diagnose(g, t).verdict
+    verdict = diagnosis_of(golden, target).verdict
     assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == ("precision_loss", "aten.div_0", 0, "forward")
     assert verdict.evidence[-1].startswith("later in that step aten.log_0 (aten.log, in float16) writes ")
     assert verdict.evidence[-1].endswith("the run's first overflow; the loss is nan from step 1")

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from precision_tool.analysis import diagnose
-from precision_tool.dump.reader import open_dump
+
+from tests.realmodels.cases import diagnosis_of, fit
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -25,17 +25,8 @@ def _gpt2():
 
 
 def _train(path, model, loss_of, steps: int = 2) -> None:
-    import precision_tool.torch as ptt
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data = torch.randint(0, 64, (steps, 2, 12), generator=torch.Generator().manual_seed(1))
-    with ptt.dump(path):
-        for step in range(steps):
-            loss = loss_of(model, data[step])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            ptt.step(loss)
+    fit(path, model, torch.optim.AdamW(model.parameters(), lr=1e-3), loss_of, data)
 
 
 def _shifted(model, ids):
@@ -54,8 +45,7 @@ def test_labels_not_shifted_are_named_where_the_loss_reads_the_whole_logits(tmp_
     _train(golden, _gpt2(), _shifted)
     torch.manual_seed(0)
     _train(target, _gpt2(), _unshifted)
-    with open_dump(golden) as g, open_dump(target) as t:
-        verdict = diagnose(g, t).verdict
+    verdict = diagnosis_of(golden, target).verdict
     assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == (
         "kernel_bug", "aten._log_softmax_0", 0, "forward"), verdict.evidence
     assert verdict.evidence[0] == (
@@ -93,8 +83,7 @@ def test_a_causal_mask_off_by_one_is_named_at_its_attention_not_as_an_overflow(t
     _train(golden, _llama(monkeypatch, 1), _shifted)
     torch.manual_seed(0)
     _train(target, _llama(monkeypatch, 2), _shifted)  # each token sees the next one
-    with open_dump(golden) as g, open_dump(target) as t:
-        verdict = diagnose(g, t).verdict
+    verdict = diagnosis_of(golden, target).verdict
     assert (verdict.cls, verdict.module, verdict.step, verdict.direction) == (
         "kernel_bug", "LlamaForCausalLM/model/layers.0/self_attn", 0, "forward"), verdict.evidence
     assert verdict.evidence[0].endswith("after 16 op(s) in common, golden ran [mul, add, masked_fill, _softmax, bmm, "
@@ -120,8 +109,7 @@ def test_a_padding_mask_left_out_is_named_where_the_mask_is_built(tmp_path, monk
     _train(golden, _llama(monkeypatch, 1), loss_with(mask))
     torch.manual_seed(0)
     _train(target, _llama(monkeypatch, 1), loss_with(None))
-    with open_dump(golden) as g, open_dump(target) as t:
-        verdict = diagnose(g, t).verdict
+    verdict = diagnosis_of(golden, target).verdict
     assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == (
         "kernel_bug", "LlamaForCausalLM/model/aten.where_0", 0, "forward"), verdict.evidence
     assert verdict.evidence[0].startswith("LlamaForCausalLM/model/aten.where_0 (aten.where) reads boolean input_0 "

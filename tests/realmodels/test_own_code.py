@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from precision_tool.analysis import diagnose
-from precision_tool.dump.reader import open_dump
+
+from tests.realmodels.cases import diagnosis_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -57,8 +57,7 @@ def test_a_scale_in_the_models_own_forward_is_named_in_forward(tmp_path, bf16):
     golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
     _train(golden, "golden", bf16)
     _train(target, "target", bf16)
-    with open_dump(golden) as g, open_dump(target) as t:
-        verdict = diagnose(g, t).verdict
+    verdict = diagnosis_of(golden, target).verdict
     assert (verdict.cls, verdict.direction, verdict.step, verdict.module) == ("kernel_bug", "forward", 0, "Tagger")
     if bf16:  # found through its gradient: the op itself is named
         assert (verdict.op, verdict.type) == ("Tagger/aten.mul_0", "aten.mul")
