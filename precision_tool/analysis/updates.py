@@ -288,8 +288,8 @@ def module_on_golden_inputs(members: list[OpRecord], target_module: OpRecord, go
     not write). A module whose replay writes golden's outputs computes golden's function: what it departs by is
     its inputs' error (parameters included), amplified by that function. State it carries from its last call
     (an LSTM's hidden state clamped between steps) is its own, not golden's input. ``widened``: in plain PyTorch,
-    its casts to narrower dtypes left out: a module that then writes golden's outputs computes golden's function in another
-    precision; ``in_float64``: that in float64 (`replay_group`)."""
+    its casts to narrower dtypes left out: a module that then writes golden's outputs computes golden's function
+    in another precision; ``in_float64``: that in float64 (`replay_group`)."""
     replayed = replay_group(members, step_records, golden_of, target_dump, golden_dump, golden_records, widened,
                             as_recorded=not widened, own_state=True, in_float64=in_float64)
     if replayed is None or not replayed[1]:
