@@ -47,7 +47,9 @@ _DTYPE_CONSTANTS = _dtype_constants()
 def writes_dtype_constant(record) -> bool:
     """Whether ``record`` reads no float tensor and is given a format's extreme (``scalar_tensor(finfo(float16)
     .min)``, a mask value): it writes a constant that follows the run's precision, golden's another."""
-    reads_float = any(t.dtype.startswith(("float", "bfloat")) and t.stats.count for t in record.inputs)
+    from precision_tool.analysis.replay import is_float
+
+    reads_float = any(is_float(t.dtype) and t.stats.count for t in record.inputs)
     return not reads_float and _holds_dtype_constant(record.attrs or {})
 
 
