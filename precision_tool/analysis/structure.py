@@ -105,7 +105,7 @@ def _occurrences(calls):
 def rewritten_modules(golden: list[OpRecord], target: list[OpRecord]) -> list[Rewritten]:
     """The innermost module calls of one step whose forward op sequences differ, in target order."""
     golden_calls = _occurrences(module_calls(golden))
-    found = []
+    found, own = [], set()
     recomputes = _recomputes(target) and not _recomputes(golden)
     for key, (record, inside) in _occurrences(module_calls(target)).items():
         partner = golden_calls.get(key)
@@ -113,13 +113,26 @@ def rewritten_modules(golden: list[OpRecord], target: list[OpRecord]) -> list[Re
             continue
         g_types, t_types = _compute_types(partner[1]), _compute_types(inside)
         if g_types != t_types and not (recomputes and _uncached(g_types) == _uncached(t_types)):
+            g_own, t_own = (_compute_types(_own_ops(call)) for call in (partner, (record, inside)))
+            if g_own != t_own and not (recomputes and _uncached(g_own) == _uncached(t_own)):
+                own.add(record.name)  # its own code differs too, whatever its submodules run (a residual dropped
+                g_types, t_types = g_own, t_own  # in a block whose attention keeps no cache): listed as such
             found.append(Rewritten(record.name, "forward", g_types, t_types, partner[0], record,
                                    members=frozenset((r.direction, r.name) for r in inside)))
-    return _innermost(found)
+    return _innermost(found, own)
 
 
-def _innermost(found: list[Rewritten]) -> list[Rewritten]:
-    innermost = [r for r in found if not any(o is not r and o.name.startswith(r.name + "/") for o in found)]
+def _own_ops(call: tuple[OpRecord, list[OpRecord]]) -> list[OpRecord]:
+    """The ops of a module call outside every submodule: those its own forward code runs."""
+    record, inside = call
+    prefix = len(record.name) + 1
+    return [r for r in inside if "/" not in r.name[prefix:]]
+
+
+def _innermost(found: list[Rewritten], own: set[str] = frozenset()) -> list[Rewritten]:
+    """The rewrites no other one lies inside, and those whose own ops (``own``: their names) differ."""
+    innermost = [r for r in found if r.name in own or
+                 not any(o is not r and o.name.startswith(r.name + "/") for o in found)]
     return sorted(innermost, key=lambda r: r.target_record.exec_index)
 
 

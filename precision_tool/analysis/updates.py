@@ -89,10 +89,11 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
             if own_state and value is not None and writers.producer(record, tensor.slot) is None and \
                     not any(r.direction == "optimizer" for r, _ in readers.get(key, ())):
                 value = target_dump.tensor(record.step, record.exec_index, tensor.slot)  # what it carried
+                exact = exact and not _rounded_narrower(record, tensor, pair)
             if value is None:  # no golden counterpart: the target's own value, golden's too where no op of the
                 leaf = key is None or writers.producer(record, tensor.slot) is None  # first step wrote it
                 exact = exact and (not is_float(tensor.dtype) or tensor.stats.count == 0 or  # (empty: no values)
-                                   (leaf and record.step == 0))
+                                   (leaf and record.step == 0 and not _rounded_narrower(record, tensor, pair)))
                 value = target_dump.tensor(record.step, record.exec_index, tensor.slot) if tensor.has_data else None
             inputs.append(value)
         narrowing = widened and is_copy(record.type) and len(record.outputs) == 1 and inputs and \
@@ -352,6 +353,21 @@ def relaid(values, shape: tuple):
     for order in itertools.permutations(range(len(shape))):
         if order != tuple(range(len(shape))):
             yield values.reshape([shape[i] for i in order]).transpose(np.argsort(order))
+
+
+def _rounded_narrower(record: OpRecord, tensor, golden_of) -> bool:
+    """Whether the target's own value of ``record``'s input ``tensor`` is in a narrower float format than golden's
+    partner op reads in that slot: no state both runs start from, but a value the target rounded (a slice of a
+    bf16 query that no recorded op wrote whole, read by a rotary half), whose rounding a replay on golden's
+    inputs must not take in."""
+    partner = golden_of(record)
+    if partner is None:
+        return False
+    try:
+        golden = partner.tensor(tensor.slot)
+    except KeyError:
+        return False
+    return _narrower(tensor.dtype, golden.dtype)
 
 
 def _narrower(compute: str, dtype: str) -> bool:
