@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.structure import Consumers, fingerprint, group_results, module_path
@@ -88,17 +90,19 @@ def fewer_updates(name: str, golden_group: list[OpRecord], target_group: list[Op
 
 
 def changed_leaf(record: OpRecord, partner: OpRecord | None, golden_writers: Consumers, slot_errors,
-                 ) -> Verdict | None:
+                 golden_dump=None) -> Verdict | None:
     """kernel_bug where the forward ``record`` reads, in a slot golden's ``partner`` reads a value no op of the
     step wrote, a value SIGNIFICANT_ERROR from golden's. ``slot_errors``: (slot, error) of the record's inputs;
     ``golden_writers``: golden's ops of the step in every direction (the training loop's ops after backward read
     gradients a backward op wrote). Only meaningful at the first step, where both runs start from the same
-    parameters and data."""
+    parameters and data. A value no statistics match may still be part of one an op wrote (a slice of the
+    logits, of a query's heads): with ``golden_dump``'s values such a slice is told (`_part_of_written`)."""
     if partner is None or partner.type != record.type or record.direction != "forward":
         return None
     golden_inputs = _float_slots(partner.inputs)
     changed = [(slot, error) for slot, error in slot_errors if slot in golden_inputs and error >= SIGNIFICANT_ERROR
-               and golden_writers.producer(partner, slot) is None]
+               and golden_writers.producer(partner, slot) is None
+               and not _part_of_written(partner, slot, golden_writers, golden_dump)]
     if not changed:
         return None
     slot, error = changed[0]
@@ -116,6 +120,33 @@ def changed_leaf(record: OpRecord, partner: OpRecord | None, golden_writers: Con
     return Verdict(record.name, "kernel_bug", record.step, "forward", record.type, tuple(evidence),
                    f"check what the target passes {record.type} as {slot}: another tensor than golden's, or a "
                    "parameter initialised or loaded differently", module=module_path(record.name))
+
+
+_SAMPLE = 64  # values of a tensor looked for in another's
+
+
+def _part_of_written(record: OpRecord, slot: str, writers: Consumers, dump) -> bool:
+    """Whether golden's input ``slot`` of ``record`` holds values an earlier op of the step wrote as part of a larger
+    output (a slice, read through a view whose statistics no output shares): 64 of its values, spread over it and
+    at least 4 distinct, all found in one such output. False without values to look at."""
+    tensor = record.tensor(slot)
+    stats = tensor.stats
+    if dump is None or not tensor.has_data or not stats.count:
+        return False
+    sample = None
+    for writer, written in writers.written_before(record):
+        held = written.stats
+        if held.count <= stats.count or held.min > stats.min or held.max < stats.max or not written.has_data \
+                or written.dtype != tensor.dtype:
+            continue
+        if sample is None:
+            values = np.ravel(dump.tensor(record.step, record.exec_index, slot))
+            sample = np.unique(values[np.linspace(0, values.size - 1, min(_SAMPLE, values.size)).astype(int)])
+            if sample.size < 4:
+                return False
+        if np.isin(sample, np.ravel(dump.tensor(writer.step, writer.exec_index, written.slot))).all():
+            return True
+    return False
 
 
 # precision modes in which every op of a float32 model computes in float32; not force_fp32 (nor its twin

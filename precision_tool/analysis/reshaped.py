@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.structure import fingerprint, is_copy, module_path
@@ -25,18 +27,24 @@ from precision_tool.defaults import SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 
 
-def another_part(record: OpRecord, partner: OpRecord | None, step_records: list[OpRecord], golden_of) -> Verdict | None:
+def another_part(record: OpRecord, partner: OpRecord | None, step_records: list[OpRecord], golden_of,
+                 dumps=None) -> Verdict | None:
     """kernel_bug at forward op ``record`` when an input of it is the whole output of an earlier op whose golden
-    partner agrees, while ``partner`` (golden's op) reads fewer values there; else None. ``step_records``: the
-    step's records of the target, in order."""
+    partner agrees, while ``partner`` (golden's op) reads fewer values there, or (with ``dumps``, golden's and the
+    target's, holding values) as many in another order (`_reordered`); else None. ``step_records``: the step's
+    records of the target, in order."""
     if partner is None or partner.type != record.type or record.direction != "forward" or record.is_module \
             or is_copy(record.type):  # (autocast adds and removes casts: their names pair other calls)
         return None
     theirs = {t.slot: t for t in partner.inputs}
     for tensor in record.inputs:
         golden = theirs.get(tensor.slot)
-        if golden is None or not is_float(tensor.dtype) or not tensor.stats.count \
-                or golden.stats.count == tensor.stats.count:
+        if golden is None or not is_float(tensor.dtype) or not tensor.stats.count:
+            continue
+        if golden.stats.count == tensor.stats.count:
+            verdict = _reordered(record, partner, tensor, golden, step_records, golden_of, dumps)
+            if verdict is not None:
+                return verdict
             continue
         writer, slot = _writer(record, tensor, step_records)
         if writer is None:
@@ -56,6 +64,41 @@ def another_part(record: OpRecord, partner: OpRecord | None, step_records: list[
             f"check the indexing between {writer.name} and {record.name}: golden reads shape {_shape(golden)} of "
             f"that output there", module=module_path(record.name) or None)
     return None
+
+
+def _reordered(record: OpRecord, partner: OpRecord, tensor, golden, step_records, golden_of, dumps) -> Verdict | None:
+    """kernel_bug at ``record`` when its input ``tensor`` is the whole output of an earlier op that agrees with
+    golden's, and holds the values golden's op reads there (``golden``), sorted, within SIGNIFICANT_ERROR, in
+    another order, SIGNIFICANT_ERROR apart value for value: a view between them that golden's run takes otherwise
+    (attention heads merged without their transpose). Views are no ops: nothing recorded shows the change but
+    the order."""
+    if dumps is None or not (tensor.has_data and golden.has_data) or not _near(golden, tensor):
+        return None
+    writer, slot = _writer(record, tensor, step_records)
+    golden_writer = golden_of(writer) if writer is not None else None
+    written = golden_writer.tensor(slot) if golden_writer is not None else None
+    if written is None or written.stats.count != tensor.stats.count or not _near(written, tensor):
+        return None
+    golden_dump, target_dump = dumps
+    mine = np.ravel(target_dump.tensor(record.step, record.exec_index, tensor.slot)).astype(np.float64)
+    theirs = np.ravel(golden_dump.tensor(partner.step, partner.exec_index, golden.slot)).astype(np.float64)
+    scale = float(np.linalg.norm(theirs))
+    if mine.size != theirs.size or not scale or not np.all(np.isfinite(mine)):
+        return None
+    as_read = float(np.linalg.norm(mine - theirs)) / scale
+    sorted_apart = float(np.linalg.norm(np.sort(mine) - np.sort(theirs))) / scale
+    if as_read < SIGNIFICANT_ERROR or sorted_apart >= SIGNIFICANT_ERROR or as_read < 8 * sorted_apart:
+        return None
+    module = module_path(writer.name) or module_path(record.name) or None
+    return Verdict(record.name, "kernel_bug", record.step, "forward", record.type, (
+        f"{record.name} ({record.type}) reads {tensor.slot}, the output of {writer.name} (which agrees with "
+        f"golden's), {as_read:.3g} from golden's value for value while the same values, sorted, are within "
+        f"{sorted_apart:.3g}",
+        f"between {writer.name} and {record.name} the target reads those values in another order: a view "
+        "(transpose, permute, reshape) golden takes otherwise, such as attention heads merged without their "
+        "transpose"),
+        f"check the views {module or 'the code'} takes of {writer.name}'s output before {record.type} reads it: "
+        f"golden's reads it as shape {_shape(golden)}, its elements in golden's order", module=module)
 
 
 def _writer(record: OpRecord, tensor, step_records: list[OpRecord]) -> tuple[OpRecord | None, str]:

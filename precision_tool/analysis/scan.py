@@ -241,7 +241,7 @@ class Scanner(RewriteJudge):
     def _judge_op(self, record: OpRecord) -> Verdict | None:
         partner = self._golden_of(record)  # (then: an input that is another part of an output agreeing)
         verdict = fewer_gradients(record, partner, self.step_records, self.golden_records, self.consumers["backward"]) \
-            or another_part(record, partner, self.step_records, self._golden_of)
+            or another_part(record, partner, self.step_records, self._golden_of, (self.golden, self.target))
         if verdict is not None:
             return verdict
         if not any(t.has_data and is_float(t.dtype) for t in record.outputs):
@@ -343,7 +343,7 @@ class Scanner(RewriteJudge):
         view = self.views.get(id(record)) or GoldenView(self.golden, [])
         errors = [(slot, e.error) for slot, e in pair_errors(self.golden, self.target, record, view, "input")
                   if e.error > INTRODUCED_EXCESS * rounding_error(view.get(slot), record.tensor(slot).dtype)]
-        return changed_leaf(record, self._golden_of(record), self.consumers["any"], errors)
+        return changed_leaf(record, self._golden_of(record), self.consumers["any"], errors, self.golden)
 
     def _called_differently(self, record: OpRecord, a: Attribution) -> Verdict | None:
         verdict = called_differently(record, self._golden_of(record), a, numbers_only=record.direction == "backward")

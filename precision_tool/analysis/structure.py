@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -379,8 +380,22 @@ def is_a_loss(record: OpRecord) -> bool:
 
 
 def fingerprint(tensor) -> tuple:
-    s = tensor.stats  # no shape: an op often reads a reshaped view of what another wrote
-    return s.count, s.min, s.max, s.mean, s.norm
+    """What identifies a tensor within a step: count, min and max (values of its own), mean and norm to 40
+    bits. No shape: an op often reads a reshaped view of what another wrote; and sums of the same values can
+    differ in their last bits where two statistics passes read them in other orders (BERT's attention output,
+    written by a clone and read as a matrix by the output projection: a norm 3.5e-16 apart)."""
+    s = tensor.stats
+    return s.count, s.min, s.max, _to_40_bits(s.mean), _to_40_bits(s.norm)
+
+
+def _to_40_bits(value: float) -> float:
+    if value != value or value in _INFINITE:
+        return value
+    mantissa, exponent = math.frexp(value)
+    return math.ldexp(round(mantissa * 1099511627776.0), exponent - 40)  # 2**40
+
+
+_INFINITE = (math.inf, -math.inf)
 
 
 class Consumers:
@@ -407,6 +422,12 @@ class Consumers:
             return None
         writers = [w for w in self._writers.get(fingerprint(tensor), ()) if w.exec_index < record.exec_index]
         return writers[-1] if writers else None
+
+    def written_before(self, record: OpRecord):
+        """(writer, output tensor) of every output written before ``record``, the latest first."""
+        found = [(writer, tensor) for writers in self._writers.values() for writer in writers
+                 if writer.exec_index < record.exec_index for tensor in writer.outputs if tensor.stats.count]
+        return sorted(found, key=lambda item: -item[0].exec_index)
 
     def of(self, record: OpRecord, slots=None) -> list[OpRecord]:
         """The later records that read one of ``record``'s outputs (those in ``slots``, default all)."""
