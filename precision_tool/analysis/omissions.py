@@ -149,6 +149,32 @@ def _part_of_written(record: OpRecord, slot: str, writers: Consumers, dump) -> b
     return False
 
 
+
+def module_narrower_than_declared(rewrite, members: list[OpRecord], observed: float) -> Verdict | None:
+    """precision_loss at a rewritten module call (`structure.Rewritten`) of a run that declares float32 throughout
+    whose ops (``members``) mostly compute in a 16-bit format while golden's all compute in float32, its output
+    beyond float32's noise (``observed``): the module cast down by hand, which runs other kernels in that format
+    (an LSTM .half()ed on a CPU runs its cells op by op, where golden's runs oneDNN's kernel)."""
+    from precision_tool.analysis.errors import noise_floor
+    from precision_tool.analysis.structure import is_copy
+
+    computed = [r.compute_dtype for r in members if not is_copy(r.type) and r.compute_dtype in _LOW + ("float32",)]
+    golden = rewrite.golden_record
+    low = [d for d in computed if d in _LOW]
+    if not computed or len(low) * 2 <= len(computed) or golden is None or golden.compute_dtype in _LOW \
+            or not observed >= noise_floor("float32"):
+        return None
+    dtype = max(set(low), key=low.count)
+    evidence = (f"in module {rewrite.name}, {rewrite.describe()}",
+                f"the target declares float32 throughout, yet {len(low)} of the {len(computed)} ops of "
+                f"{rewrite.name} compute in {dtype}; golden's compute in float32",
+                f"its output is {observed:.3g} from golden's: the module computes in a format the run does not "
+                "declare, with the kernels that format takes")
+    record = rewrite.target_record
+    return Verdict(rewrite.name, "precision_loss", record.step, "forward", record.type, evidence,
+                   f"keep {rewrite.name} in float32 (a .half() or .to({dtype}) on the module or on its input), or "
+                   "run the whole target under autocast", module=rewrite.name)
+
 # precision modes in which every op of a float32 model computes in float32; not force_fp32 (nor its twin
 # cube_fp16in_fp32out): its Cube ops prefer float16 in, float32 out (reference/NUMERICS.md), so a clean run's
 # matmuls read float16 by design
@@ -172,7 +198,8 @@ def runs_float32(dump) -> bool:
     choice; one module cast by hand is the exception among float32 ops. The ops counted are the model's, run
     inside its modules, where it has any: a loop that keeps float32 master weights for a 16-bit model
     unscales their gradients with one float32 op per parameter, outside every module (and outside the
-    optimizer's step, so that they count as forward ops)."""
+    optimizer's step, so that they count as forward ops). Each module counts once, by what most of its own ops
+    compute in."""
     from precision_tool.analysis.structure import is_copy
 
     if not declares_float32(dump):
@@ -182,8 +209,14 @@ def runs_float32(dump) -> bool:
         return True
     records = [r for r in dump.ops(step=steps[0].step, direction="forward")
                if not r.is_module and not is_copy(r.type) and r.compute_dtype in _LOW + ("float32",)]
-    dtypes = [r.compute_dtype for r in records if module_path(r.name)] or [r.compute_dtype for r in records]
-    return sum(d in _LOW for d in dtypes) * 2 < len(dtypes)
+    modules: dict[str, list[bool]] = {}
+    for record in records:
+        if module_path(record.name):
+            modules.setdefault(module_path(record.name), []).append(record.compute_dtype in _LOW)
+    # each module call counts once, as its ops mostly compute: an LSTM cast by hand runs six 16-bit ops where
+    # the embedding and the head around it run one float32 op each
+    low = [sum(flags) * 2 > len(flags) for flags in modules.values()] or [r.compute_dtype in _LOW for r in records]
+    return sum(low) * 2 < len(low)
 
 
 def narrower_than_declared(record: OpRecord, partner: OpRecord | None, observed: float) -> Verdict | None:

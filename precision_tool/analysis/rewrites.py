@@ -36,7 +36,7 @@ from precision_tool.analysis.attribution import input_sensitivity, makes_nan_hid
 from precision_tool.analysis.errors import (noise_floor, split_error, starts_nonfinite, stats_only,
                                            stats_sensitivity, stats_split)
 from precision_tool.analysis.missing import MissingJudge
-from precision_tool.analysis.omissions import fewer_updates
+from precision_tool.analysis.omissions import fewer_updates, module_narrower_than_declared
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.randomness import unequal_draws
@@ -89,6 +89,10 @@ class RewriteJudge(MissingJudge):
             if rewrite.name in self._reproduced_updates():  # the same implementation computed golden's update
                 return None  # on golden's inputs at an earlier step
         observed, inherited, dtype = self._rewrite_errors(rewrite)
+        if self._float32 and rewrite.direction == "forward":  # (a .half()ed LSTM runs no oneDNN kernel: other ops)
+            verdict = module_narrower_than_declared(rewrite, self._members(rewrite), observed)
+            if verdict is not None:
+                return verdict
         # A module that runs other ops than golden's is judged against what it inherits: INTRODUCED_EXCESS times
         # its inputs' error is the margin for rounding. bfloat16's floor (16 units of its last place, 6 %) would
         # pass a module that scales its output by 3 % while its inputs carry 0.3 %: above SIGNIFICANT_ERROR, the

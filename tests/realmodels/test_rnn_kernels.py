@@ -1,0 +1,69 @@
+"""An LSTM between an embedding and a head, with the kernels a CPU picks for it.
+
+* Cast to bfloat16 by hand in a float32 run (its parameters too): oneDNN runs it in bf16, 0.3 % off golden.
+  The run was taken for a 16-bit one (six of its eight ops compute in bf16, the embedding and the head one
+  float32 op each), so nothing was judged against the float32 it declares: `none`.
+* Cast to float16: no oneDNN kernel takes it, and the cells run op by op (249 ops where golden runs two
+  kernels): named a kernel_bug by the backward that op-by-op form runs.
+* oneDNN off in the target only, both float32: golden's oneDNN backward computes the gradients of the zero
+  initial states, which no op reads; the decomposed LSTM computes none, and "parameters that golden trains get
+  no gradient".
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tests.realmodels.cases import diagnosis_of, fit
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.filterwarnings("ignore:TF32 acceleration")]
+
+
+class _Tagger(nn.Module):
+    def __init__(self, cast=None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.rnn, self.head = nn.Embedding(64, 32), nn.LSTM(32, 32, num_layers=2, batch_first=True), \
+            nn.Linear(32, 4)
+        self.cast = cast
+        if cast is not None:
+            self.rnn.to(cast)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        hidden = self.rnn(x if self.cast is None else x.to(self.cast))[0].float()
+        return self.head(hidden[:, -1])
+
+
+def _train(path, cast=None, onednn: bool = True) -> None:
+    model = _Tagger(cast)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 64, (3, 9), generator=generator), torch.randint(0, 4, (3,), generator=generator))
+               for _ in range(2)]
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        fit(path, model, optimizer, lambda m, b: nn.functional.cross_entropy(m(b[0]), b[1]), batches)
+
+
+@pytest.mark.parametrize("cast", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_an_lstm_cast_down_by_hand_in_a_float32_run_is_precision_loss(tmp_path, cast):
+    if cast is torch.bfloat16 and not torch.backends.mkldnn.is_available():
+        pytest.skip("oneDNN runs the bf16 LSTM")
+    golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
+    _train(golden)
+    _train(target, cast)
+    verdict = diagnosis_of(golden, target).verdict
+    assert (verdict.cls, verdict.module, verdict.step, verdict.direction) == ("precision_loss", "_Tagger/rnn", 0,
+                                                                               "forward")
+
+
+def test_an_lstm_without_onednn_against_one_with_it_blames_nothing(tmp_path):
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("needs oneDNN in golden")
+    golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
+    _train(golden)
+    _train(target, onednn=False)
+    verdict = diagnosis_of(golden, target).verdict
+    assert verdict.cls == "none", verdict.evidence
