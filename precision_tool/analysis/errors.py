@@ -73,7 +73,8 @@ def split_error(target, golden, target_dtype: str, scale: float = 1.0) -> ErrorS
         same_sign = np.sign(t) == np.sign(g)
         at_limit = np.abs(t) >= limit
         shared = ~g_finite & ((np.isnan(g) & (np.isnan(t) | (t == 0))) | (np.isinf(g) & same_sign & at_limit))
-        beyond = g_finite & (np.abs(g) > limit)
+        beyond = g_finite & (np.abs(g) > limit) & (at_limit | ~t_finite)  # (a finite value under the limit where
+        # golden's is beyond it is no overflow of the target's: other values, from inputs that differ)
         new_nan = g_finite & np.isnan(t)
         overflowed = beyond | (g_finite & ~t_finite & ~new_nan)
     keep = ~(shared | overflowed | new_nan | ~g_finite)

@@ -200,15 +200,23 @@ def runs_float32(dump) -> bool:
     unscales their gradients with one float32 op per parameter, outside every module (and outside the
     optimizer's step, so that they count as forward ops). Each module counts once, by what most of its own ops
     compute in."""
+    from precision_tool.analysis.notes import meta
     from precision_tool.analysis.structure import is_copy
 
     if not declares_float32(dump):
         return False
+    known = meta(dump, "runs_float32")
+    if isinstance(known, bool):  # a zoom region's dump: what its whole run computes in (a region of one module
+        return known  # cast to 16 bits holds 16-bit ops mostly)
     steps = dump.steps()
     if not steps:
         return True
-    records = [r for r in dump.ops(step=steps[0].step, direction="forward")
+    forward = dump.ops(step=steps[0].step, direction="forward")
+    records = [r for r in forward
                if not r.is_module and not is_copy(r.type) and r.compute_dtype in _LOW + ("float32",)]
+    if not any(not r.is_module for r in forward):  # a dump of module calls: the formats of their outputs
+        dtypes = [t.dtype for r in forward for t in r.outputs if is_float(t.dtype) and t.stats.count]
+        return sum(d in _LOW for d in dtypes) * 2 < len(dtypes)
     modules: dict[str, list[bool]] = {}
     for record in records:
         if module_path(record.name):

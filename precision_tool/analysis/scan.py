@@ -68,7 +68,7 @@ from precision_tool.engine.formats import FORMATS
 from precision_tool.analysis.structure import (Consumers, enclosing_module, fingerprint, is_a_loss, missing_backward,
                                                module_path, occurrence_keys as _occurrence_keys, owning_module,
                                                rewritten_backward, rewritten_modules, rewritten_optimizer)
-from precision_tool.collect.selection import narrows_ops
+from precision_tool.collect.selection import narrows_ops, starts_late
 from precision_tool.compare.cancel import raise_if_interrupted
 from precision_tool.compare.matching import TensorPair
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
@@ -116,7 +116,7 @@ class Scanner(RewriteJudge):
                 self.result.verdict = Verdict(None, "none", steps[0], evidence=(mismatch,), action=(
                     "collect both runs from the same model, weights, data and seed; then diagnose again"))
                 return self.result
-        self._first_step = steps[0] if steps else None
+        self._first_step = steps[0] if steps and not starts_late(getattr(self.target, "metadata", None) or {}) else None
         for step in steps:
             verdict = self._scan_step(step)
             if verdict is not None:

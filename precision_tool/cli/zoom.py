@@ -196,12 +196,21 @@ def _zoom_script(script, stats, zooms, force, cosine, folder) -> ZoomRun:
     run.region = _region(stats, zooms, cosine)
     if run.region is None:
         return run
-    region = json.dumps(run.region.selection())
+    region = json.dumps({**run.region.selection(), "float32": _runs_float32(stats["target"])})
     for role in ROLES:
         _run_script(script, {**base, PHASE: "tensors", ROLE: role, REGION: region}, zooms[role])
     run.zoom = zooms
     run.diagnosis = _diagnose(zooms)
     return run
+
+
+def _runs_float32(path: str) -> bool:
+    """Whether phase 1's target dump computes in float32 (`omissions.runs_float32`)."""
+    from precision_tool.analysis.omissions import runs_float32
+    from precision_tool.dump.reader import open_dump
+
+    with open_dump(path) as dump:
+        return runs_float32(dump)
 
 
 def _run_script(script: list[str], environment: dict, expected: str) -> None:

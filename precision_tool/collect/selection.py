@@ -137,6 +137,13 @@ def narrows_ops(metadata: dict) -> bool:
                                                 or selection.get("op_types") is not None)
 
 
+def starts_late(metadata: dict) -> bool:
+    """Whether a dump with this metadata records from a later step than its run's first (a zoom region's steps):
+    the runs trained before it, and its first step's parameters are no longer the same in both."""
+    steps = metadata.get("steps_filter")
+    return isinstance(steps, list) and bool(steps) and min(steps) > 0
+
+
 def _patterns(value) -> tuple[str, ...]:
     patterns = (value,) if isinstance(value, str) else tuple(value or ())
     return tuple(p for p in patterns if p)

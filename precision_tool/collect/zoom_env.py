@@ -11,7 +11,8 @@ The tool runs the script four times, golden and target, in two phases, and sets:
     where the dumps go: ``stats-<role>.h5``, ``zoom-<role>.h5`` (the path given to `dump` is ignored);
 ``PRECISION_TOOL_ZOOM_REGION``
     in phase 2, the region as JSON: ``{"steps": [N], "ops": [GLOB, ...], "modules": [GLOB, ...],
-    "backward": bool}``.
+    "backward": bool, "float32": bool}`` (``float32``: whether phase 1's target computes in float32, which a
+    region of a module cast to 16 bits alone does not show).
 
 Outside zoom none is set and `dump` records what its arguments say.
 """
@@ -45,6 +46,7 @@ class ZoomSettings:
     ops: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
     backward: bool = True
+    runs_float32: bool | None = None  # whether phase 1's target computes in float32 (its region may not show)
 
 
 def zoom_settings(environ=None) -> ZoomSettings | None:
@@ -65,4 +67,5 @@ def zoom_settings(environ=None) -> ZoomSettings | None:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{REGION} is not JSON: {exc}") from None
     return ZoomSettings(path, mode, role, steps=region.get("steps"), ops=tuple(region.get("ops") or ()),
-                        modules=tuple(region.get("modules") or ()), backward=bool(region.get("backward", True)))
+                        modules=tuple(region.get("modules") or ()), backward=bool(region.get("backward", True)),
+                        runs_float32=region.get("float32") if isinstance(region.get("float32"), bool) else None)

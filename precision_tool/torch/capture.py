@@ -114,6 +114,8 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self.modules = modules and mode != "overflow"
         self.level = level
         self.extra_metadata = dict(metadata or {})
+        if zoom is not None and zoom.runs_float32 is not None:  # what the whole run computes in, for the region's
+            self.extra_metadata["runs_float32"] = zoom.runs_float32  # diagnosis (`omissions.runs_float32`)
         self._attrs: dict[str, tuple] = {}  # op name -> (signature of its arguments, attrs)
         self.ops_recorded = 0
         self.steps_written = 0

@@ -102,3 +102,43 @@ def test_a_clean_run_stays_clean_from_op_level_statistics_to_its_region(case_id,
     with open_dump(golden) as g, open_dump(target) as t:
         right, said = judge(case, diagnose(g, t))
     assert right, said
+
+
+CAST_SCRIPT = '''
+import torch
+import transformers as tf
+import precision_tool.torch as ptt
+
+tf.logging.set_verbosity_error()
+role = ptt.zoom_role() or "golden"
+torch.manual_seed(0)
+model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32,
+                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+if role == "target":  # the output projection computed in float16 by hand, in a float32 run
+    head = model.lm_head
+    head.forward = lambda x: torch.nn.functional.linear(x.half(), head.weight.half()).float()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+data = torch.randint(0, 64, (2, 2, 16))
+with ptt.dump(f"{role}.h5", level="module"):
+    for ids in data:
+        loss = model(input_ids=ids, labels=ids).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        ptt.step(loss)
+'''
+
+
+def test_zoom_names_a_module_cast_to_float16_in_a_float32_run(run_cli, tmp_path):
+    # the region holds the casts and the one float16 matmul: taken alone, most of its ops compute in float16, and
+    # the region's run was taken for a 16-bit one (verdict none); phase 1 tells it the whole run's format
+    script = tmp_path / "train.py"
+    script.write_text(CAST_SCRIPT)
+    out = tmp_path / "zoom"
+    result = run_cli("zoom", "-o", out, "--", sys.executable, script)
+    assert result.status == 0, result.stderr
+    verdict = json.loads(run_cli("diagnose", out / "zoom-golden.h5", out / "zoom-target.h5", "--format",
+                                 "json").stdout)["verdict"]
+    assert (verdict["class"], verdict["op"]) == ("precision_loss", "GPT2LMHeadModel/lm_head/aten.mm_0")
+    with open_dump(out / "zoom-target.h5") as zoomed:
+        assert zoomed.metadata["runs_float32"] is True
