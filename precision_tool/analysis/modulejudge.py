@@ -69,7 +69,38 @@ def judge_module(scan, record: OpRecord) -> Verdict | None:
     verdict = _judge_output(scan, record)
     if verdict is None and record.direction == "forward" and not (a.overflowed or a.new_nan):
         verdict = _judge_own_code(scan, record, _children(scan, record))
+    if verdict is None and record.direction == "forward" and "/" not in record.name:
+        verdict = _judge_loop_code(scan, record)
     return _as_overflow(scan, record, verdict)
+
+
+def _judge_loop_code(scan, record: OpRecord) -> Verdict | None:
+    """A call outside every module (a head the script calls on the model's output) that reads an input departing
+    beyond the outputs of every outermost call before it in the step, its own output departing too: the script's
+    code between them (a pooling written by hand: the mean of all tokens where golden takes the first) introduced
+    the error. The first outermost call reads the data, which `Scanner.leaf_mismatch` compares."""
+    earlier = [r for r in scan.step_records if r.exec_index < record.exec_index and r.is_module
+               and r.direction == "forward" and "/" not in r.name]
+    if not earlier:
+        return None
+    sources = max(scan._attribute(r, replay=False).observed for r in earlier)
+    b = scan._attribute(record, replay=False)
+    departed = _departed_input(scan, record, sources, 0)
+    if departed is None or _unsized(scan, record, sources) or b.observed < _significant(scan, output_dtype(record)):
+        return None
+    slot, error = departed
+    a = replace(b, observed=error, inherited=sources)
+    scan.result.attributions.append(a)
+    verdict = statistics_verdict(record, a, measured=not stats_only(record))
+    seen = "its statistics show" if stats_only(record) else "measured"
+    evidence = (f"a module-level dump: {record.name}, called outside every module, reads {slot} {_fmt(error)} from "
+                f"golden ({seen}), while the calls before it ({', '.join(r.name for r in earlier[-3:])}) write "
+                f"outputs within {_fmt(sources)}",
+                "the error starts in the script's own code between those calls, outside every module (a pooling, "
+                "a slice or a reshape written otherwise than golden's)")
+    action = (f"check the code that computes {record.name}'s {slot} from {earlier[-1].name}'s output against "
+              "golden's (which tokens or positions it takes, how it reduces them)")
+    return replace(verdict, evidence=evidence, action=action, module=None)
 
 
 def _as_overflow(scan, record: OpRecord, verdict: Verdict | None) -> Verdict | None:
@@ -115,7 +146,7 @@ def _judge_output(scan, record: OpRecord) -> Verdict | None:
     if changed:
         return _integer_verdict(scan, record, a, changed)
     floor = _significant(scan, output_dtype(record))
-    observed = _unreduced_error(scan, record) if stats_only(record) else a.observed
+    observed = _unreduced_error(scan, record) if stats_only(record) and a.inherited > 0.0 else a.observed
     if observed < floor or observed <= INTRODUCED_EXCESS * a.inherited:
         return None
     a = replace(a, observed=observed)
@@ -135,7 +166,9 @@ def _judge_own_code(scan, record: OpRecord, children: list[OpRecord]) -> Verdict
     element by element (rows that a routing decision, flipped by rounding, sorted otherwise; module calls record
     no integers to tell)."""
     a = scan._attribute(record, replay=False)
-    handed = _unreduced_error(scan, record) if stats_only(record) else a.observed
+    # (a reduction's output can lose to cancellation the noise its inputs' statistics do not show; inputs whose
+    # statistics are golden's to the last bit hide none: a pooler's max for golden's mean, the first step)
+    handed = _unreduced_error(scan, record) if stats_only(record) and a.inherited > 0.0 else a.observed
     if handed < _significant(scan, output_dtype(record)) or handed <= INTRODUCED_EXCESS * a.inherited:
         return None
     sources = a.inherited
@@ -144,7 +177,7 @@ def _judge_own_code(scan, record: OpRecord, children: list[OpRecord]) -> Verdict
         if _unsized(scan, child, sources):
             return None
         b = scan._attribute(child, replay=False)
-        departed = _departed_input(scan, child, sources, largest if stats_only(child) else 0)
+        departed = _departed_input(scan, child, sources, largest if stats_only(child) and sources > 0.0 else 0)
         if departed is not None and b.observed >= _significant(scan, output_dtype(child)):
             slot, error = departed
             if INTRODUCED_EXCESS * handed < error:
