@@ -43,7 +43,8 @@ from precision_tool.dump.records import OpRecord
 def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_of, target_dump,
                  golden_dump, golden_records: list[OpRecord] = (), widened: bool = False,
                  as_recorded: bool = False, own_state: bool = False,
-                 in_float64: bool = False) -> tuple[dict[tuple, np.ndarray], bool] | None:
+                 in_float64: bool = False,
+                 given: frozenset | None = None) -> tuple[dict[tuple, np.ndarray], bool] | None:
     """(the values the ops ``members`` (the target's group, in order) write when run again on golden's inputs, by
     the fingerprint of the tensor each wrote in the target; whether every input from outside was golden's), or
     None where one cannot be replayed. Inputs no op of the step wrote (parameters, optimizer state) are golden's
@@ -53,7 +54,10 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
     ``as_recorded``: each op runs with the numerics the target recorded (a simulated device's lowered
     precision), else in plain PyTorch; ``own_state``: an input no op of the step wrote and no optimizer op reads
     (state the group carries from its last call, not a parameter) is the target's own; ``in_float64``: in plain
-    PyTorch in float64, whatever dtypes the target computed in (golden's function as exact arithmetic gives it)."""
+    PyTorch in float64, whatever dtypes the target computed in (golden's function as exact arithmetic gives it);
+    ``given``: the fingerprints of what the group was handed from outside (a module call's inputs): an input
+    neither among them nor written whole by an op (a slice of a tensor the group made), held in the target's
+    own narrower format, is not golden's (`_rounded_narrower`)."""
     if target_dump.metadata.get("framework") != "torch" or not all(
             t.has_data for record in members for t in record.tensors if t.stats.count):
         return None
@@ -89,11 +93,13 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
             if own_state and value is not None and writers.producer(record, tensor.slot) is None and \
                     not any(r.direction == "optimizer" for r, _ in readers.get(key, ())):
                 value = target_dump.tensor(record.step, record.exec_index, tensor.slot)  # what it carried
-                exact = exact and not _rounded_narrower(record, tensor, pair)
+                exact = exact and not (given is not None and key not in given and _rounded_narrower(record, tensor,
+                                                                                                     pair))
             if value is None:  # no golden counterpart: the target's own value, golden's too where no op of the
                 leaf = key is None or writers.producer(record, tensor.slot) is None  # first step wrote it
                 exact = exact and (not is_float(tensor.dtype) or tensor.stats.count == 0 or  # (empty: no values)
-                                   (leaf and record.step == 0 and not _rounded_narrower(record, tensor, pair)))
+                                   (leaf and record.step == 0 and not (given is not None and key not in given
+                                                                       and _rounded_narrower(record, tensor, pair))))
                 value = target_dump.tensor(record.step, record.exec_index, tensor.slot) if tensor.has_data else None
             inputs.append(value)
         narrowing = widened and is_copy(record.type) and len(record.outputs) == 1 and inputs and \
@@ -292,7 +298,8 @@ def module_on_golden_inputs(members: list[OpRecord], target_module: OpRecord, go
     its casts to narrower dtypes left out: a module that then writes golden's outputs computes golden's function
     in another precision; ``in_float64``: that in float64 (`replay_group`)."""
     replayed = replay_group(members, step_records, golden_of, target_dump, golden_dump, golden_records, widened,
-                            as_recorded=not widened, own_state=True, in_float64=in_float64)
+                            as_recorded=not widened, own_state=True, in_float64=in_float64,
+                            given=frozenset(fingerprint(t) for t in target_module.inputs if t.stats.count))
     if replayed is None or not replayed[1]:
         return None
     written = replayed[0]
