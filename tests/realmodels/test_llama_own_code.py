@@ -92,4 +92,5 @@ def test_a_decoder_layer_that_drops_its_mlp_residual_is_named_by_its_own_ops(tmp
     verdict = _diagnosis(tmp_path, monkeypatch, "no_residual").verdict
     assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == \
         ("kernel_bug", "LlamaForCausalLM/model/layers.1", 0, "forward")
-    assert verdict.evidence[0] == "in module LlamaForCausalLM/model/layers.1, golden ran [add, add]; the target ran [add]"
+    assert verdict.evidence[0] == ("in module LlamaForCausalLM/model/layers.1, golden ran [add, add]; "
+                                   "the target ran [add]")
