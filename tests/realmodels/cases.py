@@ -344,18 +344,41 @@ def diagnosis_of(golden: Path, target: Path):
         return diagnose(g, t)
 
 
-def fit(path: Path, model, optimizer, loss_of, batches, mode: str = "dump") -> None:
-    """Train ``model`` one optimizer step a batch inside ``ptt.dump(path, mode)``, each step's loss recorded:
-    ``loss_of(model, batch)``."""
+def fit(path: Path, model, optimizer, loss_of, batches, mode: str = "dump", **options) -> None:
+    """Train ``model`` one optimizer step a batch inside ``ptt.dump(path, mode, **options)`` (``level``,
+    ``steps``), each step's loss recorded: ``loss_of(model, batch)``."""
     import precision_tool.torch as ptt
 
-    with ptt.dump(path, mode=mode):
+    with ptt.dump(path, mode=mode, **options):
         for batch in batches:
             loss = loss_of(model, batch)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             ptt.step(loss)
+
+
+def bert_layernorm_by_hand(path: Path, by_hand: bool, steps: int) -> None:
+    """A float32 BERT trained with SGD and momentum, its layer 1 attention LayerNorm written by hand where
+    ``by_hand`` (the same function in other ops)."""
+    import transformers as tf
+
+    tf.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = tf.BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           vocab_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0, num_labels=3)
+    config._attn_implementation = "eager"
+    model = tf.BertForSequenceClassification(config)
+    if by_hand:
+        norm = model.bert.encoder.layer[1].attention.output.LayerNorm
+        norm.forward = lambda x: (x - x.mean(-1, keepdim=True)) / torch.sqrt(
+            x.var(-1, unbiased=False, keepdim=True) + norm.eps) * norm.weight + norm.bias
+    generator = torch.Generator().manual_seed(39)
+    batches = [(torch.randint(3, 64, (3, 10), generator=generator), torch.randint(0, 3, (3,), generator=generator))
+               for _ in range(steps)]
+    fit(path, model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+        lambda m, b: m(input_ids=b[0], labels=b[1]).loss, batches)
 
 
 def judge(case: Case, diagnosis) -> tuple[bool, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.realmodels.cases import diagnosis_of, fit
+from tests.realmodels.cases import bert_layernorm_by_hand, diagnosis_of, fit
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -31,26 +31,6 @@ def _gpt2(path, erf: bool) -> None:
         list(data))
 
 
-def _bert(path, by_hand: bool) -> None:
-    import transformers as tf
-
-    tf.logging.set_verbosity_error()
-    torch.manual_seed(0)
-    config = tf.BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                           vocab_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                           attention_probs_dropout_prob=0.0, num_labels=3)
-    model = tf.BertForSequenceClassification(config)
-    if by_hand:
-        norm = model.bert.encoder.layer[1].attention.output.LayerNorm
-        norm.forward = lambda x: (x - x.mean(-1, keepdim=True)) / torch.sqrt(
-            x.var(-1, unbiased=False, keepdim=True) + norm.eps) * norm.weight + norm.bias
-    generator = torch.Generator().manual_seed(39)
-    batches = [(torch.randint(3, 64, (3, 10), generator=generator), torch.randint(0, 3, (3,), generator=generator))
-               for _ in range(2)]
-    fit(path, model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-        lambda m, b: m(input_ids=b[0], labels=b[1]).loss, batches)
-
-
 def test_erfs_gelu_for_gpt2s_tanh_one_is_another_function_in_float64(tmp_path):
     golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
     _gpt2(golden, False)
@@ -64,6 +44,6 @@ def test_erfs_gelu_for_gpt2s_tanh_one_is_another_function_in_float64(tmp_path):
 
 def test_a_layernorm_written_by_hand_computes_golden_s_function_in_float64(tmp_path):
     golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
-    _bert(golden, False)
-    _bert(target, True)
+    bert_layernorm_by_hand(golden, False, 2)
+    bert_layernorm_by_hand(target, True, 2)
     assert diagnosis_of(golden, target).verdict.cls == "none"

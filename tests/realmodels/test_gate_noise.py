@@ -65,33 +65,11 @@ def test_a_float32_layernorm_written_by_hand_passes_check_with_sgd_momentum(tmp_
     # float32 against float32, one LayerNorm written by hand (the same function): the key biases' gradients are
     # rounding noise on both sides (2 to 4 units of float32 next to their terms, 0.6 to 0.9 of golden's norm
     # apart), and SGD's momentum buffer, a clone of each, failed check at cosine 0.58 to 0.83
-    import torch
-
-    from tests.realmodels.cases import fit
-
-    def train(path, by_hand: bool):
-        import transformers as tf
-
-        tf.logging.set_verbosity_error()
-        torch.manual_seed(0)
-        config = tf.BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                               vocab_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                               attention_probs_dropout_prob=0.0, num_labels=3)
-        config._attn_implementation = "eager"
-        model = tf.BertForSequenceClassification(config)
-        if by_hand:
-            norm = model.bert.encoder.layer[1].attention.output.LayerNorm
-            norm.forward = lambda x: (x - x.mean(-1, keepdim=True)) / torch.sqrt(
-                x.var(-1, unbiased=False, keepdim=True) + norm.eps) * norm.weight + norm.bias
-        generator = torch.Generator().manual_seed(39)
-        batches = [(torch.randint(3, 64, (3, 10), generator=generator), torch.randint(0, 3, (3,), generator=generator))
-                   for _ in range(3)]
-        fit(path, model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-            lambda m, b: m(input_ids=b[0], labels=b[1]).loss, batches)
+    from tests.realmodels.cases import bert_layernorm_by_hand
 
     golden, target = tmp_path / "golden.h5", tmp_path / "target.h5"
-    train(golden, False)
-    train(target, True)
+    bert_layernorm_by_hand(golden, False, 3)
+    bert_layernorm_by_hand(target, True, 3)
     checked = run_cli("check", golden, target)
     assert checked.status == 0, checked.stdout[-600:]
     report = compare_dumps(golden, target)

@@ -12,15 +12,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.realmodels.cases import diagnosis_of
+from tests.realmodels.cases import diagnosis_of, fit
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.filterwarnings("ignore:TF32 acceleration")]
 
 
 def _train(path, onednn: bool) -> None:
     import transformers as tf
-
-    import precision_tool.torch as ptt
 
     tf.logging.set_verbosity_error()
     torch.manual_seed(0)
@@ -31,13 +29,8 @@ def _train(path, onednn: bool) -> None:
     generator = torch.Generator().manual_seed(0)
     batches = [(torch.randn(4, 3, 16, 16, generator=generator), torch.randint(0, 4, (4,), generator=generator))
                for _ in range(3)]
-    with torch.backends.mkldnn.flags(enabled=onednn), ptt.dump(path, steps=[1, 2]):
-        for pixels, labels in batches:
-            loss = model(pixel_values=pixels, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            ptt.step(loss)
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        fit(path, model, optimizer, lambda m, b: m(pixel_values=b[0], labels=b[1]).loss, batches, steps=[1, 2])
 
 
 def test_a_dump_from_step_1_does_not_take_trained_parameters_for_changed_ones(tmp_path):

@@ -17,7 +17,7 @@ import types
 import pytest
 import torch
 
-from tests.realmodels.cases import diagnosis_of
+from tests.realmodels.cases import diagnosis_of, fit
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -58,21 +58,13 @@ def _bert(target: bool):
 def test_a_pooler_written_otherwise_is_named_from_module_statistics(build, module, tmp_path):
     import transformers as tf
 
-    import precision_tool.torch as ptt
-
     tf.logging.set_verbosity_error()
     paths = {}
     for role in ("golden", "target"):
         model, batches, loss_of = build(role == "target")
         paths[role] = tmp_path / f"{role}.h5"
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        with ptt.dump(paths[role], mode="stats", level="module"):
-            for batch in batches:
-                loss = loss_of(model, batch)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                ptt.step(loss)
+        fit(paths[role], model, torch.optim.Adam(model.parameters(), lr=1e-3), loss_of, batches, "stats",
+            level="module")
     verdict = diagnosis_of(paths["golden"], paths["target"]).verdict
     assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == ("kernel_bug", module, 0, "forward")
 
@@ -80,8 +72,6 @@ def test_a_pooler_written_otherwise_is_named_from_module_statistics(build, modul
 @pytest.mark.parametrize("mode", ["dump", "stats"])
 def test_a_pooling_in_the_script_between_two_outermost_calls_is_named_at_the_call_reading_it(mode, tmp_path):
     import transformers as tf
-
-    import precision_tool.torch as ptt
 
     tf.logging.set_verbosity_error()
     paths = {}
@@ -95,15 +85,13 @@ def test_a_pooling_in_the_script_between_two_outermost_calls_is_named_at_the_cal
         batches = [(torch.randn(3, 3, 32, 32, generator=generator), torch.randint(0, 4, (3,), generator=generator))
                    for _ in range(2)]
         paths[role] = tmp_path / f"{role}.h5"
-        with ptt.dump(paths[role], mode=mode, level="module"):
-            for pixels, labels in batches:
-                tokens = model.vit(pixel_values=pixels).last_hidden_state
-                pooled = tokens.mean(dim=1) if role == "target" else tokens[:, 0, :]
-                loss = torch.nn.functional.cross_entropy(model.classifier(pooled), labels)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                ptt.step(loss)
+
+        def loss_of(model, batch, mean=role == "target"):
+            tokens = model.vit(pixel_values=batch[0]).last_hidden_state
+            pooled = tokens.mean(dim=1) if mean else tokens[:, 0, :]
+            return torch.nn.functional.cross_entropy(model.classifier(pooled), batch[1])
+
+        fit(paths[role], model, optimizer, loss_of, batches, mode, level="module")
     verdict = diagnosis_of(paths["golden"], paths["target"]).verdict
     assert (verdict.cls, verdict.op, verdict.step, verdict.direction, verdict.module) == (
         "kernel_bug", "Linear", 0, "forward", None)

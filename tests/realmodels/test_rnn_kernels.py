@@ -74,8 +74,6 @@ def test_a_module_level_resnet_without_onednn_against_one_with_it_blames_no_relu
     # where its input is near 0, and moves the gradient it passes back by 0.8 %: not a fault of its backward
     import transformers as tf
 
-    import precision_tool.torch as ptt
-
     if not torch.backends.mkldnn.is_available():
         pytest.skip("needs oneDNN in golden")
     tf.logging.set_verbosity_error()
@@ -90,12 +88,8 @@ def test_a_module_level_resnet_without_onednn_against_one_with_it_blames_no_relu
         batches = [(torch.randn(4, 3, 32, 32, generator=generator), torch.randint(0, 3, (4,), generator=generator))
                    for _ in range(2)]
         paths[role] = tmp_path / f"{role}.h5"
-        with torch.backends.mkldnn.flags(enabled=role == "golden"), ptt.dump(paths[role], level="module"):
-            for pixels, labels in batches:
-                loss = model(pixel_values=pixels, labels=labels).loss
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                ptt.step(loss)
+        with torch.backends.mkldnn.flags(enabled=role == "golden"):
+            fit(paths[role], model, optimizer, lambda m, b: m(pixel_values=b[0], labels=b[1]).loss, batches,
+                level="module")
     verdict = diagnosis_of(paths["golden"], paths["target"]).verdict
     assert verdict.cls == "none", verdict.evidence
