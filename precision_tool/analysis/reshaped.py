@@ -80,6 +80,10 @@ def _reordered(record: OpRecord, partner: OpRecord, tensor, golden, step_records
     if written is None or written.stats.count != tensor.stats.count or not _near(written, tensor):
         return None
     golden_dump, target_dump = dumps
+    golden_read, _ = _writer(partner, golden, golden_dump.ops(step=partner.step))
+    if golden_read is None or golden_read.exec_index == golden_writer.exec_index:
+        return None  # golden's op reads that writer's output too: no copy golden makes in its own order (a clone
+        # after a transpose) stands between them; the values are not read (they cost a diagnosis a second)
     mine = np.ravel(target_dump.tensor(record.step, record.exec_index, tensor.slot)).astype(np.float64)
     theirs = np.ravel(golden_dump.tensor(partner.step, partner.exec_index, golden.slot)).astype(np.float64)
     scale = float(np.linalg.norm(theirs))
