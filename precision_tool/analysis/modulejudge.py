@@ -26,6 +26,11 @@ output diverges (a sibling: `judge_module` cannot see the ops between), or
 holds NaN or inf where golden's is finite, or, without one, the call it runs
 in diverges.
 
+On inputs golden's to the last bit (the first call that departs in a float32 run), two right float32 kernels part
+by under 300 units of float32; a float32 call departing over 1,024 (EXACT_INPUTS_FLOOR) counts there, and is
+precision_loss where its tensor lies on float16's or bfloat16's grid, or departs under REWRITE_FLOOR: the size of
+float16's rounding (a Linear, a softmax computed in float16 and cast back: `_narrower_inside`).
+
 From statistics in a float32 run, a call whose inputs (or earlier children's outputs) already depart
 beyond float32's noise is not judged: their lower bound does not size their error (`_unsized`).
 
@@ -42,6 +47,7 @@ from dataclasses import replace
 
 from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.errors import noise_floor, stats_only
+from precision_tool.analysis.grid import narrower_grid
 from precision_tool.analysis.omissions import declares_float32
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.randomness import judge_draw
@@ -52,6 +58,10 @@ from precision_tool.analysis.statsjudge import (_changed_integers, _diverging, _
 from precision_tool.analysis.structure import fingerprint
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
+
+
+EXACT_INPUTS_FLOOR = 2.0 ** -14  # a float32 call's departure that counts on inputs golden's to the last bit (1,024
+# units of float32): `_narrower_inside`
 
 
 def judge_module(scan, record: OpRecord) -> Verdict | None:
@@ -146,15 +156,65 @@ def _judge_output(scan, record: OpRecord) -> Verdict | None:
     changed = _changed_integers(scan, record)
     if changed:
         return _integer_verdict(scan, record, a, changed)
-    floor = _significant(scan, output_dtype(record))
+    exact = record.direction == "forward" and a.inherited == 0.0
+    floor = _significant(scan, output_dtype(record), exact)
     observed = _unreduced_error(scan, record) if stats_only(record) and a.inherited > 0.0 else a.observed
     if observed < floor or observed <= INTRODUCED_EXCESS * a.inherited:
         return None
     a = replace(a, observed=observed)
-    if not _harmful(scan, record):
+    if not _harmful(scan, record, floor if exact else None):
         return None
     scan.result.attributions.append(a)
-    return statistics_verdict(record, a, measured=not stats_only(record))
+    return _narrower_inside(scan, record, record, a, statistics_verdict(record, a, measured=not stats_only(record)))
+
+
+def _narrower_inside(scan, record: OpRecord, holder: OpRecord, a, verdict: Verdict, slot: str | None = None) \
+        -> Verdict:
+    """``verdict`` (on ``record``, whose error ``holder``'s tensors show: its outputs, or its input ``slot``)
+    made precision_loss where a float32 call of a float32 run computed in a narrower format inside: its tensor lies
+    wholly on float16's or bfloat16's grid where golden's does not (`grid`), or, on inputs golden's to the last bit,
+    it departs from EXACT_INPUTS_FLOOR to REWRITE_FLOOR: over 1,000 units of float32 (two right float32 kernels
+    part by under 300 on such inputs, the math attention and a flash kernel's reductions at most 1.5e-5), within
+    two of float16 (its rounding moves a Linear's output 2.5e-4 to 4e-4, an attention's through a float16 softmax
+    2e-4; bfloat16's, 3e-3, passes REWRITE_FLOOR). From statistics neither shows: no values to lie on a grid, and
+    a lower bound does not size a departure (a softmax over the wrong axis shows 1.6e-4 of its 0.6 %)."""
+    if verdict.cls != "kernel_bug" or (record.compute_dtype or output_dtype(record)) != "float32" or \
+            not _runs_float32(scan):
+        return verdict
+    fmt = None if stats_only(holder) else _grid_of(scan, holder, slot)
+    if fmt is not None:
+        shown = f"its {slot}" if slot is not None else "its float32 output"
+        found = (f"{shown} holds only {fmt} values (every one on {fmt}'s grid, golden's mostly between): "
+                 f"{'the code before it' if slot is not None else 'it'} computes in {fmt} and casts the result "
+                 "back to float32")
+    elif stats_only(holder):
+        return verdict
+    elif a.inherited == 0.0 and a.observed < REWRITE_FLOOR:
+        found = (f"on inputs golden's to the last bit it departs {_fmt(a.observed)}: over 1,000 units of float32's "
+                 "rounding, within two of float16's: something inside computes in float16 (or another function "
+                 "that close to golden's)")
+    else:
+        return verdict
+    action = (f"find the op that computes in {fmt or 'a narrower format'}: run `precision-tool zoom`, or collect "
+              f"step {record.step} again at op level (ptt.dump(path, mode=\"dump\", steps=[{record.step}], "
+              f"modules=[{record.name!r}])); then keep it in float32 (drop the cast, or its autocast region)")
+    return replace(verdict, cls="precision_loss", evidence=verdict.evidence[:2] + (found,), action=action)
+
+
+def _grid_of(scan, holder: OpRecord, slot: str | None) -> str | None:
+    """`grid.narrower_grid` of ``holder``'s input ``slot``, or of its first float32 output lying on one."""
+    golden = scan._golden_of(holder)
+    if golden is None:
+        return None
+    theirs = {t.slot: t for t in golden.tensors if t.has_data}
+    for t in holder.tensors:
+        if (t.slot == slot if slot is not None else t.kind == "output") and t.dtype == "float32" and \
+                t.has_data and t.slot in theirs and theirs[t.slot].shape == t.shape:
+            fmt = narrower_grid(scan.target.tensor(holder.step, holder.exec_index, t.slot),
+                                scan.golden.tensor(golden.step, golden.exec_index, t.slot))
+            if fmt is not None:
+                return fmt
+    return None
 
 
 def _judge_own_code(scan, record: OpRecord, children: list[OpRecord]) -> Verdict | None:
@@ -170,7 +230,8 @@ def _judge_own_code(scan, record: OpRecord, children: list[OpRecord]) -> Verdict
     # (a reduction's output can lose to cancellation the noise its inputs' statistics do not show; inputs whose
     # statistics are golden's to the last bit hide none: a pooler's max for golden's mean, the first step)
     handed = _unreduced_error(scan, record) if stats_only(record) and a.inherited > 0.0 else a.observed
-    if handed < _significant(scan, output_dtype(record)) or handed <= INTRODUCED_EXCESS * a.inherited:
+    if handed < _significant(scan, output_dtype(record), a.inherited == 0.0) or \
+            handed <= INTRODUCED_EXCESS * a.inherited:
         return None
     sources = a.inherited
     largest = max((t.stats.count for t in record.inputs if is_float(t.dtype)), default=0)
@@ -179,13 +240,13 @@ def _judge_own_code(scan, record: OpRecord, children: list[OpRecord]) -> Verdict
             return None
         b = scan._attribute(child, replay=False)
         departed = _departed_input(scan, child, sources, largest if stats_only(child) and sources > 0.0 else 0)
-        if departed is not None and b.observed >= _significant(scan, output_dtype(child)):
+        if departed is not None and b.observed >= _significant(scan, output_dtype(child), sources == 0.0):
             slot, error = departed
             if INTRODUCED_EXCESS * handed < error:
                 return None  # absorbed, or not paired element by element
             a = replace(a, observed=error, inherited=sources)
             scan.result.attributions.append(a)
-            return _own_code_verdict(record, child, slot, a)
+            return _narrower_inside(scan, record, child, a, _own_code_verdict(record, child, slot, a), slot)
         sources = max(sources, b.observed)
     return None
 
@@ -198,13 +259,14 @@ def _unsized(scan, record: OpRecord, inherited: float) -> bool:
     return stats_only(record) and inherited > noise_floor("float32") and _runs_float32(scan)
 
 
-def _significant(scan, dtype: str) -> float:
+def _significant(scan, dtype: str, exact: bool = False) -> float:
     """The least departure of a module call's tensor that counts (`_diverging`): SIGNIFICANT_ERROR and beyond
     ``dtype``'s noise, or in a run that computes in float32, for a float32 tensor, REWRITE_FLOOR: thousands of
     times float32's rounding, the departure at which op level judges another implementation of a module (a
-    hand-written GELU departs 0.97 %, inputs exact; nothing inside a module call is recorded to replay)."""
+    hand-written GELU departs 0.97 %, inputs exact; nothing inside a module call is recorded to replay). With
+    ``exact``, where what the call read is golden's to the last bit, EXACT_INPUTS_FLOOR (`_narrower_inside`)."""
     if dtype == "float32" and _runs_float32(scan):
-        return REWRITE_FLOOR
+        return EXACT_INPUTS_FLOOR if exact else REWRITE_FLOOR
     return _diverging(dtype)
 
 
@@ -228,7 +290,7 @@ def _departed_input(scan, child: OpRecord, sources: float, smallest: int) -> tup
     view = scan.views.get(id(child)) or GoldenView(scan.golden, [])
     sizes = {t.slot: t.stats.count for t in child.inputs}
     for slot, e in pair_errors(scan.golden, scan.target, child, view, "input"):
-        floor = _significant(scan, child.tensor(slot).dtype)
+        floor = _significant(scan, child.tensor(slot).dtype, sources == 0.0)
         if math.isfinite(e.error) and not (e.overflowed or e.new_nan) and sizes.get(slot, 0) >= smallest \
                 and e.error >= floor and e.error > INTRODUCED_EXCESS * sources:
             return slot, e.error
@@ -246,9 +308,12 @@ def _own_code_verdict(record: OpRecord, child: OpRecord, slot: str, a) -> Verdic
     return replace(verdict, evidence=evidence)
 
 
-def _harmful(scan, record: OpRecord) -> bool:
+def _harmful(scan, record: OpRecord, least: float | None = None) -> bool:
     """A module call that reads ``record``'s output departs by `_significant` (golden's calls, by fingerprint), or
-    holds NaN or inf where golden's is finite, or the call ``record`` runs in departs (`Scanner._harmful`)."""
+    ``least`` where that is lower, or holds NaN or inf where golden's is finite, or the call ``record`` runs in
+    departs (`Scanner._harmful`)."""
+    def threshold(dtype: str) -> float:
+        return _significant(scan, dtype) if least is None else min(_significant(scan, dtype), least)
     golden = scan._golden_of(record)
     if golden is not None:
         written = {fingerprint(t) for t in golden.outputs if is_float(t.dtype) and t.stats.count}
@@ -262,9 +327,9 @@ def _harmful(scan, record: OpRecord) -> bool:
             if reader is None:
                 continue
             b = scan._attribute(reader, replay=False)
-            if b.observed >= _significant(scan, output_dtype(reader)) or b.new_nan or b.overflowed:
+            if b.observed >= threshold(output_dtype(reader)) or b.new_nan or b.overflowed:
                 return True  # (values non-finite where golden's are not are not scored: they diverge too)
-    return scan._harmful(record, lambda dtype: _significant(scan, dtype))
+    return scan._harmful(record, threshold)
 
 
 def _forward_calls(scan, record: OpRecord) -> list[OpRecord]:

@@ -1,0 +1,43 @@
+"""Which narrower format a float32 tensor's values were computed in: the grid they lie on.
+
+A module call that casts its inputs to float16 (or bfloat16), computes, and casts its result back writes a float32
+output whose every value float16 holds exactly. A float32 computation lands there by chance for one value in 2**13
+(its 13 lowest mantissa bits all zero), bfloat16's grid for one in 2**16. So a target output that lies wholly on a
+narrower grid, where golden's output of the same call does not, says which format the call computed in, which
+nothing else in a module-level dump records (its ops are not recorded).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NARROWER = ("bfloat16", "float16")  # coarsest first: a bfloat16 value inside float16's range is a float16 value too
+_LEAST_VALUES = 64  # fewer nonzero values (a bias, a scalar) prove nothing: small integers lie on every grid
+_GOLDEN_AT_MOST = 0.5  # golden's values on the grid at most this share of the time: its values are float32's
+
+
+def on_grid(values: np.ndarray, fmt: str) -> float | None:
+    """The share of ``values``' finite nonzero float32 values that ``fmt`` holds exactly, or None for fewer than
+    _LEAST_VALUES of them (or values that are not float32)."""
+    if values.dtype != np.float32:
+        return None
+    flat = values.ravel()
+    flat = flat[np.isfinite(flat) & (flat != 0)]
+    if flat.size < _LEAST_VALUES:
+        return None
+    if fmt == "bfloat16":
+        held = (flat.view(np.uint32) & np.uint32(0xFFFF)) == 0
+    else:
+        with np.errstate(over="ignore"):
+            held = flat.astype(np.float16).astype(np.float32) == flat
+    return float(np.count_nonzero(held)) / flat.size
+
+
+def narrower_grid(target: np.ndarray, golden: np.ndarray) -> str | None:
+    """The narrower format (bfloat16, then float16) that holds every one of ``target``'s values exactly while
+    golden's values mostly fall between its grid points, or None."""
+    for fmt in NARROWER:
+        share, theirs = on_grid(target, fmt), on_grid(golden, fmt)
+        if share == 1.0 and theirs is not None and theirs <= _GOLDEN_AT_MOST:
+            return fmt
+    return None

@@ -1,0 +1,45 @@
+"""`grid`: which narrower format a float32 tensor's values were computed in."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from precision_tool.analysis.grid import narrower_grid, on_grid
+
+
+def _values(n: int = 256) -> np.ndarray:
+    return np.random.default_rng(3).standard_normal(n).astype(np.float32)
+
+
+def test_values_cast_through_float16_lie_on_its_grid_only():
+    golden = _values()
+    target = golden.astype(np.float16).astype(np.float32)
+    assert on_grid(target, "float16") == 1.0
+    assert on_grid(golden, "float16") == 0.0  # 256 normal draws, none with 13 zero low bits
+    assert narrower_grid(target, golden) == "float16"
+
+
+def test_values_cast_through_bfloat16_are_named_bfloat16_the_coarser_grid():
+    golden = _values()
+    target = golden.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert narrower_grid(target, golden) == "bfloat16"
+
+
+def test_no_grid_is_named_for_float32_values_few_values_or_a_golden_on_the_grid_too():
+    golden = _values()
+    assert narrower_grid(golden * 1.5, golden) is None
+    few = golden[:63].astype(np.float16).astype(np.float32)  # 63 values: under the 64 that prove anything
+    assert on_grid(few, "float16") is None and narrower_grid(few, golden[:63]) is None
+    integers = np.arange(1, 300, dtype=np.float32)  # small integers lie on every grid, in both runs
+    assert narrower_grid(integers, integers) is None
+    assert on_grid(golden.astype(np.float64), "float16") is None
+
+
+def test_zeros_and_non_finite_values_are_left_out_of_the_share():
+    target = _values().astype(np.float16).astype(np.float32)
+    target[:100] = 0.0
+    target[100] = np.inf
+    target[101] = np.nan
+    assert on_grid(target, "float16") == 1.0
+    assert on_grid(np.float32([70000.0] * 64 + [1.0 + 2.0 ** -20]), "float16") == 0.0  # beyond float16's range
