@@ -134,6 +134,13 @@ def noise_floor(dtype: str) -> float:
     return 16 * fmt.unit_roundoff if fmt is not None else 16 * FORMATS["float32"].unit_roundoff
 
 
+def coarsest_compute(records: list[OpRecord], dtype: str) -> str:
+    """Of ``dtype`` and the formats ``records`` compute in, the one whose rounding is coarsest: what a module call's
+    output can carry of its ops' rounding (a bfloat16 LSTM cell's, however wide the output it writes)."""
+    known = [d for d in [dtype, *(r.compute_dtype for r in records)] if d in FORMATS]
+    return max(known, key=lambda d: FORMATS[d].unit_roundoff, default=dtype)
+
+
 def asks_for_infinity(value) -> bool:
     """Whether an op's recorded arguments hold an infinite number (a torch dump writes it ``{"float": "-inf"}``)."""
     if isinstance(value, dict):

@@ -33,8 +33,8 @@ from precision_tool.analysis.actions import INVALID_ACTION as _INVALID_ACTION
 from precision_tool.analysis.actions import keep_fp32 as _keep_fp32
 from precision_tool.analysis.actions import listing_short as _listing_short
 from precision_tool.analysis.attribution import input_sensitivity, makes_nan_hidden, output_rounding
-from precision_tool.analysis.errors import (noise_floor, split_error, starts_nonfinite, stats_only,
-                                           stats_sensitivity, stats_split)
+from precision_tool.analysis.errors import (coarsest_compute, noise_floor, split_error, starts_nonfinite,
+                                           stats_only, stats_sensitivity, stats_split)
 from precision_tool.analysis.missing import MissingJudge
 from precision_tool.analysis.omissions import fewer_updates, module_narrower_than_declared
 from precision_tool.analysis.overflow import overflow_entry
@@ -44,7 +44,8 @@ from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.analysis.updates import (backward_departs, introduced_by_group, module_on_golden_inputs,
                                              permuted, relaid)
-from precision_tool.analysis.structure import Consumers, Rewritten, fingerprint, group_results, is_copy, module_path
+from precision_tool.analysis.structure import (Consumers, Rewritten, fingerprint, forward_writers, group_results,
+                                              is_copy, module_path)
 from precision_tool.compare.judged import gradient_scale
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
@@ -309,7 +310,8 @@ class RewriteJudge(MissingJudge):
             a = self._attribute(record, replay=False)
             if (a.overflowed or a.new_nan) and stats_only(record):  # statistics cannot score around them
                 return math.inf, a.inherited, output_dtype(record)
-            return a.observed, a.inherited, output_dtype(record)
+            return a.observed, a.inherited, output_dtype(record) if self._float32 else \
+                coarsest_compute(self._members(rewrite), output_dtype(record))  # (a 16-bit run: its ops' rounding)
         golden_last = rewrite.golden_record
         observed = self._results_error(rewrite)
         if observed is None and not stats_only(record):
@@ -318,7 +320,9 @@ class RewriteJudge(MissingJudge):
             return 0.0, 0.0, output_dtype(record)  # statistics of reduced gradients only: nothing to judge
         if rewrite.direction == "optimizer":
             return observed, self._handed_in_error(rewrite), output_dtype(record)
-        return observed, self._incoming_error(rewrite), output_dtype(record)
+        saved = [self._attribute(w, replay=False).observed for w in forward_writers(self._members(rewrite),
+                                                                                   self.step_records)]
+        return observed, max([self._incoming_error(rewrite), *saved]), output_dtype(record)  # (what forward saved)
 
     def _incoming_error(self, rewrite: Rewritten) -> float:
         """The error of the gradient a rewritten backward group reads, against golden's. Where the two are laid out

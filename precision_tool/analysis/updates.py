@@ -90,6 +90,11 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
                 inputs.append(np.reshape(array, tensor.shape) if laid is None else laid)
                 continue
             value = _golden_value(record, tensor, writers, readers.get(key, ()), pair, target_dump, golden_dump)
+            sliced = _from_a_slice(record, tensor, written, target_dump) if value is None and key is not None \
+                and tensor.has_data and writers.producer(record, tensor.slot) is None else None
+            if sliced is not None:
+                inputs.append(sliced)
+                continue
             if own_state and value is not None and writers.producer(record, tensor.slot) is None and \
                     not any(r.direction == "optimizer" for r, _ in readers.get(key, ())):
                 value = target_dump.tensor(record.step, record.exec_index, tensor.slot)  # what it carried
@@ -114,6 +119,43 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
             if tensor.stats.count:
                 written[fingerprint(tensor)] = (array, record, tensor.slot)
     return {key: array for key, (array, _, _) in written.items()}, exact
+
+
+def _from_a_slice(record: OpRecord, tensor, written: dict, target_dump) -> np.ndarray | None:
+    """What the replay wrote at the part of a group's earlier output that ``record`` reads as its input ``tensor``
+    through a view no op records (an LSTM cell's time step of the input projection of every step), or None: one
+    index of one axis, or a run of them, where the target's values are those it read."""
+    stats, read = tensor.stats, None
+    for array, writer, slot in reversed(list(written.values())):
+        whole = writer.tensor(slot)
+        if whole.dtype != tensor.dtype or not whole.has_data or whole.stats.count <= stats.count or \
+                whole.stats.count % stats.count or whole.stats.min > stats.min or whole.stats.max < stats.max:
+            continue
+        if read is None:
+            read = target_dump.tensor(record.step, record.exec_index, tensor.slot)
+        values = target_dump.tensor(writer.step, writer.exec_index, slot)
+        index = _slice_index(values, read)
+        if index is not None and np.size(array) == values.size:
+            return np.reshape(array, values.shape)[index]
+    return None
+
+
+def _slice_index(whole: np.ndarray, part: np.ndarray) -> tuple | None:
+    """The index (one position of one axis, or a run of positions) at which ``whole`` holds ``part``, or None."""
+    for axis in range(whole.ndim):
+        rest, before = whole.shape[:axis] + whole.shape[axis + 1:], (slice(None),) * axis
+        if rest == part.shape:
+            found = [k for k in range(whole.shape[axis]) if np.array_equal(np.take(whole, k, axis=axis), part)]
+        elif part.ndim == whole.ndim and part.shape[axis] < whole.shape[axis] and \
+                rest == part.shape[:axis] + part.shape[axis + 1:]:
+            n = part.shape[axis]
+            found = [slice(k, k + n) for k in range(whole.shape[axis] - n + 1)
+                     if np.array_equal(whole[before + (slice(k, k + n),)], part)]
+        else:
+            continue
+        if found:
+            return before + (found[0],)
+    return None
 
 
 class _Pairing:
@@ -303,12 +345,18 @@ def module_on_golden_inputs(members: list[OpRecord], target_module: OpRecord, go
     if replayed is None or not replayed[1]:
         return None
     written = replayed[0]
+    writers = {fingerprint(t): (r, t.slot) for r in members for t in r.outputs if t.stats.count and t.has_data}
     errors = []
     for tensor, golden in zip(target_module.outputs, golden_module.outputs):
         if not (is_float(tensor.dtype) and tensor.stats.count and golden.has_data):
             continue
         array = written.get(fingerprint(tensor))
         value = golden_dump.tensor(golden_module.step, golden_module.exec_index, golden.slot)
+        if array is not None and np.shape(array) != np.shape(value) and tensor.has_data and \
+                fingerprint(tensor) in writers:  # returned through a view: an LSTM's time-major stack, batch first
+            writer, slot = writers[fingerprint(tensor)]
+            array = as_read(array, target_dump.tensor(writer.step, writer.exec_index, slot),
+                            target_dump.tensor(target_module.step, target_module.exec_index, tensor.slot))
         if array is None or np.size(array) != np.size(value):
             return None
         errors.append(split_error(np.reshape(array, np.shape(value)), value, golden.dtype).error)
