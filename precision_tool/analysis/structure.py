@@ -441,6 +441,19 @@ class Consumers:
         return sorted(found.values(), key=lambda r: r.exec_index)
 
 
+def forward_writers(members: list[OpRecord], step_records: list[OpRecord]) -> list[OpRecord]:
+    """The forward ops of the step that wrote what the backward group ``members`` reads besides gradients: the
+    values forward saved for it (a softmax's output, a matmul's operands), which carry the forward's error."""
+    writers = Consumers([r for r in step_records if r.direction == "forward"])
+    found: dict[int, OpRecord] = {}
+    for record in members:
+        for tensor in record.inputs:
+            writer = writers.producer(record, tensor.slot) if tensor.stats.count and is_float(tensor.dtype) else None
+            if writer is not None:
+                found.setdefault(id(writer), writer)
+    return list(found.values())
+
+
 def group_results(records: list[OpRecord]) -> list[tuple[OpRecord, object]]:
     """(record, float output tensor) for each output of ``records`` (one group, in order) that no later record
     of the group reads: what the group hands on."""
