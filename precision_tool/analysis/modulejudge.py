@@ -48,7 +48,7 @@ from dataclasses import replace
 from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.errors import noise_floor, stats_only
 from precision_tool.analysis.grid import narrower_grid
-from precision_tool.analysis.omissions import declares_float32
+from precision_tool.analysis.omissions import declares_float32, narrower_than_declared
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.results import Verdict
@@ -73,6 +73,10 @@ def judge_module(scan, record: OpRecord) -> Verdict | None:
         # near 0: 7 % on its input gradient in a clean bf16 ResNet), which nothing replays here
     a = scan._attribute(record, replay=False)
     scan.result.judged.add((record.step, record.name, record.direction))
+    verdict = narrower_than_declared(record, scan._golden_of(record), a.observed) if _runs_float32(scan) else None
+    if verdict is not None:  # (a module .half()ed in a float32 run: its calls read and write float16)
+        scan.result.attributions.append(a)
+        return verdict
     verdict = judge_draw(scan, record, a) if record.direction == "forward" else None  # a Dropout's other masks
     if verdict is not None:
         return verdict

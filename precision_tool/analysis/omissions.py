@@ -240,8 +240,8 @@ def narrower_than_declared(record: OpRecord, partner: OpRecord | None, observed:
         return None
     evidence = (f"the target declares float32 throughout, yet {record.name} ({record.type}) computes in "
                 f"{record.compute_dtype}; golden computes it in {partner.compute_dtype}",
-                f"its output is {observed:.3g} from golden's: the first op of the target that computes in a format "
-                "the run does not declare")
+                f"its output is {observed:.3g} from golden's: the first {'module call' if record.is_module else 'op'} "
+                "of the target that computes in a format the run does not declare")
     return Verdict(record.name, "precision_loss", record.step, "forward", record.type, evidence,
                    f"keep {module_path(record.name) or record.name} in float32 (a .half() or .to(float16) on the "
                    "module or on its input), or run the whole target under autocast",
