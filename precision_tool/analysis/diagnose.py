@@ -281,7 +281,8 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     notes.extend(scan.notes)
     if verdict is None:  # overflows the scan could not judge against golden (no data for them)
         unjudged = [e for e in overflow_rep.entries if not e.inherited and not e.models_own and e.name not in handled
-                    and not _has_data(target, e) and (e.step, e.name, e.direction) not in scan.judged]
+                    and not _has_data(target, e) and (e.step, e.name, e.direction) not in scan.judged
+                    and (until is None or e.step <= until)]  # (steps not scanned: other weights than golden's)
         if unjudged:
             entry = unjudged[0]
             record = target.op(entry.step, entry.name, entry.direction) if _has(target, entry) else None
