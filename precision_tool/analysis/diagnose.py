@@ -280,8 +280,12 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     diagnosis.first_module = (verdict.module if verdict is not None else None) or scan.first_module
     notes.extend(scan.notes)
     if verdict is None:  # overflows the scan could not judge against golden (no data for them)
+        # and, where the target's loss is lost, ops no golden op pairs with (a cast to float16 autocast adds)
+        lost = {s.step for s in steps if not math.isfinite(s.loss)} - \
+            {s.step for s in golden.steps() if not math.isfinite(s.loss)}
         unjudged = [e for e in overflow_rep.entries if not e.inherited and not e.models_own and e.name not in handled
-                    and not _has_data(target, e) and (e.step, e.name, e.direction) not in scan.judged
+                    and (not _has_data(target, e) or (lost and not _has(golden, e)))
+                    and (e.step, e.name, e.direction) not in scan.judged
                     and (until is None or e.step <= until)]  # (steps not scanned: other weights than golden's)
         if unjudged:
             entry = unjudged[0]

@@ -86,8 +86,10 @@ def _all_finite(x: np.ndarray) -> bool:
     """No NaN or Inf in ``x``: its float64 sum is finite (a float32 sum cannot overflow float64)."""
     if x.dtype.kind != "f":
         return True
-    return math.isfinite(float(np.add.reduce(x, dtype=np.float64))) if x.dtype.itemsize < 8 else \
-        bool(np.isfinite(x).all())
+    if x.dtype.itemsize < 8:
+        with np.errstate(invalid="ignore"):  # (inf + -inf: NaN, the answer, not a warning for the user)
+            return math.isfinite(float(np.add.reduce(x, dtype=np.float64)))
+    return bool(np.isfinite(x).all())
 
 
 def _relative(t: np.ndarray, g: np.ndarray) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from precision_tool.analysis.errors import asks_for_infinity
 from precision_tool.analysis.results import OverflowEntry, OverflowReport, Range, preferring_ours
-from precision_tool.analysis.structure import fingerprint
+from precision_tool.analysis.structure import fingerprint, is_copy
 from precision_tool.dump.records import OpRecord
 from precision_tool.engine.formats import FORMATS
 
@@ -48,6 +48,10 @@ def overflow_hint(record: OpRecord, loss_scale: float | None, invalid: bool = Fa
         return f"a hand-written softmax overflows: subtract the max before exp, or {keep_fp32}"
     if record.compute_dtype in ("float16", "bfloat16"):
         return f"result exceeds the {record.compute_dtype} range: {keep_fp32}, or rescale its inputs"
+    narrowed = next((t.dtype for t in outputs if t.dtype in ("float16", "bfloat16")), None)
+    if narrowed is not None and is_copy(record.type):  # (a cast computes in its input's format)
+        return (f"a cast to {narrowed} overflows: values beyond its range become inf; keep this value in float32 "
+                "(the module or the op reading it out of the 16-bit region), or rescale it")
     return "result is not finite in float32: check the inputs and the learning rate"
 
 
