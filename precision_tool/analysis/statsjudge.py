@@ -91,6 +91,12 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
     verdict = judge_draw(scan, record, a)  # other random draws than golden's: nothing after compares
     if verdict is not None:
         return verdict
+    if scan._float32 and record.step == scan._first_step and min(a.inherited, a.observed) >= SIGNIFICANT_ERROR \
+            and (module_path(record.name) or not scan._region):  # a parameter or buffer changed before any op (a
+        verdict = scan._changed_leaf(record)  # weight scaled, a rotary base), as for full dumps; in a float32 run,
+        if verdict is not None:  # where no rounding moves a slice's statistics 1 % (no values to tell a slice by)
+            scan.result.attributions.append(a)
+            return verdict
     if a.observed < noise_floor(output_dtype(record)) and record.step == scan._first_step \
             and module_path(record.name):  # constants that act elsewhere (a BatchNorm's momentum), as for full dumps
         verdict = called_differently(record, scan._golden_of(record), a, agrees=True)
