@@ -102,7 +102,8 @@ def changed_leaf(record: OpRecord, partner: OpRecord | None, golden_writers: Con
     golden_inputs = _float_slots(partner.inputs)
     changed = [(slot, error) for slot, error in slot_errors if slot in golden_inputs and error >= SIGNIFICANT_ERROR
                and golden_writers.producer(partner, slot) is None
-               and not _part_of_written(partner, slot, golden_writers, golden_dump)]
+               and not _part_of_written(partner, slot, golden_writers, golden_dump)
+               and not _returned_by_a_call(partner, slot, golden_dump)]
     if not changed:
         return None
     slot, error = changed[0]
@@ -120,6 +121,20 @@ def changed_leaf(record: OpRecord, partner: OpRecord | None, golden_writers: Con
     return Verdict(record.name, "kernel_bug", record.step, "forward", record.type, tuple(evidence),
                    f"check what the target passes {record.type} as {slot}: another tensor than golden's, or a "
                    "parameter initialised or loaded differently", module=module_path(record.name))
+
+
+def _returned_by_a_call(record: OpRecord, slot: str, dump) -> bool:
+    """Whether an earlier module call of ``record``'s step returned golden's input ``slot``: in a region's dump
+    (`zoom`) the ops inside that call may be left out, and what it computed is no parameter or data."""
+    if dump is None:
+        return False
+    key = fingerprint(record.tensor(slot))
+
+    def computed(call: OpRecord) -> bool:  # (a call handing its input back, a Dropout of 0, computed nothing)
+        return any(fingerprint(t) == key for t in call.outputs if t.stats.count) and \
+            not any(fingerprint(t) == key for t in call.inputs if t.stats.count)
+    return any(r.is_module and r.exec_index < record.exec_index and computed(r)
+               for r in dump.ops(step=record.step, direction=record.direction))
 
 
 _SAMPLE = 64  # values of a tensor looked for in another's
