@@ -52,6 +52,7 @@ ENGINE, TORCH = "engine", "torch"
 FLOAT32_MODE = "golden_float32"  # the precision mode of a run that computes in float32
 FLOAT32_DEPARTURE = 1e-5  # statistics this far from golden's (relative) depart beyond float32 rounding
 OPTIMIZER_OPS = "optimizer/*"  # every op of a torch optimizer's step (`precision_tool.torch.naming`)
+LOOP_OPS = "aten.*"  # the training loop's own ops, outside every module and optimizer
 _WITH_VALUE = frozenset({"--mode", "-o", "--output", "--dump-steps", "--ops", "--modules", "--op-types"})
 _FLAGS = frozenset({"--no-backward", "--force"})
 
@@ -176,7 +177,8 @@ def _region(report, first, reasons: tuple, backward: bool, step_before: bool, go
     steps = (first.step,)
     if step_before:  # the step before showed nothing: a gradient or an update it made, unseen in statistics
         steps, backward = (first.step - 1, first.step), True
-        ops += (OPTIMIZER_OPS,) if framework == TORCH else ()
+        ops += (OPTIMIZER_OPS, LOOP_OPS) if framework == TORCH else ()  # (a GradScaler's unscaling and a clipping
+        # run outside every module: without them the optimizer reads gradients the loss scale times golden's)
     region = ZoomRegion(first.step, first.exec_index, first.name, first.type, first.direction, reasons, module,
                         ops, modules, backward, framework, steps=steps)
     sides = (("golden", report.golden, golden_metadata), ("target", report.target, target_metadata))
