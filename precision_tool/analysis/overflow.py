@@ -158,7 +158,7 @@ def asked_constants(records: list[OpRecord], shared: set) -> set[tuple[int, int]
     for record in records:
         key = (record.step, record.exec_index)
         reads_float = any(t.stats.count and t.dtype in FORMATS for t in record.inputs)
-        if not reads_float and asks_for_infinity(record.attrs):
+        if not reads_float and asks_for_infinity(record.attrs) or _casts_float32_extreme(record):
             asked.add(key)
         elif record.inherited_nonfinite and key not in shared:
             carried = [t for t in record.inputs if t.stats.count and (t.stats.inf or t.stats.nan or t.stats.saturated)]
@@ -169,6 +169,15 @@ def asked_constants(records: list[OpRecord], shared: set) -> set[tuple[int, int]
             continue
         own_values.update(_values_key(t) for t in record.outputs if t.stats.count)
     return asked
+
+
+def _casts_float32_extreme(record: OpRecord) -> bool:
+    """A cast to a 16-bit format of a tensor holding float32's lowest or highest value (a mask filled with
+    finfo(float32).min, which bfloat16 and float16 round to -inf): the model's constant, carried."""
+    limit = FORMATS["float32"].max
+    return is_copy(record.type) and any(t.dtype in ("float16", "bfloat16") and t.stats.inf for t in record.outputs) \
+        and any(t.dtype == "float32" and t.stats.count and -limit in (t.stats.min, -t.stats.max)
+                for t in record.inputs)
 
 
 def _values_key(tensor) -> tuple:

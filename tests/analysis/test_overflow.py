@@ -228,3 +228,23 @@ def test_an_update_that_divides_by_zeros_float16_made_starts_the_overflow_though
     assert overflow_hint(sgd, 1.0) == (
         "the optimizer updates in float16: keep the parameters it updates and its states in float32 (the model in "
         "float32 under torch.autocast, or a float32 master copy for the optimizer)")
+
+
+def test_a_cast_of_float32_s_lowest_value_to_a_16_bit_format_carries_the_model_s_mask():
+    # a mask filled with finfo(float32).min, cast to bfloat16 for a softmax computed there: -inf, the model's
+    # constant (blamed from statistics as "result is not finite in float32" before); a cast of ordinary values
+    # beyond float16's range overflows, and its hint names the format
+    from precision_tool.analysis.overflow import asked_constants
+    from precision_tool.dump.records import TensorRecord, TensorStats
+
+    lowest = -3.4028234663852886e38
+    mask = TensorRecord("input_0", "float32", (4,), TensorStats(4, lowest, 0.05, lowest / 2, 1e38, 2e38))
+    cast = TensorRecord("output_0", "bfloat16", (4,), TensorStats(4, 0.0, 0.05, 0.02, 0.02, 0.06, inf=2))
+    record = OpRecord(0, 7, "attn/aten._to_copy_3", "aten._to_copy", "forward", "float32", True, (mask, cast))
+    assert asked_constants([record], set()) == {(0, 7)}
+    large = TensorRecord("input_0", "float32", (4,), TensorStats(4, -67902.0, 63302.0, 0.0, 5e4, 1e5))
+    weight = TensorRecord("output_0", "float16", (4,), TensorStats(4, -64672.0, 63296.0, 0.0, 5e4, 1e5, inf=1))
+    overflowing = OpRecord(0, 8, "mlp/aten._to_copy_0", "aten._to_copy", "forward", "float32", True,
+                           (large, weight))
+    assert asked_constants([overflowing], set()) == set()
+    assert overflow_hint(overflowing, None).startswith("a cast to float16 overflows")
