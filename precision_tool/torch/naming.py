@@ -55,6 +55,7 @@ class Namer:
         self._seen_modules: set[int] = set()
         self._last_seq = -1
         self._handles: list = []
+        self._late: dict[int, object] = {}  # id(module) -> the handle of the hook that leaves it after its own hooks
         self._paused = False  # no op is named (the session's dispatch mode is not pushed)
         self.on_leave = None  # called as (module, path, args, kwargs, output) when a module's forward returns
         self.on_enter = None  # called as (module, args) when a module is about to run, while set
@@ -72,9 +73,10 @@ class Namer:
         self._paused = True  # until the session pushes its dispatch mode
 
     def uninstall(self) -> None:
-        for handle in self._handles:
+        for handle in [*self._handles, *self._late.values()]:
             handle.remove()
         self._handles = []
+        self._late.clear()
         self._stack.clear()
         self._counters.clear()
         self._relative.clear()
@@ -150,6 +152,8 @@ class Namer:
     def _enter(self, module: torch.nn.Module, args) -> None:
         if self.on_enter is not None:
             self.on_enter(module, args)
+        if module._forward_hooks:
+            self._leave_after_its_hooks(module)
         path = self._path_of(module)
         recomputing = _current_node() is not None  # checkpointing's recomputation, in backward
         if recomputing and not any(frame[2] for frame in self._stack):
@@ -161,10 +165,29 @@ class Namer:
                 if param is not None:
                     self._param_names.setdefault(id(param), f"{path}/{name}")
 
-    def _leave(self, module: torch.nn.Module, args, *rest) -> None:
+    def _leave_after_its_hooks(self, module: torch.nn.Module) -> None:
+        """A module with forward hooks of its own (a user's, scaling or clamping its output) is left by a hook of
+        ours that runs after them, the last of its hooks: global hooks run before a module's own, so the output
+        recorded would be the one before the user's hooks changed it, and their ops would run in the caller's
+        scope. Registered before the call (torch reads the hooks it runs once the forward returns)."""
+        handle = self._late.get(id(module))
+        hooks = module._forward_hooks
+        if handle is None or handle.id not in hooks:
+            self._late[id(module)] = module.register_forward_hook(self._leave_late, with_kwargs=True,
+                                                                  always_call=True)
+        elif next(reversed(hooks)) != handle.id:
+            hooks.move_to_end(handle.id)  # (a hook the user added since)
+
+    def _leave_late(self, module: torch.nn.Module, args, *rest) -> None:
+        self._leave(module, args, *rest, late=True)
+
+    def _leave(self, module: torch.nn.Module, args, *rest, late: bool = False) -> None:
         """A module's forward returned, as (module, args, kwargs, output); or raised, as (module, args, None):
         torch calls the hooks it always calls with three arguments then (a recomputation that checkpointing
-        stops early, once it has the tensors the backward node needs, ends with an exception)."""
+        stops early, once it has the tensors the backward node needs, ends with an exception). A module with
+        hooks of its own is left after them (`_leave_after_its_hooks`)."""
+        if not late and id(module) in self._late and self._late[id(module)].id in module._forward_hooks:
+            return
         kwargs, output = rest if len(rest) == 2 else ({}, rest[0] if rest else None)
         stack = self._stack
         for i in range(len(stack) - 1, -1, -1):
