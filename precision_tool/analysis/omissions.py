@@ -261,3 +261,25 @@ def narrower_than_declared(record: OpRecord, partner: OpRecord | None, observed:
                    f"keep {module_path(record.name) or record.name} in float32 (a .half() or .to(float16) on the "
                    "module or on its input), or run the whole target under autocast",
                    module=module_path(record.name))
+
+
+def stray_cast(record: OpRecord, partner: OpRecord | None, loss_departs: bool) -> Verdict | None:
+    """From statistics, in a run that declares float32 throughout: precision_loss at a forward cast that rounds a
+    float32 value to a 16-bit format where golden's run holds it in float32 (no golden op pairs with it, or
+    golden's writes float32), the step's loss departing from golden's (``loss_departs``). A round trip moves
+    values by up to a unit of that format, which statistics hardly show; the format itself is the evidence, which
+    full dumps read from the values (`departures.narrowing_cast`)."""
+    from precision_tool.analysis.structure import is_copy
+
+    narrowed = [t.dtype for t in record.outputs if t.dtype in _LOW and t.stats.count]
+    if record.direction != "forward" or not loss_departs or not is_copy(record.type) or not narrowed or \
+            not any(t.dtype == "float32" and t.stats.count for t in record.inputs) or \
+            (partner is not None and any(t.dtype in _LOW for t in partner.outputs)):
+        return None
+    evidence = (f"the target declares float32 throughout, yet {record.name} ({record.type}) casts a float32 value "
+                f"to {narrowed[0]}, which golden holds in float32",
+                "from statistics only, which a round trip through a narrower format hardly moves; the step's loss "
+                "departs from golden's: the first op of the target that rounds to a format the run does not declare")
+    return Verdict(record.name, "precision_loss", record.step, "forward", record.type, evidence,
+                   f"keep {module_path(record.name) or 'this value'} in float32 (a .to({narrowed[0]}) or .half() on "
+                   "it or on its module); confirm with tensors (`precision-tool zoom`)", module=module_path(record.name))

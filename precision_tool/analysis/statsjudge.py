@@ -39,13 +39,14 @@ full-tensor collection of that op's step and module that confirms it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from precision_tool.analysis.arguments import called_differently, writes_dtype_constant
 from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.departures import skipped_verdict, target_only_verdict
 from precision_tool.analysis.errors import noise_floor
-from precision_tool.analysis.omissions import narrower_than_declared
+from precision_tool.analysis.omissions import narrower_than_declared, stray_cast
 from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
@@ -67,8 +68,9 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
         scan.result.judged.add((record.step, record.name, record.direction))
     if (a.overflowed or a.new_nan) and not scan._inherits_overflow(record, a) and a.inherited < SIGNIFICANT_ERROR:
         return scan._judge_overflow(record, a, _diverging)
-    if scan._float32:  # a 16-bit op in a float32 run, as for full dumps
-        verdict = narrower_than_declared(record, scan._golden_of(record), a.observed)
+    if scan._float32:  # a 16-bit op in a float32 run, as for full dumps; a cast to one (no values to judge it by)
+        verdict = narrower_than_declared(record, scan._golden_of(record), a.observed) or \
+            stray_cast(record, scan._golden_of(record), _loss_departs(scan))
         if verdict is not None:
             scan.result.attributions.append(a)
             return verdict
@@ -159,6 +161,15 @@ def _written_between(scan, record: OpRecord, a: Attribution, update: bool = Fals
 def _same(a, b) -> bool:
     return (a.count, a.min, a.max, a.mean, a.norm, a.nan, a.inf) == (b.count, b.min, b.max, b.mean, b.norm, b.nan,
                                                                       b.inf) or (a.count == b.count == 0)
+
+
+def _loss_departs(scan) -> bool:
+    """A step's loss departs from golden's beyond float32's noise (16 units): what a value rounded in one step
+    does shows in the next one's loss, once an update read it."""
+    golden = {s.step: s.loss for s in scan.golden.steps()}
+    return any(math.isfinite(s.loss) and math.isfinite(golden.get(s.step, math.nan)) and
+               abs(s.loss - golden[s.step]) > noise_floor("float32") * max(abs(golden[s.step]), 1e-30)
+               for s in scan.target.steps())
 
 
 def _differing(tensors, golden: OpRecord | None) -> list[str]:
