@@ -25,12 +25,7 @@ def on_grid(values: np.ndarray, fmt: str) -> float | None:
     flat = flat[np.isfinite(flat) & (flat != 0)]
     if flat.size < _LEAST_VALUES:
         return None
-    if fmt == "bfloat16":
-        held = (flat.view(np.uint32) & np.uint32(0xFFFF)) == 0
-    else:
-        with np.errstate(over="ignore"):
-            held = flat.astype(np.float16).astype(np.float32) == flat
-    return float(np.count_nonzero(held)) / flat.size
+    return float(np.count_nonzero(_held(flat, fmt))) / flat.size
 
 
 def narrower_grid(target: np.ndarray, golden: np.ndarray) -> str | None:
@@ -41,3 +36,25 @@ def narrower_grid(target: np.ndarray, golden: np.ndarray) -> str | None:
         if share == 1.0 and theirs is not None and theirs <= _GOLDEN_AT_MOST:
             return fmt
     return None
+
+
+def extremes_grid(target, golden) -> str | None:
+    """From statistics (``TensorStats``): the narrower format holding the target tensor's smallest and largest
+    values exactly, both nonzero, where golden's are not both held; None where that cannot tell. Two float32
+    values land on float16's grid together by chance once in 2**26."""
+    values = np.array([target.min, target.max], dtype=np.float64)
+    theirs = np.array([golden.min, golden.max], dtype=np.float64)
+    if not (np.isfinite(values).all() and np.isfinite(theirs).all()) or (values == 0).any() or \
+            (values.astype(np.float32) != values).any() or (theirs.astype(np.float32) != theirs).any():
+        return None
+    for fmt in NARROWER:
+        if _held(values.astype(np.float32), fmt).all() and not _held(theirs.astype(np.float32), fmt).all():
+            return fmt
+    return None
+
+
+def _held(values: np.ndarray, fmt: str) -> np.ndarray:
+    if fmt == "bfloat16":
+        return (values.view(np.uint32) & np.uint32(0xFFFF)) == 0
+    with np.errstate(over="ignore"):
+        return values.astype(np.float16).astype(np.float32) == values

@@ -47,7 +47,7 @@ from dataclasses import replace
 
 from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.errors import noise_floor, stats_only
-from precision_tool.analysis.grid import narrower_grid
+from precision_tool.analysis.grid import extremes_grid, narrower_grid
 from precision_tool.analysis.omissions import declares_float32, narrower_than_declared
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.randomness import judge_draw
@@ -162,6 +162,8 @@ def _judge_output(scan, record: OpRecord) -> Verdict | None:
         return _integer_verdict(scan, record, a, changed)
     exact = record.direction == "forward" and a.inherited == 0.0
     floor = _significant(scan, output_dtype(record), exact)
+    if exact and stats_only(record) and floor == EXACT_INPUTS_FLOOR and _extremes_grid_of(scan, record, None):
+        floor = noise_floor("float32")  # its extremes on a narrower grid: the format is the evidence, not the size
     observed = _unreduced_error(scan, record) if stats_only(record) and a.inherited > 0.0 else a.observed
     if observed < floor or observed <= INTRODUCED_EXCESS * a.inherited:
         return None
@@ -185,8 +187,12 @@ def _narrower_inside(scan, record: OpRecord, holder: OpRecord, a, verdict: Verdi
     if verdict.cls != "kernel_bug" or (record.compute_dtype or output_dtype(record)) != "float32" or \
             not _runs_float32(scan):
         return verdict
-    fmt = None if stats_only(holder) else _grid_of(scan, holder, slot)
-    if fmt is not None:
+    fmt = _extremes_grid_of(scan, holder, slot) if stats_only(holder) else _grid_of(scan, holder, slot)
+    if fmt is not None and stats_only(holder):
+        found = (f"its {slot or 'float32 output'}'s smallest and largest values are {fmt} values (golden's are not): "
+                 f"{'the code before it' if slot is not None else 'it'} computes in {fmt} and casts the result back "
+                 "to float32")
+    elif fmt is not None:
         shown = f"its {slot}" if slot is not None else "its float32 output"
         found = (f"{shown} holds only {fmt} values (every one on {fmt}'s grid, golden's mostly between): "
                  f"{'the code before it' if slot is not None else 'it'} computes in {fmt} and casts the result "
@@ -203,6 +209,22 @@ def _narrower_inside(scan, record: OpRecord, holder: OpRecord, a, verdict: Verdi
               f"step {record.step} again at op level (ptt.dump(path, mode=\"dump\", steps=[{record.step}], "
               f"modules=[{record.name!r}])); then keep it in float32 (drop the cast, or its autocast region)")
     return replace(verdict, cls="precision_loss", evidence=verdict.evidence[:2] + (found,), action=action)
+
+
+def _extremes_grid_of(scan, holder: OpRecord, slot: str | None) -> str | None:
+    """`grid.extremes_grid` of ``holder``'s input ``slot``, or of its first float32 output whose extremes lie on
+    one, from their statistics."""
+    golden = scan._golden_of(holder)
+    if golden is None:
+        return None
+    theirs = {t.slot: t for t in golden.tensors if t.stats.count}
+    for t in holder.tensors:
+        if (t.slot == slot if slot is not None else t.kind == "output") and t.dtype == "float32" and \
+                t.stats.count and t.slot in theirs:
+            fmt = extremes_grid(t.stats, theirs[t.slot].stats)
+            if fmt is not None:
+                return fmt
+    return None
 
 
 def _grid_of(scan, holder: OpRecord, slot: str | None) -> str | None:

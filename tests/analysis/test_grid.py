@@ -43,3 +43,18 @@ def test_zeros_and_non_finite_values_are_left_out_of_the_share():
     target[101] = np.nan
     assert on_grid(target, "float16") == 1.0
     assert on_grid(np.float32([70000.0] * 64 + [1.0 + 2.0 ** -20]), "float16") == 0.0  # beyond float16's range
+
+
+def test_extremes_on_a_narrower_grid_tell_the_format_from_statistics():
+    from precision_tool.analysis.grid import extremes_grid
+    from precision_tool.dump.records import TensorStats
+
+    def stats(low, high):
+        return TensorStats(256, low, high, 0.0, 1.0, 16.0)
+
+    golden = stats(float(np.float32(-2.7182817)), float(np.float32(3.1415927)))
+    assert extremes_grid(stats(-2.720703125, 3.14453125), golden) == "float16"  # held by float16, not bfloat16
+    assert extremes_grid(stats(-2.71875, 3.140625), stats(-2.71875, 3.140625)) is None  # golden's are too
+    assert extremes_grid(stats(-2.703125, 3.140625), golden) == "bfloat16"
+    assert extremes_grid(stats(0.0, 3.140625), golden) is None  # a ReLU's 0 lies on every grid
+    assert extremes_grid(stats(-2.7182817, 3.140625), golden) is None  # one of float32's own
