@@ -344,18 +344,25 @@ def diagnosis_of(golden: Path, target: Path):
         return diagnose(g, t)
 
 
-def fit(path: Path, model, optimizer, loss_of, batches, mode: str = "dump", **options) -> None:
+def fit(path: Path, model, optimizer, loss_of, batches, mode: str = "dump", scaler=None, **options) -> None:
     """Train ``model`` one optimizer step a batch inside ``ptt.dump(path, mode, **options)`` (``level``,
-    ``steps``), each step's loss recorded: ``loss_of(model, batch)``."""
+    ``steps``), each step's loss recorded: ``loss_of(model, batch)``; through ``scaler`` (a GradScaler), its
+    scale recorded, where given."""
     import precision_tool.torch as ptt
 
     with ptt.dump(path, mode=mode, **options):
         for batch in batches:
             loss = loss_of(model, batch)
             optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            ptt.step(loss)
+            if scaler is None:
+                loss.backward()
+                optimizer.step()
+                ptt.step(loss)
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                ptt.step(loss, scaler.get_scale())
 
 
 def bert_layernorm_by_hand(path: Path, by_hand: bool, steps: int) -> None:

@@ -13,15 +13,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.realmodels.cases import diagnosis_of
+from tests.realmodels.cases import diagnosis_of, fit
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 
 def _train(path, target: bool) -> None:
     import transformers as tf
-
-    import precision_tool.torch as ptt
 
     tf.logging.set_verbosity_error()
     torch.manual_seed(26)
@@ -34,23 +32,17 @@ def _train(path, target: bool) -> None:
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12) if target else None
     mask = torch.ones(4, 16, dtype=torch.long)
     mask[0, 12:] = 0
-    with ptt.dump(path):
-        for step in range(3):
-            generator = torch.Generator().manual_seed(2600 + step)
-            ids = torch.randint(3, 64, (4, 16), generator=generator)
-            labels = torch.randint(0, 3, (4,), generator=generator)
-            with torch.autocast("cpu", dtype=torch.float16, enabled=target):
-                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            optimizer.zero_grad()
-            if scaler is None:
-                loss.backward()
-                optimizer.step()
-                ptt.step(loss)
-            else:
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-                ptt.step(loss, scaler.get_scale())
+    batches = []
+    for step in range(3):
+        generator = torch.Generator().manual_seed(2600 + step)
+        batches.append((torch.randint(3, 64, (4, 16), generator=generator),
+                        torch.randint(0, 3, (4,), generator=generator)))
+
+    def loss_of(model, batch):
+        with torch.autocast("cpu", dtype=torch.float16, enabled=target):
+            return model(input_ids=batch[0], attention_mask=mask, labels=batch[1]).loss
+
+    fit(path, model, optimizer, loss_of, batches, scaler=scaler)
 
 
 def test_golden_gradients_beyond_float16_times_the_scale_are_no_overflow_where_the_target_stays_finite(tmp_path):

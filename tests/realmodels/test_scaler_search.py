@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import precision_tool.torch as ptt
-from tests.realmodels.cases import diagnosis_of
+from tests.realmodels.cases import diagnosis_of, fit
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -23,24 +22,18 @@ def _train(path, target: bool) -> None:
         num_channels=3, image_size=32, depth_multiplier=0.25, num_labels=4, classifier_dropout_prob=0.0))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12) if target else None
-    with ptt.dump(path, mode="stats"):
-        for step in range(3):
-            generator = torch.Generator().manual_seed(100 + step)
-            torch.randint(3, 64, (3, 10), generator=generator)  # (the draws the probe that found it made first)
-            pixels, labels = torch.randn(3, 3, 32, 32, generator=generator), torch.randint(0, 4, (3,),
-                                                                                          generator=generator)
-            optimizer.zero_grad()
-            with torch.autocast("cpu", dtype=torch.float16, enabled=target):
-                loss = model(pixel_values=pixels, labels=labels).loss
-            if scaler is None:
-                loss.backward()
-                optimizer.step()
-                ptt.step(loss)
-            else:
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-                ptt.step(loss, scaler.get_scale())
+    batches = []
+    for step in range(3):
+        generator = torch.Generator().manual_seed(100 + step)
+        torch.randint(3, 64, (3, 10), generator=generator)  # (the draws the probe that found it made first)
+        batches.append((torch.randn(3, 3, 32, 32, generator=generator), torch.randint(0, 4, (3,),
+                                                                                     generator=generator)))
+
+    def loss_of(model, batch):
+        with torch.autocast("cpu", dtype=torch.float16, enabled=target):
+            return model(pixel_values=batch[0], labels=batch[1]).loss
+
+    fit(path, model, optimizer, loss_of, batches, "stats", scaler=scaler)
 
 
 def test_overflows_after_the_first_skipped_update_are_not_blamed_from_statistics(tmp_path):
