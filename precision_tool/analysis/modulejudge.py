@@ -73,7 +73,8 @@ def judge_module(scan, record: OpRecord) -> Verdict | None:
         # near 0: 7 % on its input gradient in a clean bf16 ResNet), which nothing replays here
     a = scan._attribute(record, replay=False)
     scan.result.judged.add((record.step, record.name, record.direction))
-    verdict = narrower_than_declared(record, scan._golden_of(record), a.observed) if _runs_float32(scan) else None
+    declared = "float32" if _runs_float32(scan) else scan._declared if scan._declared != "float32" else None
+    verdict = narrower_than_declared(record, scan._golden_of(record), a.observed, declared) if declared else None
     if verdict is not None:  # (a module .half()ed in a float32 run: its calls read and write float16)
         scan.result.attributions.append(a)
         return verdict

@@ -242,24 +242,48 @@ def runs_float32(dump) -> bool:
     return sum(low) * 2 < len(low)
 
 
-def narrower_than_declared(record: OpRecord, partner: OpRecord | None, observed: float) -> Verdict | None:
-    """precision_loss where, in a run that declares float32 throughout, the forward op ``record`` computes in a
-    16-bit format while golden's ``partner`` computes in float32, and its output departs from golden's beyond
-    float32's noise (``observed``): a module or tensor cast down by hand (``module.half()``). Casts only round
-    (a stray round trip is judged where its value is read, `departures`); this is an op computing in it."""
+def declared_format(dump) -> str | None:
+    """The narrowest format ``dump``'s run declares it computes in: ``float32`` for a float32 run
+    (`runs_float32`), the autocast format of an autocast run, else None (a model cast whole: nothing declared)."""
+    from precision_tool.analysis.notes import meta
+
+    if runs_float32(dump):
+        return "float32"
+    autocast = meta(dump, "autocast")
+    return autocast if autocast in _LOW else None
+
+
+def _coarser(dtype: str, declared: str) -> bool:
+    from precision_tool.engine.formats import FORMATS
+
+    return dtype in FORMATS and declared in FORMATS and FORMATS[dtype].unit_roundoff > FORMATS[declared].unit_roundoff
+
+
+def narrower_than_declared(record: OpRecord, partner: OpRecord | None, observed: float,
+                           declared: str = "float32") -> Verdict | None:
+    """precision_loss where the forward op ``record`` computes in a 16-bit format coarser than every format its run
+    declares (``declared``: float32 throughout, or an autocast format: bfloat16 in a float16 autocast run) while
+    golden's ``partner`` computes in float32, and its output departs from golden's beyond float32's noise
+    (``observed``): a module or tensor cast down by hand (``module.half()``, ``x.to(torch.bfloat16)``). Casts only
+    round (a stray round trip is judged where its value is read, `departures`); this is an op computing in it."""
     from precision_tool.analysis.errors import noise_floor
     from precision_tool.analysis.structure import is_copy
 
     if partner is None or record.direction != "forward" or is_copy(record.type) or record.compute_dtype not in _LOW \
-            or partner.compute_dtype in _LOW or observed < noise_floor("float32"):
+            or not _coarser(record.compute_dtype, declared) or partner.compute_dtype in _LOW \
+            or observed < noise_floor("float32"):
         return None
-    evidence = (f"the target declares float32 throughout, yet {record.name} ({record.type}) computes in "
+    run = "declares float32 throughout" if declared == "float32" else f"runs under {declared} autocast"
+    evidence = (f"the target {run}, yet {record.name} ({record.type}) computes in "
                 f"{record.compute_dtype}; golden computes it in {partner.compute_dtype}",
                 f"its output is {observed:.3g} from golden's: the first {'module call' if record.is_module else 'op'} "
                 "of the target that computes in a format the run does not declare")
-    return Verdict(record.name, "precision_loss", record.step, "forward", record.type, evidence,
-                   f"keep {module_path(record.name) or record.name} in float32 (a .half() or .to(float16) on the "
-                   "module or on its input), or run the whole target under autocast",
+    where = module_path(record.name) or record.name
+    action = f"keep {where} in float32 (a .half() or .to(float16) on the module or on its input), or run the " \
+             "whole target under autocast" if declared == "float32" else \
+             f"let autocast choose {where}'s format (float32 or {declared}): remove the .to({record.compute_dtype}) " \
+             "on the module or on its input"
+    return Verdict(record.name, "precision_loss", record.step, "forward", record.type, evidence, action,
                    module=module_path(record.name))
 
 

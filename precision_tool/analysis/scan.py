@@ -53,8 +53,8 @@ from precision_tool.analysis.departures import (REWRITE_UNITS, DepartureFinder, 
                                                 skipped_verdict, target_only_verdict)
 from precision_tool.analysis.errors import harm_depth, noise_floor, overflows_here, rounding_error, stats_only
 from precision_tool.analysis.fusion import switch_off_action
-from precision_tool.analysis.omissions import (changed_leaf, fewer_gradients, narrower_than_declared,
-                                               runs_float32)
+from precision_tool.analysis.omissions import (changed_leaf, declared_format, fewer_gradients,
+                                               narrower_than_declared)
 from precision_tool.analysis.overflow import overflow_entry, starts_here
 from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.randomness import judge_draw
@@ -98,9 +98,9 @@ class Scanner(RewriteJudge):
         self.until_step = until_step  # the last step scanned (a boost change makes later steps differ anyway)
         self.result = ScanResult()
         self.replays = 0
-        self._absorbed: set[str] = set()
-        self._dtype_notes: set[str] = set()
-        self._float32 = runs_float32(target)
+        self._absorbed, self._dtype_notes = set(), set()  # (names)
+        self._declared = declared_format(target)  # float32, an autocast format, or None
+        self._float32 = self._declared == "float32"
         self._region = narrows_ops(getattr(target, "metadata", None) or {})  # a zoom region's ops alone
 
     # -- the scan --------------------------------------------------------------------------------
@@ -249,8 +249,8 @@ class Scanner(RewriteJudge):
         a = self._attribute(record, replay=False)
         if overflows_here(record, a) and not self._inherits_overflow(record, a):
             return self._judge_overflow(record, a)
-        if self._float32:
-            verdict = narrower_than_declared(record, self._golden_of(record), a.observed)
+        if self._declared:
+            verdict = narrower_than_declared(record, self._golden_of(record), a.observed, self._declared)
             if verdict is not None:
                 self.result.attributions.append(a)
                 return verdict

@@ -68,9 +68,10 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
         scan.result.judged.add((record.step, record.name, record.direction))
     if (a.overflowed or a.new_nan) and not scan._inherits_overflow(record, a) and a.inherited < SIGNIFICANT_ERROR:
         return scan._judge_overflow(record, a, _diverging)
-    if scan._float32:  # a 16-bit op in a float32 run, as for full dumps; a cast to one (no values to judge it by)
-        verdict = narrower_than_declared(record, scan._golden_of(record), a.observed) or \
-            stray_cast(record, scan._golden_of(record), _loss_departs(scan))
+    if scan._declared:  # a 16-bit op in a float32 run (or a bfloat16 op in a float16 autocast run), as for full
+        # dumps; a cast to one in a float32 run (no values to judge it by)
+        verdict = narrower_than_declared(record, scan._golden_of(record), a.observed, scan._declared) or \
+            (stray_cast(record, scan._golden_of(record), _loss_departs(scan)) if scan._float32 else None)
         if verdict is not None:
             scan.result.attributions.append(a)
             return verdict
