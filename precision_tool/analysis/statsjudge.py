@@ -57,6 +57,7 @@ from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 
 _WIDE = frozenset({"float32", "float64"})
+LEAF_IN_16_BITS = 0.25  # a value no op wrote, departing this much at the first step of a 16-bit run, was changed
 
 
 def judge_statistics(scan, record: OpRecord) -> Verdict | None:
@@ -94,10 +95,13 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
     verdict = judge_draw(scan, record, a)  # other random draws than golden's: nothing after compares
     if verdict is not None:
         return verdict
-    if scan._float32 and record.step == scan._first_step and min(a.inherited, a.observed) >= SIGNIFICANT_ERROR \
+    if record.step == scan._first_step and min(a.inherited, a.observed) >= (SIGNIFICANT_ERROR if scan._float32
+                                                                            else LEAF_IN_16_BITS) \
             and (module_path(record.name) or not scan._region):  # a parameter or buffer changed before any op (a
         verdict = scan._changed_leaf(record)  # weight scaled, a rotary base), as for full dumps; in a float32 run,
-        if verdict is not None:  # where no rounding moves a slice's statistics 1 % (no values to tell a slice by)
+        # where no rounding moves a slice's statistics 1 % (no values to tell a slice by); in a 16-bit one, beyond
+        # what its first step's rounding moves a slice
+        if verdict is not None:
             scan.result.attributions.append(a)
             return verdict
     if a.observed < noise_floor(output_dtype(record)) and record.step == scan._first_step \
