@@ -62,7 +62,7 @@ def split_error(target, golden, target_dtype: str, scale: float = 1.0) -> ErrorS
         g = g * np.float64(scale)
     if _all_finite(t) and _all_finite(g):  # the common case, without a mask: a few passes, no copies but one
         limit = format_limit(target_dtype)
-        if limit == math.inf or not g.size or max(float(g.max()), -float(g.min())) <= limit:
+        if limit == math.inf or not g.size or max(float(g.max()), -float(g.min())) <= min(limit, _NARROW_EXTREME):
             return ErrorSplit(_relative(t, g), size=t.size)
     t = np.asarray(t, dtype=np.float64)
     g = np.asarray(g, dtype=np.float64)
@@ -73,6 +73,9 @@ def split_error(target, golden, target_dtype: str, scale: float = 1.0) -> ErrorS
         same_sign = np.sign(t) == np.sign(g)
         at_limit = np.abs(t) >= limit
         shared = ~g_finite & ((np.isnan(g) & (np.isnan(t) | (t == 0))) | (np.isinf(g) & same_sign & at_limit))
+        # a 16-bit format's extreme carried into a wider tensor where golden's is beyond it: a mask constant of
+        # the model's own format (finfo(float16).min, a float16 model's; golden's is float32's), cast up
+        shared |= g_finite & same_sign & ~at_limit & (np.abs(g) > np.abs(t)) & np.isin(np.abs(t), _EXTREMES_16)
         beyond = g_finite & (np.abs(g) > limit) & (at_limit | ~t_finite)  # (a finite value under the limit where
         # golden's is beyond it is no overflow of the target's: other values, from inputs that differ)
         new_nan = g_finite & np.isnan(t)
@@ -80,6 +83,10 @@ def split_error(target, golden, target_dtype: str, scale: float = 1.0) -> ErrorS
     keep = ~(shared | overflowed | new_nan | ~g_finite)
     return ErrorSplit(_relative(t[keep], g[keep]), int(overflowed.sum()), int(new_nan.sum()), int(shared.sum()),
                       t.size)
+
+
+_EXTREMES_16 = np.array([FORMATS[d].max for d in ("float16", "bfloat16")], dtype=np.float64)
+_NARROW_EXTREME = float(_EXTREMES_16.min())  # golden's values beyond it are looked at one by one
 
 
 def _all_finite(x: np.ndarray) -> bool:

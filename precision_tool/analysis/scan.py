@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from precision_tool.analysis.actions import INVALID_ACTION as _INVALID_ACTION, keep_fp32 as _keep_fp32
-from precision_tool.analysis.arguments import called_differently
+from precision_tool.analysis.arguments import called_differently, writes_dtype_constant
 from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, pair_errors,
                                                  replay_errors, self_consistency, significant_slots)
 from precision_tool.analysis.departures import (REWRITE_UNITS, DepartureFinder, integer_verdict,
@@ -244,8 +244,8 @@ class Scanner(RewriteJudge):
             or another_part(record, partner, self.step_records, self._golden_of, (self.golden, self.target))
         if verdict is not None:
             return verdict
-        if not any(t.has_data and is_float(t.dtype) for t in record.outputs):
-            return judge_statistics(self, record) if stats_only(record) else None
+        if not any(t.has_data and is_float(t.dtype) for t in record.outputs) or writes_dtype_constant(record):
+            return judge_statistics(self, record) if stats_only(record) else None  # (finfo(float16).min: a mask)
         a = self._attribute(record, replay=False)
         if overflows_here(record, a) and not self._inherits_overflow(record, a):
             return self._judge_overflow(record, a)
