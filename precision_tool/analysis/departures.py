@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from precision_tool.analysis.attribution import GoldenView, pair_errors
-from precision_tool.analysis.errors import noise_floor
+from precision_tool.analysis.errors import noise_floor, split_error, stats_split
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
 from precision_tool.analysis.structure import Consumers, fingerprint, is_copy, module_path
@@ -79,6 +79,7 @@ class Departure:
     golden_dtype: str = ""  # the dtype golden held the value in (float inputs)
     skipped: OpRecord | None = None  # golden's op that wrote the value and that the target does not run
     unpaired: OpRecord | None = None  # golden's writer, when neither run's writer has a partner (`_unpaired`)
+    scaled: float = 0.0  # the loss scale the value read still carries, where golden's reader reads it unscaled
 
 
 class DepartureFinder:
@@ -196,12 +197,16 @@ class DepartureFinder:
         golden_record = self.golden_of(record)
         if golden_record is None:
             return None
-        ratio = loss_scale_ratios(self.golden_dump, self.target_dump).get(record.step, 1.0) \
-            if record.direction == "backward" else 1.0
+        scale = loss_scale_ratios(self.golden_dump, self.target_dump).get(record.step, 1.0)
+        ratio = scale if record.direction == "backward" else 1.0
         for slot, error in pair_errors(self.golden_dump, self.target_dump, record, view, "input", ratio):
             if error.error < max(floor, noise_floor(record.tensor(slot).dtype)) or error.overflowed:
                 continue
             golden_tensor = view.record(slot) or view.statistics(slot)  # a stats-mode partner: its statistics
+            if scale != 1.0 and ratio == 1.0 and golden_tensor is not None:
+                still = self._still_scaled(record, view, slot, scale, error.error)
+                if still is not None:
+                    return Departure(slot, error.error, 0, 0, None, still, None, golden_tensor.dtype, scaled=scale)
             written = self._golden_writer(golden_record, golden_tensor) if golden_tensor is not None else None
             producer = self.target_of(written[0]) if written is not None else None
             if producer is None:
@@ -220,6 +225,28 @@ class DepartureFinder:
                     error.error, producer_error, record.tensor(slot).dtype, *(t.dtype for t in producer.outputs))):
                 return Departure(slot, error.error, 0, 0, producer, producer_error, writer, golden_tensor.dtype)
         return None
+
+    def _still_scaled(self, record: OpRecord, view: GoldenView, slot: str, scale: float, error: float) \
+            -> float | None:
+        """Where the loop's op ``record`` (clipping, the optimizer) reads ``slot`` as golden's value times the
+        step's loss ``scale``, within its dtype's noise and far closer than unscaled: that error; else None. Golden's
+        reads gradients unscaled (a clip before ``scaler.unscale_``, ``optimizer.step()`` past the scaler)."""
+        writer = self.writers()[1].producer(record, slot)
+        if record.direction != "optimizer" and (writer is None or writer.direction != "backward"):
+            return None  # (a value of the forward pass: no loss scale on it)
+        tensor = record.tensor(slot)
+        partner = view.statistics(slot) or (view.record(slot) if not tensor.has_data else None)
+        if partner is not None:
+            scaled = stats_split(tensor.stats, partner.stats, tensor.dtype, scale) if tensor.stats.count else None
+        else:
+            golden = view.get(slot)
+            scaled = None if golden is None else split_error(
+                self.target_dump.tensor(record.step, record.exec_index, slot), golden, tensor.dtype, scale)
+        if scaled is None or scaled.overflowed or \
+                scaled.error >= max(noise_floor(record.tensor(slot).dtype), SIGNIFICANT_ERROR) or \
+                scaled.error * INTRODUCED_EXCESS >= error:
+            return None
+        return scaled.error
 
     def _changer(self, record: OpRecord, slot: str) -> OpRecord | None:
         """The op that wrote ``record``'s input ``slot``, walking back, in a run with loss scaling, past ops only
@@ -459,6 +486,8 @@ def target_only_verdict(record: OpRecord, d: Departure, between: list[OpRecord])
     to a narrower format than golden's when those ops only cast (`narrowing_cast`)."""
     if d.unpaired is not None:
         return unpaired_verdict(record, d)
+    if d.scaled:
+        return still_scaled_verdict(record, d)
     cast = narrowing_cast(d, between)
     if cast is not None:
         return cast_verdict(record, d, cast)
@@ -487,3 +516,15 @@ def unpaired_verdict(record: OpRecord, d: Departure) -> Verdict:
               f"{module_path(theirs.name) or 'the training loop'}): check that code")
     return Verdict(writer.name, "kernel_bug", writer.step, writer.direction, writer.type, evidence, action,
                    module=module_path(writer.name))
+
+
+def still_scaled_verdict(record: OpRecord, d: Departure) -> Verdict:
+    """``record``, an op of the training loop, reads a gradient still multiplied by the loss scale."""
+    evidence = (f"{record.name} ({record.type}) reads {d.slot} {d.error:.3g} from golden; golden's value times the "
+                f"step's loss scale, {d.scaled:g}, matches it within {d.producer_error:.3g}",
+                f"it reads gradients still multiplied by the loss scale, where golden's {record.type} reads them "
+                "unscaled: the target runs it before the gradients are unscaled")
+    action = (f"unscale the gradients before {record.type} reads them: scaler.unscale_(optimizer) before clipping "
+              "or any code that reads .grad, and scaler.step(optimizer) rather than optimizer.step()")
+    return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, evidence, action,
+                   module=module_path(record.name))

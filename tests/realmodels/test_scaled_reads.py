@@ -1,0 +1,67 @@
+"""Loop code reading gradients still multiplied by a GradScaler's loss scale (a float16 autocast BERT): a
+clip_grad_norm_ before ``scaler.unscale_``, ``optimizer.step()`` called past the scaler. The gradients match
+golden's times the scale, so every backward op was right; the loop's op reading them departed 4,096-fold, and
+the verdict blamed the backward cast that wrote them (an op golden does not run). The reader is named now.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.realmodels.cases import diagnosis_of
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+
+def _train(path, target: bool, mode: str, loop: str = "right") -> None:
+    import transformers as tf
+
+    import precision_tool.torch as ptt
+
+    tf.logging.set_verbosity_error()
+    torch.manual_seed(1)
+    config = tf.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                           vocab_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0, num_labels=3)
+    model = tf.BertForSequenceClassification(config)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4096.0, enabled=target)
+    generator = torch.Generator().manual_seed(100)
+    data = [(torch.randint(3, 64, (3, 10), generator=generator), torch.randint(0, 3, (3,), generator=generator))
+            for _ in range(2)]
+    with ptt.dump(path, mode=mode):
+        for ids, labels in data:
+            with torch.autocast("cpu", dtype=torch.float16, enabled=target):
+                loss = model(input_ids=ids, labels=labels).loss
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            if loop == "past the scaler":
+                optimizer.step()
+            else:
+                if loop == "clip first":
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.unscale_(optimizer)
+                if loop != "clip first":
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+            ptt.step(loss, scaler.get_scale() if target else 1.0)
+
+
+@pytest.mark.parametrize("mode", ["dump", "stats"])
+@pytest.mark.parametrize("loop, op", [("clip first", "aten._foreach_norm_0"),
+                                      ("past the scaler", "optimizer/SGD/aten.add__0")])
+def test_loop_code_reading_scaled_gradients_is_named(tmp_path, mode, loop, op):
+    _train(tmp_path / "golden.h5", False, mode)
+    _train(tmp_path / "target.h5", True, mode, loop)
+    verdict = diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict
+    assert (verdict.cls, verdict.op, verdict.step) == ("kernel_bug", op, 0), verdict.evidence
+    assert "golden's value times the step's loss scale, 4096, matches it within" in verdict.evidence[0]
+
+
+@pytest.mark.parametrize("mode", ["dump", "stats"])
+def test_the_loop_unscaling_first_is_clean(tmp_path, mode):
+    _train(tmp_path / "golden.h5", False, mode)
+    _train(tmp_path / "target.h5", True, mode)
+    assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict.cls == "none"
