@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from precision_tool.analysis.actions import INVALID_ACTION as _INVALID_ACTION, keep_fp32 as _keep_fp32
 from precision_tool.analysis.arguments import called_differently, writes_dtype_constant
 from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, pair_errors,
-                                                 replay_errors, self_consistency, significant_slots)
+                                                 replay_errors, significant_slots)
 from precision_tool.analysis.departures import (REWRITE_UNITS, DepartureFinder, integer_verdict,
                                                 skipped_verdict, target_only_verdict)
 from precision_tool.analysis.errors import harm_depth, noise_floor, overflows_here, rounding_error, stats_only
@@ -60,6 +60,7 @@ from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.reshaped import another_part
+from precision_tool.analysis.scaling import unexplained_verdict
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
 from precision_tool.analysis.modulejudge import judge_module
 from precision_tool.analysis.statsjudge import judge_statistics
@@ -292,13 +293,9 @@ class Scanner(RewriteJudge):
                 and a.introduced > INTRODUCED_EXCESS * max(a.expected or 0.0, 1e-12) and not a.ill_conditioned:
             return self._kernel_verdict(record, a, f"computes {a.excess:.3g}x worse than {a.compute_dtype} allows")
         unexplained = a.observed >= max(floor, INTRODUCED_EXCESS * max(a.inherited, a.introduced or 0.0))
-        if unexplained:
-            check = self_consistency(self.target, record)
-            if check is not None and check[0] >= floor and check[0] > INTRODUCED_EXCESS * check[1]:
-                return self._kernel_verdict(
-                    record, a, f"does not compute its op: its recorded output is {check[0]:.3g} away from the op "
-                               f"replayed on its own recorded inputs, which {a.compute_dtype} explains to "
-                               f"{check[1]:.3g}", recorded=True)
+        verdict = unexplained_verdict(self, record, a, floor) if unexplained else None
+        if verdict is not None:  # a kernel that does not compute its op; an op not proportional to the loss scale
+            return verdict
         if a.introduced is not None and a.introduced >= SIGNIFICANT_ERROR:
             return self._precision_loss(record, a)
         return None

@@ -284,8 +284,11 @@ class Session:
 
     def _optimizer_begins(self, optimizer, args, kwargs) -> None:
         self.optimizer, self.stepped = optimizer, True
-        if self._idle_at_op_level():  # its ops, unseen, end a concluded step and open one, as in dispatch (a
-            self._ops_would_run()  # second optimizer's step after the first's)
+        # another optimizer's step (or the same one's again) before any op of the next iteration: the iteration
+        # goes on, one step (two optimizers, one per part of the model; a scaler's step after a plain one)
+        self.pending_boundary = False
+        if self._idle_at_op_level():  # its ops, unseen, open a step where none is open, as in dispatch
+            self._ops_would_run()
         if not self._warned_autocast and autocast_dtype():
             self._warned_autocast = True
             warnings.warn(AUTOCAST_STEP_WARNING, AutocastOptimizerWarning, stacklevel=3)

@@ -14,7 +14,7 @@ from tests.realmodels.cases import diagnosis_of
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 
-def _train(path, target: bool, mode: str, loop: str = "right") -> None:
+def _train(path, target: bool, mode: str, loop: str = "right", golden_loop: str = "right") -> None:
     import transformers as tf
 
     import precision_tool.torch as ptt
@@ -25,6 +25,9 @@ def _train(path, target: bool, mode: str, loop: str = "right") -> None:
                            vocab_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
                            attention_probs_dropout_prob=0.0, num_labels=3)
     model = tf.BertForSequenceClassification(config)
+    if "clamp hooks" in (loop, golden_loop):  # a "safety" clamp on every gradient, in both runs
+        for parameter in model.parameters():
+            parameter.register_hook(lambda grad: grad.clamp(-1.0, 1.0))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     scaler = torch.amp.GradScaler("cpu", init_scale=4096.0, enabled=target)
     generator = torch.Generator().manual_seed(100)
@@ -65,3 +68,15 @@ def test_the_loop_unscaling_first_is_clean(tmp_path, mode):
     _train(tmp_path / "golden.h5", False, mode)
     _train(tmp_path / "target.h5", True, mode)
     assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict.cls == "none"
+
+
+def test_a_gradient_hook_clamping_loss_scaled_gradients_is_named(tmp_path):
+    """Both runs clamp every gradient to [-1, 1] in a tensor hook; the target's hooks see gradients 4,096 times
+    golden's, and clamp them. On golden's unscaled inputs the clamp computes golden's output: it is not
+    proportional to the gradients it reads. (From statistics nothing is replayed, and it is not named.)"""
+    _train(tmp_path / "golden.h5", False, "dump", golden_loop="clamp hooks")
+    _train(tmp_path / "target.h5", True, "dump", "clamp hooks")
+    verdict = diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict
+    assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == \
+        ("kernel_bug", "BertForSequenceClassification/classifier/weight/aten.clamp_0", 0, "backward")
+    assert verdict.evidence[1].startswith("replayed on golden's unscaled inputs in float32 it computes golden's")
