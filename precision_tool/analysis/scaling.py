@@ -189,8 +189,9 @@ def _unproportional(scan, record, scale: float) -> float | None:
     replayed."""
     import numpy as np
 
-    from precision_tool.analysis.attribution import GoldenView, NotReplayable, _replays
+    from precision_tool.analysis.attribution import GoldenView
     from precision_tool.analysis.errors import split_error
+    from precision_tool.analysis.replay import is_float
     from precision_tool.compare.judged import gradient_scale
 
     view = scan.views.get(id(record)) or GoldenView(scan.golden, [])
@@ -204,10 +205,19 @@ def _unproportional(scan, record, scale: float) -> float | None:
         return None
     scaled = [np.asarray(x) * f if f != 1.0 and np.asarray(x).dtype.kind == "f" else x
               for x, f in zip(inputs, factors)]
+    if scan.target.metadata.get("framework") != "torch":
+        return None  # (the engine's ops, and msprobe's APIs, are the library's own: no hook computes there)
     try:
-        _, ideal = _replays(record, scaled, scan.target, "npu")
+        from precision_tool.torch import NotReplayable, replay
+    except ImportError:
+        return None
+    try:  # exactly, in float64, on golden's values as they are (rounded to float16, unscaled gradients vanish)
+        ideal = replay(record, scaled, device="golden", exact=True)
+        unscaled = replay(record, inputs, device="golden", exact=True)
     except NotReplayable:
         return None
-    errors = [split_error(np.asarray(i, dtype=np.float64) / scale, g, "float64").error
-              for i, g, t in zip(ideal, golden_outputs, record.outputs) if np.asarray(g).dtype.kind == "f"]
+    # against the same exact replay unscaled, not golden's recorded output: a sum that cancels to float32's noise
+    # (a key bias's gradient) departs from that by orders of magnitude either way; a power-of-two scale is exact
+    errors = [split_error(np.asarray(i, dtype=np.float64) / scale, np.asarray(u, dtype=np.float64), "float64").error
+              for i, u, t in zip(ideal, unscaled, record.outputs) if is_float(t.dtype)]
     return max(errors, default=None)
