@@ -44,7 +44,8 @@ class Namer:
     """Tracks the module scope (with global module hooks) and hands out op names."""
 
     def __init__(self) -> None:
-        self._stack: list[tuple[torch.nn.Module, str, bool]] = []  # (module, path, entered during backward)
+        # (module, path, entered during backward, the arguments it was called with)
+        self._stack: list[tuple[torch.nn.Module, str, bool, tuple]] = []
         self._paths: dict[int, str] = {}  # id(module) -> the path of its first call
         self._counters: dict[tuple[str, str], int] = {}
         self._recomputed: dict[tuple[str, str], int] = {}  # the counters of the recomputation under way
@@ -158,7 +159,7 @@ class Namer:
         recomputing = _current_node() is not None  # checkpointing's recomputation, in backward
         if recomputing and not any(frame[2] for frame in self._stack):
             self._recomputed = {}  # a recomputation begins: its ops take the names of the first call's
-        self._stack.append((module, path, recomputing))
+        self._stack.append((module, path, recomputing, args))
         if id(module) not in self._seen_modules:
             self._seen_modules.add(id(module))
             for name, param in module._parameters.items():
@@ -195,7 +196,11 @@ class Namer:
                 if not self._paused:
                     self._name_custom_nodes(stack[i][1])
                 if self.on_leave is not None:
-                    self.on_leave(module, stack[i][1], args, kwargs, output)
+                    # a module with full backward hooks runs on copies of its arguments that autograd routes
+                    # through them, whose gradients are its own path's share, before the hooks change them: the
+                    # arguments it was called with hold the whole gradient, as the hooks leave it
+                    called = stack[i][3] if _backward_hooked(module) else args
+                    self.on_leave(module, stack[i][1], called, kwargs, output)
                 del stack[i:]
                 return
 
@@ -214,7 +219,7 @@ class Namer:
         self._last_seq = seq
 
     def _path_of(self, module: torch.nn.Module) -> str:
-        for caller, caller_path, _ in reversed(self._stack):
+        for caller, caller_path, *_ in reversed(self._stack):
             relative = self._relative_name(caller, module)
             if relative is not None:
                 path = f"{caller_path}/{relative}" if relative else caller_path
@@ -242,3 +247,11 @@ class Namer:
                         break
         self._relative[key] = found
         return found
+
+
+def _backward_hooked(module: torch.nn.Module) -> bool:
+    """Whether torch runs ``module`` on copies of its arguments for full backward hooks (its own or global)."""
+    from torch.nn.modules import module as torch_module
+
+    return bool(module._backward_hooks or module._backward_pre_hooks or torch_module._global_backward_hooks
+                or torch_module._global_backward_pre_hooks)
