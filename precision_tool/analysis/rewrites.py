@@ -55,6 +55,7 @@ REWRITE_FLOOR = 1e-3  # relative error below which another implementation of a m
 EXACT_FLOOR = 4e-6  # in a float32 run, what a module's ops replayed in float64 on golden's inputs depart from its
 # outputs by (and half what they depart by) to compute another function: 64 units of float32, beyond golden's own
 # rounding (1e-7 to 1e-6)
+GROUP_FLOOR_16 = 0.05  # a backward group of a 16-bit run judged from statistics: beyond what rounding surfaces
 
 
 def _fmt(value: float | None) -> str:
@@ -116,10 +117,9 @@ class RewriteJudge(MissingJudge):
         if rewrite.direction == "backward" and stats_only(record):
             # from statistics, as a forward op is judged (`statsjudge`): SIGNIFICANT_ERROR at least, and only in a
             # run that computes in float32, whose rounding noise no gradient's statistics show; a low-precision
-            # run's noise, hidden in the incoming gradient's statistics, can surface in what a group computes
-            if not self._float32:
-                return None
-            floor = max(noise_floor(dtype), SIGNIFICANT_ERROR)
+            # run's noise, hidden in the incoming gradient's statistics, can surface in what a group computes:
+            # there, from GROUP_FLOOR_16 (a loss smoothed by the target alone: 10 %, its inputs within 1e-5)
+            floor = max(noise_floor(dtype), SIGNIFICANT_ERROR if self._float32 else GROUP_FLOOR_16)
         introduced = None
         if rewrite.direction == "optimizer" and observed >= floor:  # another implementation (foreach, fused):
             replayed = introduced_by_group(members, self._golden_group(rewrite), self.step_records,  # `updates`
