@@ -130,10 +130,36 @@ def judge_draw(scan, record: OpRecord, attribution) -> Verdict | None:
         verdict = _one_side_draws(record, not _passes_through(record), f"({record.type}, which records no ops: "
                                   "its output equals its input in one run and not in the other)")
     else:
-        verdict = random_draw_verdict(record, partner, meta(scan.golden, "seed"), meta(scan.target, "seed"))
+        verdict = _redrawn(scan, record) or \
+            random_draw_verdict(record, partner, meta(scan.golden, "seed"), meta(scan.target, "seed"))
     if verdict is not None:
         scan.result.attributions.append(attribution)
     return verdict
+
+
+def _redrawn(scan, record: OpRecord) -> Verdict | None:
+    """kernel_bug where ``record`` recomputes a draw of its step (activation checkpointing runs a block's forward
+    again in backward, its ops named as in the first call) and draws other values than the call it recomputes,
+    where golden's recomputation draws its first call's: the target's backward goes through another mask than
+    its forward applied."""
+    def drawn(r: OpRecord) -> list:
+        return [fingerprint(t) for t in r.outputs if t.stats.count and is_float(t.dtype)]
+
+    def calls(records) -> list[OpRecord]:
+        return [r for r in records if r.name == record.name and r.direction == record.direction]
+
+    mine, golden = calls(scan.step_records), calls(scan.golden_records)
+    later = [r for r in mine if r.exec_index <= record.exec_index]
+    if len(later) < 2 or len(golden) < 2 or drawn(later[0]) == drawn(record) or drawn(golden[0]) != drawn(golden[1]):
+        return None
+    evidence = (f"{record.name} ({record.type}) runs again in its step (activation checkpointing recomputes its "
+                "block in backward) and draws other random values than its first call did",
+                "golden's recomputation draws its first call's: the target's backward goes through another dropout "
+                "mask than its forward applied, and its gradients are not the forward's")
+    return Verdict(record.name, "kernel_bug", record.step, record.direction, record.type, evidence,
+                   "let checkpointing restore the random state for the recomputation (torch.utils.checkpoint's "
+                   "preserve_rng_state=True, its default), or draw no random numbers inside the checkpointed block",
+                   module=module_path(record.name))
 
 
 def unequal_draws(rewrite) -> Verdict | None:
