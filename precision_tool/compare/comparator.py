@@ -22,7 +22,8 @@ import numpy as np
 from precision_tool.bulk import bulk_objects
 from precision_tool.compare.batch import score_packed
 from precision_tool.compare.cancel import StopFlag, pool_map, raise_if_interrupted
-from precision_tool.compare.judged import gradient_scale, loss_scale_ratios, skip_consumed_near_zero, statistics_only
+from precision_tool.compare.judged import (gradient_scale, loss_scale_ratios, skip_consumed_near_zero, skip_misaligned,
+                                          statistics_only)
 from precision_tool.compare.matching import TensorPair, match_ops
 from precision_tool.compare.metrics import PairAccumulator
 from precision_tool.compare.report import SHAPE_MISMATCH, CompareReport, DumpInfo, OpComparison, TensorRow
@@ -93,7 +94,7 @@ def _compare_sources(golden: DumpSource, target: DumpSource, options: CompareOpt
     target_ops = select_ops(target.ops(), options.steps, options.ops)
     match = match_ops(golden_ops, target_ops)
     rows = _score_pairs(match.pairs, golden, target, options, progress, loss_scale_ratios(golden, target))
-    rows = skip_consumed_near_zero(match.pairs, rows)
+    rows = skip_misaligned(match.pairs, skip_consumed_near_zero(match.pairs, rows))
     report = CompareReport(
         golden=dump_info(golden), target=dump_info(target), ops=_group(match.pairs, rows),
         unmatched_golden=match.unmatched_golden, unmatched_target=match.unmatched_target,

@@ -180,6 +180,45 @@ def skip_consumed(pairs: list, rows: list, found: dict) -> list:
 
 
 DERIVED = "derived from near-zero values"
+MISREAD = 0.5  # a backward op's input whose cosine with its golden partner's is below this, its writer's above
+AGREES = 0.99  # ... this with its own partner: the two ops paired by name read other tensors
+MISALIGNED = "paired with a golden op that reads other gradients"
+
+
+def skip_misaligned(pairs: list, rows: list, written: dict | None = None) -> list:
+    """``rows`` with the output rows of each backward op skipped whose float input has a cosine under MISREAD with
+    its golden partner's while the target op that wrote that very tensor agrees with its own partner (cosine
+    AGREES or more): the two ops paired by name read other tensors. Autograd sums a tensor's gradients in the
+    buffers of the nodes that read it, and an extra cast (a float16 model's ``x.to(float32)`` before an RMSNorm,
+    a no-op in golden's float32 model) moves that sum to another node, whose name the sum takes. Cosines, not
+    errors: a loss scale the run does not record leaves them as they are. ``written``: the cosines of the step's
+    backward outputs seen so far, by target tensor, added to (a streamed comparison's earlier windows)."""
+    from dataclasses import replace
+
+    written = {} if written is None else written
+    written.update((tensor_key(row.step, pair.target), row.metrics.cosine) for pair, row in zip(pairs, rows)
+                   if row.kind == "output" and row.direction == BACKWARD and row.metrics is not None)
+    out = list(rows)
+    for positions in _by_op(pairs):
+        if pairs[positions[0]].target_op.direction != BACKWARD:
+            continue
+        misread = None
+        for position in positions:
+            pair, row = pairs[position], out[position]
+            if row.kind != "input" or row.metrics is None or not row.metrics.cosine < MISREAD:
+                continue
+            writer = written.get(tensor_key(row.step, pair.target))
+            if writer is not None and writer >= AGREES:
+                misread = (row.tensor, row.metrics.cosine, writer)
+                break
+        if misread is None:
+            continue
+        reason = (f"{MISALIGNED}: its {misread[0]} has cosine {misread[1]:.2g} with golden's partner's, while the "
+                  f"op that wrote it agrees with its own ({misread[2]:.4g}; autograd sums the gradients elsewhere)")
+        for position in positions:
+            if out[position].kind == "output" and not out[position].skip:
+                out[position] = replace(out[position], skip=reason)
+    return out
 
 
 def _origin(reason: str) -> str:

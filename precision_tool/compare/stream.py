@@ -31,7 +31,8 @@ import numpy as np
 from precision_tool.bulk import bulk_objects
 from precision_tool.compare.comparator import (CompareOptions, Progress, _group, _score_pairs, _size, compare_notes,
                                                dump_info)
-from precision_tool.compare.judged import loss_scale_ratios, near_zero_writers, skip_consumed, statistics_only
+from precision_tool.compare.judged import (loss_scale_ratios, near_zero_writers, skip_consumed, skip_misaligned,
+                                          statistics_only)
 from precision_tool.compare.matching import GOLDEN, TARGET, Unmatched, _Matcher
 from precision_tool.compare.report import DumpInfo, OpComparison
 from precision_tool.compare.stream_index import COLUMN_WINDOW, StepPlan, StreamUnsupported, near_zero_candidates, plan_step
@@ -98,10 +99,11 @@ def _stream(golden: Dump, target: Dump, options: CompareOptions, sink: OpSink, p
                                  golden, target)
                 near_zero_writers(window.pairs, window.rows(options, ratios, None), step_found)
         found.update(step_found)
+        written: dict = {}  # the step's backward outputs' errors, by target tensor (`skip_misaligned`)
         for start in range(0, len(plan.target_rows), WINDOW_OPS):
             window = _Window(plan, plan.target_rows[start:start + WINDOW_OPS],
                              plan.golden_rows[start:start + WINDOW_OPS], golden, target)
-            ops = window.compared(options, ratios, found, counter)  # (adds the optimizer's noise it carries)
+            ops = window.compared(options, ratios, found, counter, written)  # (adds the optimizer's noise on)
             outcome.paired = outcome.paired or bool(window.pairs)
             stats_only = stats_only or any(statistics_only(row) for op in ops for row in op.rows)
             for op in ops:
@@ -161,8 +163,10 @@ class _Window:
     def rows(self, options: CompareOptions, ratios: dict, progress) -> list:
         return _score_pairs(self.pairs, self.golden, self.target, options, progress, ratios)
 
-    def compared(self, options: CompareOptions, ratios: dict, found: dict, counter: "_Progress") -> list[OpComparison]:
+    def compared(self, options: CompareOptions, ratios: dict, found: dict, counter: "_Progress",
+                 written: dict | None = None) -> list[OpComparison]:
         rows = skip_consumed(self.pairs, self.rows(options, ratios, counter.window()), found)
+        rows = skip_misaligned(self.pairs, rows, written)
         counter.advance(sum(_size(pair) for pair in self.pairs))
         return _group(self.pairs, rows)
 
