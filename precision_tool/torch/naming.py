@@ -32,6 +32,7 @@ of the block it wraps, which would give them the names of that op's backward.
 from __future__ import annotations
 
 import torch
+from torch.nn.modules import module as _torch_module
 
 from precision_tool.engine.hooks import BACKWARD, FORWARD, OPTIMIZER
 
@@ -251,7 +252,5 @@ class Namer:
 
 def _backward_hooked(module: torch.nn.Module) -> bool:
     """Whether torch runs ``module`` on copies of its arguments for full backward hooks (its own or global)."""
-    from torch.nn.modules import module as torch_module
-
-    return bool(module._backward_hooks or module._backward_pre_hooks or torch_module._global_backward_hooks
-                or torch_module._global_backward_pre_hooks)
+    return bool(module._backward_hooks or module._backward_pre_hooks or _torch_module._global_backward_hooks
+                or _torch_module._global_backward_pre_hooks)
