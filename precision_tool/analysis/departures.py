@@ -405,8 +405,12 @@ def _beyond(error: float, writer_error: float, *dtypes: str) -> bool:
 
 
 def _differing(target, golden) -> tuple[int, int]:
-    """(elements of ``target`` that differ from ``golden``, its size); a shape mismatch differs everywhere."""
-    t, g = np.ravel(np.asarray(target)), np.ravel(np.asarray(golden))
+    """(elements of ``target`` that differ from ``golden``, its size); a shape mismatch differs everywhere, but
+    where one broadcasts to the other (position ids given as (batch, length), golden's (1, length))."""
+    from precision_tool.analysis.errors import broadcast_pair
+
+    t, g = broadcast_pair(np.asarray(target), np.asarray(golden))
+    t, g = np.ravel(t), np.ravel(g)
     if t.size != g.size:
         return max(t.size, g.size, 1), max(t.size, g.size, 1)
     return int(np.count_nonzero(t != g)), int(t.size)

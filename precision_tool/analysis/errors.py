@@ -54,8 +54,11 @@ def format_limit(dtype: str) -> float:
 
 
 def split_error(target, golden, target_dtype: str, scale: float = 1.0) -> ErrorSplit:
-    """Score ``target`` against ``golden`` (multiplied by ``scale`` first: a loss scale the target ran with)."""
+    """Score ``target`` against ``golden`` (multiplied by ``scale`` first: a loss scale the target ran with); where
+    one's shape broadcasts to the other's (the same rows repeated over a batch), against the other broadcast."""
     t, g = np.ravel(target), np.ravel(golden)
+    if t.size != g.size:
+        t, g = (np.ravel(x) for x in broadcast_pair(np.asarray(target), np.asarray(golden)))
     if t.size != g.size:
         return MISMATCH
     if scale != 1.0:
@@ -87,6 +90,21 @@ def split_error(target, golden, target_dtype: str, scale: float = 1.0) -> ErrorS
 
 _EXTREMES_16 = np.array([FORMATS[d].max for d in ("float16", "bfloat16")], dtype=np.float64)
 _NARROW_EXTREME = float(_EXTREMES_16.min())  # golden's values beyond it are looked at one by one
+
+
+def broadcast_pair(target: np.ndarray, golden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(target, golden), the one whose shape broadcasts to the other's broadcast to it (both as given otherwise)."""
+    if target.shape == golden.shape or target.ndim != golden.ndim:
+        return target, golden
+    try:
+        shape = np.broadcast_shapes(target.shape, golden.shape)
+    except ValueError:
+        return target, golden
+    if shape == target.shape:
+        return target, np.broadcast_to(golden, shape)
+    if shape == golden.shape:
+        return np.broadcast_to(target, shape), golden
+    return target, golden
 
 
 def _all_finite(x: np.ndarray) -> bool:

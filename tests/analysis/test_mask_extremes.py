@@ -33,3 +33,19 @@ def test_a_float16_target_at_its_limit_is_an_overflow_as_before():
     target = np.array([1.0, -65504.0], dtype=np.float16)
     split = split_error(target, golden, "float16")
     assert (split.overflowed, split.shared, split.error) == (1, 0, 0.0)
+
+
+def test_a_tensor_that_broadcasts_to_golden_s_shape_is_compared_broadcast():
+    """Position ids given as (batch, length) where golden's model made (1, length): the same rows, repeated."""
+    from precision_tool.analysis.departures import _differing
+
+    golden = np.arange(10, dtype=np.int64)[None, :]
+    target = np.repeat(golden, 3, axis=0)
+    assert _differing(target, golden) == (0, 30)
+    target[1, 4] = 7
+    assert _differing(target, golden) == (1, 30)
+    rows = np.array([[1.0, 2.0, 2.0]], dtype=np.float32)
+    assert split_error(np.repeat(rows, 2, axis=0), rows, "float32").error == 0.0
+    assert split_error(np.array([[1.0, 2.0, 2.0], [1.0, 2.0, 5.0]], np.float32), rows, "float32").error == \
+        pytest.approx(3.0 / np.sqrt(18.0), rel=1e-6)
+    assert split_error(np.ones((2, 4), np.float32), rows, "float32").error == np.inf  # (no broadcast: a mismatch)
