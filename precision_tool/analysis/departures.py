@@ -204,9 +204,11 @@ class DepartureFinder:
                 continue
             golden_tensor = view.record(slot) or view.statistics(slot)  # a stats-mode partner: its statistics
             if scale != 1.0 and ratio == 1.0 and golden_tensor is not None:
-                still = self._still_scaled(record, view, slot, scale, error.error)
+                still = self._still_scaled(record, view, slot, scale, error.error, golden_tensor)
+                if still is not None and not still[1]:
+                    continue  # (the value still scaled is read, and nothing it computes is used)
                 if still is not None:
-                    return Departure(slot, error.error, 0, 0, None, still, None, golden_tensor.dtype, scaled=scale)
+                    return Departure(slot, error.error, 0, 0, None, still[0], None, golden_tensor.dtype, scaled=scale)
             written = self._golden_writer(golden_record, golden_tensor) if golden_tensor is not None else None
             producer = self.target_of(written[0]) if written is not None else None
             if producer is None:
@@ -226,10 +228,11 @@ class DepartureFinder:
                 return Departure(slot, error.error, 0, 0, producer, producer_error, writer, golden_tensor.dtype)
         return None
 
-    def _still_scaled(self, record: OpRecord, view: GoldenView, slot: str, scale: float, error: float) \
-            -> float | None:
+    def _still_scaled(self, record: OpRecord, view: GoldenView, slot: str, scale: float, error: float,
+                      golden_tensor) -> tuple[float, bool] | None:
         """Where the loop's op ``record`` (clipping, the optimizer) reads ``slot`` as golden's value times the
-        step's loss ``scale``, within its dtype's noise and far closer than unscaled: that error; else None. Golden's
+        step's loss ``scale``, within its dtype's noise and far closer than unscaled: (that error, whether it does
+        harm); else None. Golden's
         reads gradients unscaled (a clip before ``scaler.unscale_``, ``optimizer.step()`` past the scaler)."""
         writer = self.writers()[1].producer(record, slot)
         if record.direction != "optimizer" and (writer is None or writer.direction != "backward"):
@@ -242,11 +245,33 @@ class DepartureFinder:
             golden = view.get(slot)
             scaled = None if golden is None else split_error(
                 self.target_dump.tensor(record.step, record.exec_index, slot), golden, tensor.dtype, scale)
-        if scaled is None or scaled.overflowed or \
-                scaled.error >= max(noise_floor(record.tensor(slot).dtype), SIGNIFICANT_ERROR) or \
-                scaled.error * INTRODUCED_EXCESS >= error:
+        # as close to golden's times the scale as what wrote it in golden's partner is (a key bias's gradient is
+        # noise) or what wrote it here (through the casts autocast adds)
+        written = self._golden_writer(self.golden_of(record), golden_tensor)
+        producer = self.target_of(written[0]) if written is not None else None
+        carried = max([self.measure(w).observed for w in (writer, producer)
+                       if w is not None and w.direction == "backward" and self.golden_of(w) is not None] + [0.0])
+        if scaled is None or scaled.overflowed or scaled.error * INTRODUCED_EXCESS >= error or scaled.error >= \
+                max(noise_floor(record.tensor(slot).dtype), SIGNIFICANT_ERROR, INTRODUCED_EXCESS * carried):
             return None
-        return scaled.error
+        # harmful where what it computes reaches an update or a module (a clip's norm scales the gradients the
+        # update reads); a norm taken for a log reaches neither
+        return scaled.error, record.direction == "optimizer" or self._reaches_training(record)
+
+    def _reaches_training(self, record: OpRecord, limit: int = 256) -> bool:
+        """Whether what ``record`` writes reaches, through the ops that read it in turn, an optimizer's op or an
+        op inside a module (a clip's norm scales the gradients the update reads; a norm printed reaches none)."""
+        readers, seen = self.writers()[1], set()
+        todo = list(readers.of(record))
+        while todo and len(seen) < limit:
+            op = todo.pop()
+            if id(op) in seen:
+                continue
+            seen.add(id(op))
+            if op.direction == "optimizer" or module_path(op.name):
+                return True
+            todo.extend(readers.of(op))
+        return len(seen) >= limit
 
     def _changer(self, record: OpRecord, slot: str) -> OpRecord | None:
         """The op that wrote ``record``'s input ``slot``, walking back, in a run with loss scaling, past ops only

@@ -33,12 +33,15 @@ def _train(path, target: bool, mode: str, loop: str = "right", golden_loop: str 
     generator = torch.Generator().manual_seed(100)
     data = [(torch.randint(3, 64, (3, 10), generator=generator), torch.randint(0, 3, (3,), generator=generator))
             for _ in range(2)]
+    logged = []
     with ptt.dump(path, mode=mode):
         for ids, labels in data:
             with torch.autocast("cpu", dtype=torch.float16, enabled=target):
                 loss = model(input_ids=ids, labels=labels).loss
             optimizer.zero_grad()
             scaler.scale(loss).backward()
+            if "log first" in (loop, golden_loop):  # a norm for a log, of the gradients as they are (still scaled)
+                logged.append(float(torch.stack([p.grad.norm() for p in model.parameters()]).norm()))
             if loop == "past the scaler":
                 optimizer.step()
             else:
@@ -80,3 +83,11 @@ def test_a_gradient_hook_clamping_loss_scaled_gradients_is_named(tmp_path):
     assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == \
         ("kernel_bug", "BertForSequenceClassification/classifier/weight/aten.clamp_0", 0, "backward")
     assert verdict.evidence[1].startswith("replayed on golden's unscaled inputs in float32 it computes golden's")
+
+
+@pytest.mark.parametrize("mode", ["dump", "stats"])
+def test_a_norm_of_scaled_gradients_taken_for_a_log_is_harmless(tmp_path, mode):
+    """What it computes reaches no update and no module: the run is clean (it named the norm, then the cast)."""
+    _train(tmp_path / "golden.h5", False, mode, golden_loop="log first")
+    _train(tmp_path / "target.h5", True, mode, "log first")
+    assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict.cls == "none"
