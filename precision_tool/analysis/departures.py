@@ -276,26 +276,32 @@ class DepartureFinder:
     def _changer(self, record: OpRecord, slot: str) -> OpRecord | None:
         """The op that wrote ``record``'s input ``slot``, walking back, in a run with loss scaling, past ops only
         the target runs that only scale it by a power of two (a GradScaler unscaling gradients: exact, the error
-        they carry unchanged; a scale by 1.05 through ``.data`` is a change)."""
+        they carry unchanged; a scale by 1.05 through ``.data`` is a change). Scalings that together are not the
+        step's loss scale undone once (gradients unscaled twice: by hand, then by the scaler) stop at the one
+        nearest the reader."""
         writers = self.writers()[1]
         writer = writers.producer(record, slot)
         if not any(s.loss_scale not in (None, 1.0) for s in self.target_dump.steps()):
             return writer
+        nearest, factor = writer, 1.0
         for _ in range(_SCALINGS):
             if writer is None or self.golden_of(writer) is not None:
-                return writer
+                break
             key = fingerprint(record.tensor(slot))
             written = next((t.slot for t in writer.outputs if t.stats.count and fingerprint(t) == key), None)
-            source = self._scaled_from(writer, written) if written is not None else None
-            earlier = writers.producer(writer, source) if source is not None else None
+            found = self._scaled_from(writer, written) if written is not None else None
+            earlier = writers.producer(writer, found[0]) if found is not None else None
             if earlier is None:
-                return writer
-            record, slot, writer = writer, source, earlier
-        return writer
+                break
+            factor *= found[1]
+            record, slot, writer = writer, found[0], earlier
+        ratio = loss_scale_ratios(self.golden_dump, self.target_dump).get(record.step, 1.0)
+        own = next((s.loss_scale for s in self.target_dump.steps() if s.step == record.step and s.loss_scale), 1.0)
+        return writer if factor in (1.0, 1.0 / ratio, 1.0 / own) else nearest  # (golden's own scaler: 1 / own)
 
-    def _scaled_from(self, writer: OpRecord, slot: str) -> str | None:
-        """The input slot of ``writer`` whose values its output ``slot`` holds times one power of two, else None
-        (the input of the same index first: a foreach op's in-place lists)."""
+    def _scaled_from(self, writer: OpRecord, slot: str) -> tuple[str, float] | None:
+        """(the input slot of ``writer`` whose values its output ``slot`` holds times one power of two, that power),
+        else None (the input of the same index first: a foreach op's in-place lists)."""
         out = writer.tensor(slot)
         index = slot.rsplit("_", 1)[-1]
         candidates = sorted((t for t in writer.inputs if t.has_data and is_float(t.dtype) and t.shape == out.shape),
@@ -310,7 +316,7 @@ class DepartureFinder:
             if scale and np.isfinite(scale):
                 scale = math.ldexp(1.0, round(math.log2(abs(scale)))) * np.sign(scale)  # the nearest power of two
                 if scale != 1.0 and np.allclose(y, scale * x, rtol=1e-6, atol=0.0):
-                    return tensor.slot
+                    return tensor.slot, float(scale)
         return None
 
     def rewritten(self, record: OpRecord, view: GoldenView) -> Departure | None:
