@@ -55,6 +55,7 @@ class Namer:
         self._param_names: dict[int, str] = {}
         self._relative: dict[tuple[int, int], str | None] = {}
         self._seen_modules: set[int] = set()
+        self._hooked_seen = False  # a module with full backward hooks has run (`_as_called`)
         self._last_seq = -1
         self._handles: list = []
         self._late: dict[int, object] = {}  # id(module) -> the handle of the hook that leaves it after its own hooks
@@ -161,6 +162,8 @@ class Namer:
         if recomputing and not any(frame[2] for frame in self._stack):
             self._recomputed = {}  # a recomputation begins: its ops take the names of the first call's
         self._stack.append((module, path, recomputing, args))
+        if not self._hooked_seen and _backward_hooked(module):
+            self._hooked_seen = True  # (from here on, children's arguments are looked at: `_as_called`)
         if id(module) not in self._seen_modules:
             self._seen_modules.add(id(module))
             for name, param in module._parameters.items():
@@ -200,7 +203,8 @@ class Namer:
                     # a module with full backward hooks runs on copies of its arguments that autograd routes
                     # through them, whose gradients are its own path's share, before the hooks change them: the
                     # arguments it was called with hold the whole gradient, as the hooks leave it
-                    called = stack[i][3] if _backward_hooked(module) else args
+                    called = stack[i][3] if _backward_hooked(module) else \
+                        _as_called(args, stack[:i]) if self._hooked_seen else args
                     self.on_leave(module, stack[i][1], called, kwargs, output)
                 del stack[i:]
                 return
@@ -254,3 +258,22 @@ def _backward_hooked(module: torch.nn.Module) -> bool:
     """Whether torch runs ``module`` on copies of its arguments for full backward hooks (its own or global)."""
     return bool(module._backward_hooks or module._backward_pre_hooks or _torch_module._global_backward_hooks
                 or _torch_module._global_backward_pre_hooks)
+
+
+def _as_called(args: tuple, frames: list) -> tuple:
+    """``args`` with each copy torch made for an enclosing module's full backward hooks (a child reading its
+    parent's input) replaced by the argument that module was called with: the copy's gradient is the parent's
+    own path's share, the argument's the whole, as in a run without the hooks."""
+    if not any(isinstance(a, torch.Tensor) and type(a.grad_fn).__name__ == _HOOK_NODE for a in args):
+        return args
+    called = {}
+    for frame in frames:
+        if _backward_hooked(frame[0]):
+            for a in frame[3]:
+                if isinstance(a, torch.Tensor):
+                    called[(a.data_ptr(), a.shape, a.dtype)] = a
+    return tuple(called.get((a.data_ptr(), a.shape, a.dtype), a)
+                 if isinstance(a, torch.Tensor) and type(a.grad_fn).__name__ == _HOOK_NODE else a for a in args)
+
+
+_HOOK_NODE = "BackwardHookFunctionBackward"
