@@ -221,12 +221,20 @@ class DepartureFinder:
                 continue
             producer_error = self.measure(producer).observed
             writer = self._changer(record, slot)
-            if writer is None or writer.exec_index <= producer.exec_index or self.golden_of(writer) is not None:
+            if writer is None or writer.exec_index <= producer.exec_index or self._paired(writer, golden_record):
                 continue
             if error.error > INTRODUCED_EXCESS * producer_error or (not is_copy(writer.type) and _beyond(
                     error.error, producer_error, record.tensor(slot).dtype, *(t.dtype for t in producer.outputs))):
                 return Departure(slot, error.error, 0, 0, producer, producer_error, writer, golden_tensor.dtype)
         return None
+
+    def _paired(self, writer: OpRecord, golden_reader: OpRecord) -> bool:
+        """Whether ``writer`` has a golden partner that could have written what ``golden_reader`` reads: one that
+        runs before it. A partner by name that runs after it pairs an op only the target runs (a forward pre-hook's
+        scaling, counted first in its module) with golden's op of that name and number."""
+        partner = self.golden_of(writer)
+        return partner is not None and not (partner.direction == golden_reader.direction and
+                                            partner.exec_index > golden_reader.exec_index)
 
     def _still_scaled(self, record: OpRecord, view: GoldenView, slot: str, scale: float, error: float,
                       golden_tensor) -> tuple[float, bool] | None:
@@ -255,8 +263,12 @@ class DepartureFinder:
                 max(noise_floor(record.tensor(slot).dtype), SIGNIFICANT_ERROR, INTRODUCED_EXCESS * carried):
             return None
         # harmful where what it computes reaches an update or a module (a clip's norm scales the gradients the
-        # update reads); a norm taken for a log reaches neither
-        return scaled.error, record.direction == "optimizer" or self._reaches_training(record)
+        # update reads); a norm taken for a log reaches neither. Named only where it reads golden's values times
+        # the scale within their dtype's noise (noise read as it was written, a hook's, is no such value)
+        harmful = record.direction == "optimizer" or self._reaches_training(record)
+        if harmful and scaled.error >= max(noise_floor(record.tensor(slot).dtype), SIGNIFICANT_ERROR):
+            return None
+        return scaled.error, harmful
 
     def _reaches_training(self, record: OpRecord, limit: int = 256) -> bool:
         """Whether what ``record`` writes reaches, through the ops that read it in turn, an optimizer's op or an
@@ -408,6 +420,35 @@ class DepartureFinder:
                 seen.add(id(producer))
                 (todo if self.golden_of(producer) is None else boundary).append(producer)
         return region, boundary or None
+
+    def changed_on_entry(self, record: OpRecord, view: GoldenView | None) -> Verdict | None:
+        """kernel_bug at the module call ``record`` (its ops not golden's) whose float input departs from golden's
+        by SIGNIFICANT_ERROR, INTRODUCED_EXCESS times more than the op that wrote it departs from its own partner:
+        the value changed on its way into the call (a forward pre-hook scaling it, which runs in the call's
+        scope). From statistics, where nothing replays the call."""
+        golden_record = self.golden_of(record)
+        if golden_record is None or view is None:
+            return None
+        for slot, error in pair_errors(self.golden_dump, self.target_dump, record, view, "input"):
+            golden_tensor = next((t for t in golden_record.inputs if t.slot == slot), None)
+            if error.error < SIGNIFICANT_ERROR or error.overflowed or golden_tensor is None:
+                continue
+            written = self._golden_writer(golden_record, golden_tensor)
+            producer = self.target_of(written[0]) if written is not None else None
+            if producer is None or producer.exec_index >= record.exec_index:
+                continue
+            producer_error = self.measure(producer).observed
+            if error.error <= INTRODUCED_EXCESS * producer_error:
+                continue
+            evidence = (f"{record.name} ({record.type}) is called with {slot} {error.error:.3g} from golden's, "
+                        f"while {producer.name}, which wrote it, matches golden within {producer_error:.3g}",
+                        "the value changed on its way into the call: code that runs in its scope before its "
+                        "forward (a forward pre-hook) changed it")
+            action = (f"check what changes the input of {record.name} before its forward runs: a forward pre-hook "
+                      "(register_forward_pre_hook), or code at the top of its forward")
+            return Verdict(record.name, "kernel_bug", record.step, "forward", record.type, evidence, action,
+                           module=record.name)
+        return None
 
     def _golden_writer(self, golden_record: OpRecord, golden_tensor) -> tuple[OpRecord, str] | None:
         """(the golden op that last wrote ``golden_tensor`` before ``golden_record`` read it, its output slot)."""

@@ -7,20 +7,17 @@ Mixed into `scan.Scanner` (it reads the scan's step records, partner lookups and
   culprit when its output diverges beyond its inputs and its dtype's noise, or run again on golden's inputs
   still departs (`updates.module_on_golden_inputs`, `backward_departs`): **precision_loss** at the first op
   inside that is ill-conditioned in its dtype or writes values its dtype cannot hold (below its normal range), an
-  overflow or invalid operation at the first op inside that
-  makes one, else **kernel_bug**. A backward group that computes fewer gradients than golden's (a weight
-  gradient of parameters frozen in the target) is a **kernel_bug** there, however close the gradients it does
-  compute are.
+  overflow or invalid operation at the first op inside that makes one, else **kernel_bug**. A backward group
+  that computes fewer gradients than golden's (parameters frozen in the target) is a **kernel_bug** there.
 * A **missing backward** (`structure.missing_backward`): golden's backward runs ops in a module and the
-  target's runs none there (an output detached, a branch run without gradients). The first such module in
-  golden's order is a **kernel_bug** in backward when golden's gradients there are not all zero. A rewritten
-  group that lacks only what golden hands to a missing module is its consequence and is passed.
+  target's runs none there (an output detached). The first such module in golden's order is a **kernel_bug** in
+  backward where golden's gradients are not all zero; a group lacking only what golden hands it is passed.
 
 From a stats-mode dump the errors are `errors.stats_split`'s lower bounds. A rewritten backward group is then
 judged as a forward op is from statistics: SIGNIFICANT_ERROR at least, on the gradients it computes that hold as
 many values as the gradient it reads (a reduced one, a weight's or a bias's, can lose to cancellation what that
-gradient's noise carries unseen), and only in a run that computes in float32 (`omissions.runs_float32`): a
-low-precision run's noise, hidden in the incoming gradient's statistics, can surface in what a group computes.
+gradient's noise carries unseen); in a 16-bit run from GROUP_FLOOR_16, where its noise can surface. A rewritten
+call whose input changed on its way in (a forward pre-hook) is named from statistics too (`changed_on_entry`).
 """
 
 from __future__ import annotations
@@ -109,9 +106,12 @@ class RewriteJudge(MissingJudge):
         # parameters a module reads carry error its inputs' does not count (a oneDNN LSTM in a mixed-precision
         # target: 2.5e-5 at least from statistics, 1.5e-4 from values, its inputs within 1.2e-6): REWRITE_FLOOR;
         # in a 16-bit run, not judged from statistics at all then.
-        exact = stats_only(record) and self._parameters_as_golden(record.step)
-        if rewrite.direction == "forward" and stats_only(record) and not exact and not self._float32:
-            return None  # (SDPA's math backend on bf16 scores 64x larger: 1.7 % from inputs at 6e-5)
+        exact, forward_stats = stats_only(record) and self._parameters_as_golden(record.step), \
+            rewrite.direction == "forward" and stats_only(record)  # (its input changed on entry: a pre-hook)
+        entered = self.departures.changed_on_entry(record, self.views.get(id(record))) if forward_stats and \
+            record.is_module and inherited >= SIGNIFICANT_ERROR else None
+        if entered is not None or forward_stats and not exact and not self._float32:
+            return entered  # (SDPA's math backend on bf16 scores 64x larger: 1.7 % from inputs at 6e-5)
         floor = noise_floor(dtype) if rewrite.direction == "optimizer" else \
             min(max(noise_floor(dtype), 0.0 if exact else REWRITE_FLOOR), SIGNIFICANT_ERROR)
         if rewrite.direction == "backward" and stats_only(record):
