@@ -93,8 +93,13 @@ _NARROW_EXTREME = float(_EXTREMES_16.min())  # golden's values beyond it are loo
 
 
 def broadcast_pair(target: np.ndarray, golden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(target, golden), the one whose shape broadcasts to the other's broadcast to it (both as given otherwise)."""
+    """(target, golden), the one whose shape broadcasts to the other's along leading dimensions (a batch: the same
+    rows repeated) broadcast to it; both as given otherwise (top-1 routing weights against golden's top-2 are
+    other values, not repeated ones)."""
     if target.shape == golden.shape or target.ndim != golden.ndim:
+        return target, golden
+    differ = [i for i, (a, b) in enumerate(zip(target.shape, golden.shape)) if a != b]
+    if differ != list(range(len(differ))):
         return target, golden
     try:
         shape = np.broadcast_shapes(target.shape, golden.shape)

@@ -49,3 +49,9 @@ def test_a_tensor_that_broadcasts_to_golden_s_shape_is_compared_broadcast():
     assert split_error(np.array([[1.0, 2.0, 2.0], [1.0, 2.0, 5.0]], np.float32), rows, "float32").error == \
         pytest.approx(3.0 / np.sqrt(18.0), rel=1e-6)
     assert split_error(np.ones((2, 4), np.float32), rows, "float32").error == np.inf  # (no broadcast: a mismatch)
+
+
+def test_only_leading_dimensions_broadcast():
+    """Top-1 routing weights (tokens, 1) against golden's top-2 (tokens, 2) are other values, not repeated ones."""
+    golden = np.array([[0.6, 0.4], [0.7, 0.3]], dtype=np.float32)
+    assert split_error(np.array([[1.0], [1.0]], np.float32), golden, "float32").error == np.inf
