@@ -60,7 +60,7 @@ from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.reshaped import another_part
-from precision_tool.analysis.scaling import unexplained_verdict
+from precision_tool.analysis.proportional import unexplained_verdict
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
 from precision_tool.analysis.modulejudge import judge_module
 from precision_tool.analysis.statsjudge import judge_statistics
