@@ -292,7 +292,7 @@ def stray_cast(record: OpRecord, partner: OpRecord | None, loss_departs: bool) -
     float32 value to a 16-bit format where golden's run holds it in float32 (no golden op pairs with it, or
     golden's writes float32), the step's loss departing from golden's (``loss_departs``). A round trip moves
     values by up to a unit of that format, which statistics hardly show; the format itself is the evidence, which
-    full dumps read from the values (`departures.narrowing_cast`)."""
+    full dumps read from the values (`departure_verdicts.narrowing_cast`)."""
     from precision_tool.analysis.structure import is_copy
 
     narrowed = [t.dtype for t in record.outputs if t.dtype in _LOW and t.stats.count]

@@ -49,8 +49,8 @@ from precision_tool.analysis.actions import INVALID_ACTION as _INVALID_ACTION, k
 from precision_tool.analysis.arguments import called_differently, writes_dtype_constant
 from precision_tool.analysis.attribution import (GoldenView, attribute_record, golden_views, pair_errors,
                                                  replay_errors, significant_slots)
-from precision_tool.analysis.departures import (REWRITE_UNITS, DepartureFinder, integer_verdict,
-                                                skipped_verdict, target_only_verdict)
+from precision_tool.analysis.departure_verdicts import integer_verdict, skipped_verdict, target_only_verdict
+from precision_tool.analysis.departures import REWRITE_UNITS, DepartureFinder
 from precision_tool.analysis.errors import harm_depth, noise_floor, overflows_here, rounding_error, stats_only
 from precision_tool.analysis.fusion import switch_off_action
 from precision_tool.analysis.omissions import (changed_leaf, declared_format, fewer_gradients,

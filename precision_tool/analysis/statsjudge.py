@@ -44,7 +44,7 @@ from dataclasses import replace
 
 from precision_tool.analysis.arguments import called_differently, writes_dtype_constant
 from precision_tool.analysis.attribution import GoldenView, pair_errors
-from precision_tool.analysis.departures import skipped_verdict, target_only_verdict
+from precision_tool.analysis.departure_verdicts import skipped_verdict, target_only_verdict
 from precision_tool.analysis.errors import noise_floor
 from precision_tool.analysis.omissions import narrower_than_declared, stray_cast
 from precision_tool.analysis.randomness import judge_draw

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from precision_tool.analysis.departures import Departure, narrowing_cast, target_only_verdict
+from precision_tool.analysis.departure_verdicts import narrowing_cast, target_only_verdict
+from precision_tool.analysis.departures import Departure
 from precision_tool.analysis.rewrites import RewriteJudge
 from precision_tool.analysis.structure import Consumers, MissingBackward, Rewritten, missing_backward
 from precision_tool.dump.records import OpRecord, TensorRecord, TensorStats
