@@ -438,7 +438,10 @@ class DepartureFinder:
             if producer is None or producer.exec_index >= record.exec_index:
                 continue
             producer_error = self.measure(producer).observed
-            if error.error <= INTRODUCED_EXCESS * producer_error:
+            changer = self.writers()[1].producer(record, slot)  # (a pre-hook's ops run in the call's scope; an
+            # input written outside it is another argument, in a list of other length: SDPA's mask left out)
+            if error.error <= INTRODUCED_EXCESS * producer_error or changer is None or \
+                    not changer.name.startswith(record.name + "/"):
                 continue
             evidence = (f"{record.name} ({record.type}) is called with {slot} {error.error:.3g} from golden's, "
                         f"while {producer.name}, which wrote it, matches golden within {producer_error:.3g}",
