@@ -203,8 +203,8 @@ class Namer:
                     # a module with full backward hooks runs on copies of its arguments that autograd routes
                     # through them, whose gradients are its own path's share, before the hooks change them: the
                     # arguments it was called with hold the whole gradient, as the hooks leave it
-                    called = stack[i][3] if _backward_hooked(module) else \
-                        _as_called(args, stack[:i]) if self._hooked_seen else args
+                    called = args if not self._hooked_seen else stack[i][3] if _backward_hooked(module) else \
+                        _as_called(args, stack[:i])  # (nothing to look at before such a module has run)
                     self.on_leave(module, stack[i][1], called, kwargs, output)
                 del stack[i:]
                 return

@@ -344,6 +344,18 @@ def diagnosis_of(golden: Path, target: Path):
         return diagnose(g, t)
 
 
+def tiny_bert_classifier(seed: int = 1):
+    """A 2-layer BERT of width 32 (2 heads), 3 labels, dropout off, seeded: the hook and loss-scaling tests' model."""
+    import torch
+    import transformers as tf
+
+    _quiet_transformers()
+    torch.manual_seed(seed)
+    return tf.BertForSequenceClassification(tf.BertConfig(
+        num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=64,
+        max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3))
+
+
 def fit(path: Path, model, optimizer, loss_of, batches, mode: str = "dump", scaler=None, **options) -> None:
     """Train ``model`` one optimizer step a batch inside ``ptt.dump(path, mode, **options)`` (``level``,
     ``steps``), each step's loss recorded: ``loss_of(model, batch)``; through ``scaler`` (a GradScaler), its

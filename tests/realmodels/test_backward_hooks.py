@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.realmodels.cases import diagnosis_of, fit
+from tests.realmodels.cases import diagnosis_of, fit, tiny_bert_classifier
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -19,14 +19,7 @@ DENSE = "BertForSequenceClassification/bert/encoder/layer.1/output/dense"  # its
 
 
 def _train(path, mode: str, hook=None, module: str = "intermediate") -> None:
-    import transformers as tf
-
-    tf.logging.set_verbosity_error()
-    torch.manual_seed(1)
-    config = tf.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64,
-                           vocab_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                           attention_probs_dropout_prob=0.0, num_labels=3)
-    model = tf.BertForSequenceClassification(config)
+    model = tiny_bert_classifier()
     if hook is not None:
         hooked = model.bert.encoder.layer[1].attention.self if module == "attention" else \
             getattr(model.bert.encoder.layer[1], module).dense

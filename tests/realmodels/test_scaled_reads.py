@@ -9,22 +9,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.realmodels.cases import diagnosis_of
+from tests.realmodels.cases import diagnosis_of, tiny_bert_classifier
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 
 def _train(path, target: bool, mode: str, loop: str = "right", golden_loop: str = "right") -> None:
-    import transformers as tf
-
     import precision_tool.torch as ptt
 
-    tf.logging.set_verbosity_error()
-    torch.manual_seed(1)
-    config = tf.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64,
-                           vocab_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                           attention_probs_dropout_prob=0.0, num_labels=3)
-    model = tf.BertForSequenceClassification(config)
+    model = tiny_bert_classifier()
     if "clamp hooks" in (loop, golden_loop):  # a "safety" clamp on every gradient, in both runs
         for parameter in model.parameters():
             parameter.register_hook(lambda grad: grad.clamp(-1.0, 1.0))
