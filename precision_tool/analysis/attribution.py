@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from precision_tool.analysis.errors import split_error, stats_split
+from precision_tool.analysis.errors import repeated_stats, split_error, stats_split
 from precision_tool.analysis.replay import NotReplayable, Numerics, ideal_forward, is_float, replay_forward
 from precision_tool.analysis.results import Attribution
 from precision_tool.analysis.scaling import loss_scale_ratios
@@ -133,14 +133,19 @@ def pair_errors(golden_dump, target_dump, record: OpRecord, view: GoldenView, ki
             partner = view.statistics(tensor.slot) or view.record(tensor.slot)
             if partner is not None and tensor.stats.count:
                 scale = gradient_scale(tensor, partner, ratio) if record.direction == "backward" else 1.0
-                found.append((tensor.slot, stats_split(tensor.stats, partner.stats, tensor.dtype, scale)))
+                ours, theirs = repeated_stats(tensor.shape, tensor.stats, partner.shape, partner.stats)
+                error = stats_split(ours, theirs, tensor.dtype, scale)
+                copied = ours is not tensor.stats or theirs is not partner.stats
+                if copied and record.direction == "backward" and error.error >= SIGNIFICANT_ERROR:
+                    continue  # (a gradient of copies is their gradients summed: statistics cannot tell)
+                found.append((tensor.slot, error))
             continue
         golden = view.get(tensor.slot)
         if golden is None:
             continue
         target = target_dump.tensor(record.step, record.exec_index, tensor.slot)
         scale = gradient_scale(tensor, view.record(tensor.slot), ratio) if record.direction == "backward" else 1.0
-        found.append((tensor.slot, split_error(target, golden, tensor.dtype, scale)))
+        found.append((tensor.slot, split_error(target, golden, tensor.dtype, scale, record.direction == "backward")))
     return found
 
 

@@ -18,7 +18,7 @@ of a negative number, 0/0), not an overflow.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -53,11 +53,18 @@ def format_limit(dtype: str) -> float:
     return fmt.max if fmt is not None and fmt.bits < 64 else math.inf
 
 
-def split_error(target, golden, target_dtype: str, scale: float = 1.0) -> ErrorSplit:
+def split_error(target, golden, target_dtype: str, scale: float = 1.0, summed: bool = False) -> ErrorSplit:
     """Score ``target`` against ``golden`` (multiplied by ``scale`` first: a loss scale the target ran with); where
-    one's shape broadcasts to the other's (the same rows repeated over a batch), against the other broadcast."""
+    one's shape broadcasts to the other's (the same rows repeated over a batch), against the other broadcast, or,
+    ``summed`` (a gradient), also against the larger summed over the copies (the gradient of a broadcast value is
+    its copies' gradients summed; autograd sums where one run broadcast): the closer of the two."""
     t, g = np.ravel(target), np.ravel(golden)
     if t.size != g.size:
+        if summed:
+            t2, g2 = summed_pair(np.asarray(target), np.asarray(golden))
+            if t2.size == g2.size != t.size:
+                return min(split_error(target, golden, target_dtype, scale),
+                           split_error(t2, g2, target_dtype, scale), key=lambda e: e.error)
         t, g = (np.ravel(x) for x in broadcast_pair(np.asarray(target), np.asarray(golden)))
     if t.size != g.size:
         return MISMATCH
@@ -96,20 +103,57 @@ def broadcast_pair(target: np.ndarray, golden: np.ndarray) -> tuple[np.ndarray, 
     """(target, golden), the one whose shape broadcasts to the other's along leading dimensions (a batch: the same
     rows repeated) broadcast to it; both as given otherwise (top-1 routing weights against golden's top-2 are
     other values, not repeated ones)."""
-    if target.shape == golden.shape or target.ndim != golden.ndim:
+    copies = _copies(target.shape, golden.shape)
+    if copies is None:
         return target, golden
-    differ = [i for i, (a, b) in enumerate(zip(target.shape, golden.shape)) if a != b]
-    if differ != list(range(len(differ))):
+    if copies[1]:
+        return target, np.broadcast_to(golden, target.shape)
+    return np.broadcast_to(target, golden.shape), golden
+
+
+def summed_pair(target: np.ndarray, golden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(target, golden), the larger summed over the leading dimensions along which the other broadcasts to it, in
+    float64; both as given otherwise."""
+    copies = _copies(target.shape, golden.shape)
+    if copies is None:
         return target, golden
-    try:
-        shape = np.broadcast_shapes(target.shape, golden.shape)
-    except ValueError:
+    axes, target_larger = copies
+    if target_larger:
+        return np.sum(target, axis=axes, dtype=np.float64, keepdims=True), golden
+    return target, np.sum(golden, axis=axes, dtype=np.float64, keepdims=True)
+
+
+def _copies(target: tuple, golden: tuple) -> tuple[tuple[int, ...], bool] | None:
+    """(the leading axes along which one shape broadcasts to the other, whether the target's is the larger), or
+    None where neither broadcasts to the other along leading axes alone."""
+    if target == golden or len(target) != len(golden):
+        return None
+    differ = tuple(i for i, (a, b) in enumerate(zip(target, golden)) if a != b)
+    if differ != tuple(range(len(differ))):
+        return None
+    if all(golden[i] == 1 for i in differ):
+        return differ, True
+    if all(target[i] == 1 for i in differ):
+        return differ, False
+    return None
+
+
+def repeated_stats(target_shape, target: TensorStats, golden_shape, golden: TensorStats) \
+        -> tuple[TensorStats, TensorStats]:
+    """(target, golden) statistics, the smaller tensor's as of its copies broadcast to the other's shape along
+    leading axes (`broadcast_pair`, from statistics: the counts times the copies, the norm times their root;
+    extremes, mean and spread unchanged); both as given otherwise."""
+    copies = _copies(tuple(target_shape), tuple(golden_shape))
+    if copies is None or not target.count or not golden.count:
         return target, golden
-    if shape == target.shape:
-        return target, np.broadcast_to(golden, shape)
-    if shape == golden.shape:
-        return np.broadcast_to(target, shape), golden
-    return target, golden
+    if copies[1]:
+        return target, _repeated(golden, target.count // golden.count)
+    return _repeated(target, golden.count // target.count), golden
+
+
+def _repeated(stats: TensorStats, k: int) -> TensorStats:
+    return replace(stats, count=stats.count * k, norm=stats.norm * math.sqrt(k), nan=stats.nan * k,
+                   inf=stats.inf * k, saturated=stats.saturated * k)
 
 
 def _all_finite(x: np.ndarray) -> bool:

@@ -45,7 +45,7 @@ from dataclasses import replace
 from precision_tool.analysis.arguments import called_differently, writes_dtype_constant
 from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.departure_verdicts import skipped_verdict, target_only_verdict
-from precision_tool.analysis.errors import noise_floor
+from precision_tool.analysis.errors import noise_floor, repeated_stats
 from precision_tool.analysis.omissions import narrower_than_declared, stray_cast
 from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.replay import is_float
@@ -163,9 +163,12 @@ def _written_between(scan, record: OpRecord, a: Attribution, update: bool = Fals
     return target_only_verdict(record, found, scan.departures.target_only_between(found, record))
 
 
-def _same(a, b) -> bool:
-    return (a.count, a.min, a.max, a.mean, a.norm, a.nan, a.inf) == (b.count, b.min, b.max, b.mean, b.norm, b.nan,
-                                                                      b.inf) or (a.count == b.count == 0)
+def _same(a, b, exact: bool = True) -> bool:
+    """Equal statistics; not ``exact``, one side repeated (`repeated_stats`): its norm within a few ulp."""
+    if a.count == b.count == 0:
+        return True
+    norms = a.norm == b.norm or (not exact and math.isclose(a.norm, b.norm, rel_tol=1e-12))
+    return norms and (a.count, a.min, a.max, a.mean, a.nan, a.inf) == (b.count, b.min, b.max, b.mean, b.nan, b.inf)
 
 
 def _loss_departs(scan) -> bool:
@@ -186,7 +189,8 @@ def _differing(tensors, golden: OpRecord | None) -> list[str]:
         return []
     slots = {t.slot: t for t in golden.tensors}
     return [t.slot for t in tensors if t.slot in slots and is_float(slots[t.slot].dtype) == is_float(t.dtype)
-            and not _same(t.stats, slots[t.slot].stats)]
+            and not _same(*repeated_stats(t.shape, t.stats, slots[t.slot].shape, slots[t.slot].stats),
+                          exact=tuple(t.shape) == tuple(slots[t.slot].shape))]
 
 
 def _changed_integers(scan, record: OpRecord) -> list[str]:

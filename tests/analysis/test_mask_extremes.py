@@ -4,6 +4,8 @@ times larger: the same mask, in each run's own format, which no error measure sh
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -55,3 +57,27 @@ def test_only_leading_dimensions_broadcast():
     """Top-1 routing weights (tokens, 1) against golden's top-2 (tokens, 2) are other values, not repeated ones."""
     golden = np.array([[0.6, 0.4], [0.7, 0.3]], dtype=np.float32)
     assert split_error(np.array([[1.0], [1.0]], np.float32), golden, "float32").error == np.inf
+
+
+def test_a_gradient_of_copies_is_compared_with_golden_s_summed_gradient():
+    """Backward, golden's (1, 3) gradient is the sum of the target's (2, 3) copies' gradients."""
+    copies = np.array([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]], np.float32)
+    summed = np.array([[4.0, 4.0, 4.0]], np.float32)
+    assert split_error(copies, summed, "float32", summed=True).error == 0.0
+    assert split_error(copies, summed, "float32").error == pytest.approx(np.sqrt(28.0 / 96.0))  # (as repeated)
+    assert split_error(summed * 1.5, summed, "float32", summed=True).error == pytest.approx(0.5)  # (same shape)
+
+
+def test_statistics_of_copies_scale_the_count_and_the_norm():
+    from precision_tool.analysis.errors import repeated_stats, stats_split
+    from precision_tool.dump.records import TensorStats
+
+    row = TensorStats(3, 1.0, 3.0, 2.0, 0.816496580927726, 3.7416573867739413, nan=0, inf=1, saturated=1)
+    rows = TensorStats(12, 1.0, 3.0, 2.0, 0.816496580927726, 7.483314773547883, nan=0, inf=4, saturated=4)
+    ours, theirs = repeated_stats((4, 3), rows, (1, 3), row)
+    assert ours is rows and (theirs.count, theirs.inf, theirs.saturated, theirs.norm) == (12, 4, 4, 7.483314773547883)
+    assert repeated_stats((1, 3), row, (4, 3), rows)[0].count == 12
+    assert repeated_stats((4, 3), rows, (3, 4), row) == (rows, row)  # (not copies along leading axes)
+    finite = TensorStats(3, 1.0, 3.0, 2.0, 0.816496580927726, 3.7416573867739413)
+    assert stats_split(*repeated_stats((2, 3), replace(finite, count=6, norm=finite.norm * 2 ** 0.5), (1, 3),
+                                       finite), "float32").error < 1e-15
