@@ -234,6 +234,11 @@ def _integer_verdict(scan, record: OpRecord, a: Attribution, changed: list[str])
                    "(ids, indices, masks) and compare them with golden's", module=owning_module(record))
 
 
+# The relative error a float32 input may carry unseen in its statistics (rounding spread over its values shows at
+# second order): a network's accumulated float32 rounding, with a margin (`_reducible`)
+REDUCED_NOISE = 1e-4
+
+
 def _diverging(dtype: str) -> float:
     """How far a reader's statistics must depart for an op's error to count as harmful: a reader's inputs'
     error is a lower bound too (an overflow's positions are not scored at all), so no ratio to it is taken."""
@@ -243,14 +248,34 @@ def _diverging(dtype: str) -> float:
 def _unreduced_error(scan, record: OpRecord) -> float:
     """The largest error of ``record``'s outputs that hold as many values as its largest float input: a
     reduction's output (a row mean, a bias gradient) can lose to cancellation what its inputs' noise, invisible
-    in their statistics, carries, and statistics cannot tell that from a fault."""
-    largest = max((t.stats.count for t in record.inputs if is_float(t.dtype)), default=0)
+    in their statistics, carries, and statistics cannot tell that from a fault. An op's smaller output counts
+    too where its error is beyond what that noise can become through the reduction (`_reducible`)."""
+    floats = [t for t in record.inputs if is_float(t.dtype) and t.stats.count]
+    largest = max((t.stats.count for t in floats), default=0)
     view = scan.views.get(id(record)) or GoldenView(scan.golden, [])
-    sizes = {t.slot: t.stats.count for t in record.outputs}
+    outputs = {t.slot: t for t in record.outputs}
     ratio = loss_scale_ratios(scan.golden, scan.target).get(record.step, 1.0) if record.direction == "backward" \
         else 1.0  # gradients carry the target's loss scale over golden's, as `attribute_record` divides out
     return max((e.error for slot, e in pair_errors(scan.golden, scan.target, record, view, "output", ratio)
-                if sizes.get(slot, 0) >= largest), default=0.0)
+                if slot in outputs and (outputs[slot].stats.count >= largest or
+                                        (not record.is_module and e.error > _reducible(floats, outputs[slot])))),
+               default=0.0)
+
+
+def _reducible(inputs, output) -> float:
+    """The most relative error that noise of REDUCED_NOISE (or the inputs' formats' noise floor) in an op's
+    ``inputs`` becomes in its smaller ``output``, times INTRODUCED_EXCESS, from their norms: a sum of m values
+    each per output grows an input's error by at most sqrt(m) ||x|| / ||y|| (Cauchy-Schwarz), a product of two
+    (a matrix product: the two largest inputs) by ||a|| ||b|| / ||y||. A module call's weights are no inputs of
+    its record, so this is an op's only."""
+    norms = sorted((t.stats.norm for t in inputs if t.stats.count > 1), reverse=True)
+    y = output.stats.norm
+    if not norms or not y > 0.0 or not all(math.isfinite(n) for n in [*norms, y]):
+        return math.inf
+    m = max(t.stats.count for t in inputs) / max(output.stats.count, 1)
+    condition = max(math.sqrt(m) * norms[0], norms[0] * norms[1] if len(norms) > 1 else 0.0) / y
+    noise = max([REDUCED_NOISE] + [noise_floor(t.dtype) for t in inputs])
+    return INTRODUCED_EXCESS * noise * condition
 
 
 def statistics_verdict(record: OpRecord, a: Attribution, measured: bool = False) -> Verdict:
@@ -275,6 +300,11 @@ def statistics_verdict(record: OpRecord, a: Attribution, measured: bool = False)
                     f"{_fmt(a.inherited)} as far as their statistics show",
                     "the error starts in this module call's backward: the statistics of the gradients reaching it "
                     "match golden's and those it passes back do not"]
+    if not record.is_module and a.inherited < REDUCED_NOISE and max(t.stats.count for t in record.outputs) < max(
+            (t.stats.count for t in record.inputs if is_float(t.dtype)), default=0):
+        evidence.append("statistics do not see values moved among positions: an input whose values sit elsewhere "
+                        "than golden's (a permuted or transposed weight, another layout) shows first where they "
+                        "combine, here")
     if wide:
         evidence.append(f"{compute} rounding cannot move statistics that far: the op computes something else"
                         if not record.is_module or compute in _WIDE else
