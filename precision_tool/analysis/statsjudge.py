@@ -121,7 +121,7 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
     floor = max(noise_floor(output_dtype(record)), SIGNIFICANT_ERROR)
     if a.observed < floor:
         return None
-    observed = _unreduced_error(scan, record)
+    observed = _unreduced_error(scan, record, a.inherited)
     if observed < floor or observed <= INTRODUCED_EXCESS * a.inherited:
         return None
     a = replace(a, observed=observed)
@@ -245,12 +245,15 @@ def _diverging(dtype: str) -> float:
     return max(noise_floor(dtype), SIGNIFICANT_ERROR)
 
 
-def _unreduced_error(scan, record: OpRecord) -> float:
+def _unreduced_error(scan, record: OpRecord, inherited: float = math.inf) -> float:
     """The largest error of ``record``'s outputs that hold as many values as its largest float input: a
     reduction's output (a row mean, a bias gradient) can lose to cancellation what its inputs' noise, invisible
     in their statistics, carries, and statistics cannot tell that from a fault. An op's smaller output counts
-    too where its error is beyond what that noise can become through the reduction (`_reducible`)."""
+    too where its error is beyond what that noise can become through the reduction (`_reducible`), when its
+    inputs' statistics, ``inherited`` from golden's, show no more than their formats' noise (an input whose lower
+    bound is beyond it carries an error statistics cannot size)."""
     floats = [t for t in record.inputs if is_float(t.dtype) and t.stats.count]
+    sized = inherited <= max((noise_floor(t.dtype) for t in floats), default=0.0)
     largest = max((t.stats.count for t in floats), default=0)
     view = scan.views.get(id(record)) or GoldenView(scan.golden, [])
     outputs = {t.slot: t for t in record.outputs}
@@ -258,7 +261,8 @@ def _unreduced_error(scan, record: OpRecord) -> float:
         else 1.0  # gradients carry the target's loss scale over golden's, as `attribute_record` divides out
     return max((e.error for slot, e in pair_errors(scan.golden, scan.target, record, view, "output", ratio)
                 if slot in outputs and (outputs[slot].stats.count >= largest or
-                                        (not record.is_module and e.error > _reducible(floats, outputs[slot])))),
+                                        (sized and not record.is_module and
+                                         e.error > _reducible(floats, outputs[slot])))),
                default=0.0)
 
 
