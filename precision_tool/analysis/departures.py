@@ -57,7 +57,7 @@ from precision_tool.engine.formats import FORMATS
 
 _LISTED = 6  # target-only ops named in the evidence
 _REGION = 64  # target-only ops walked back from an unpaired writer (`DepartureFinder._unpaired`)
-_SCALINGS = 4  # power-of-two scalings walked past (`DepartureFinder._changer`)
+_SCALINGS = 6  # power-of-two scalings (and exact casts) walked past (`DepartureFinder._changer`)
 # A value a computation only the target runs rewrote, judged where its op's error stays under the output's noise
 # floor (16 units of bfloat16's last place are 6 %): the change, in quadrature beyond the error of the op that
 # wrote it, exceeds this many units of the value's format. One rounding adds at most one unit, and the casts
@@ -293,7 +293,8 @@ class DepartureFinder:
         nearest the reader."""
         writers = self.writers()[1]
         writer = writers.producer(record, slot)
-        if not any(s.loss_scale not in (None, 1.0) for s in self.target_dump.steps()):
+        if not any(s.loss_scale not in (None, 1.0) for s in self.target_dump.steps()) and \
+                not loss_scale_ratios(self.golden_dump, self.target_dump):  # (a scale by hand, undeclared: inferred)
             return writer
         nearest, factor = writer, 1.0
         for _ in range(_SCALINGS):
@@ -313,13 +314,17 @@ class DepartureFinder:
 
     def _scaled_from(self, writer: OpRecord, slot: str) -> tuple[str, float] | None:
         """(the input slot of ``writer`` whose values its output ``slot`` holds times one power of two, that power),
-        else None (the input of the same index first: a foreach op's in-place lists)."""
+        else None (the input of the same index first: a foreach op's in-place lists). A cast to a format at least
+        as wide holds them times one (float32 master gradients copied from float16 ones: exact)."""
         out = writer.tensor(slot)
         index = slot.rsplit("_", 1)[-1]
         candidates = sorted((t for t in writer.inputs if t.has_data and is_float(t.dtype) and t.shape == out.shape),
                             key=lambda t: t.slot != f"input_{index}")[:2]
         if not out.has_data or not candidates:
             return None
+        if is_copy(writer.type):
+            widened = [t for t in candidates if _exact_cast(t.dtype, out.dtype)]
+            return (widened[0].slot, 1.0) if widened else None
         y = np.asarray(self.target_dump.tensor(writer.step, writer.exec_index, slot), dtype=np.float64).ravel()
         for tensor in candidates:
             x = np.asarray(self.target_dump.tensor(writer.step, writer.exec_index, tensor.slot), np.float64).ravel()
@@ -470,6 +475,14 @@ class DepartureFinder:
         where = module_path(d.writer.name)
         return [r for r in self._target_records if d.producer.exec_index < r.exec_index < reader.exec_index
                 and not r.is_module and module_path(r.name) == where and self.golden_of(r) is None]
+
+
+def _exact_cast(source: str, destination: str) -> bool:
+    """Whether every value of ``source``'s format is one of ``destination``'s (float16 to float32: a cast that
+    rounds nothing)."""
+    a, b = FORMATS.get(source), FORMATS.get(destination)
+    return a is not None and b is not None and b.eps <= a.eps and b.max >= a.max and \
+        b.smallest_subnormal <= a.smallest_subnormal
 
 
 def _beyond(error: float, writer_error: float, *dtypes: str) -> bool:
