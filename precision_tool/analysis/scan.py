@@ -51,10 +51,10 @@ from precision_tool.analysis.attribution import (GoldenView, attribute_record, g
                                                  replay_errors, significant_slots)
 from precision_tool.analysis.departure_verdicts import integer_verdict, skipped_verdict, target_only_verdict
 from precision_tool.analysis.departures import REWRITE_UNITS, DepartureFinder
-from precision_tool.analysis.errors import harm_depth, noise_floor, overflows_here, rounding_error, stats_only
+from precision_tool.analysis.errors import harm_depth, noise_floor, overflows_here, stats_only
 from precision_tool.analysis.fusion import switch_off_action
-from precision_tool.analysis.omissions import (changed_leaf, declared_format, fewer_gradients,
-                                               narrower_than_declared)
+from precision_tool.analysis.leaves import leaf_verdict
+from precision_tool.analysis.omissions import declared_format, fewer_gradients, narrower_than_declared
 from precision_tool.analysis.overflow import overflow_entry, starts_here
 from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.randomness import judge_draw
@@ -270,8 +270,8 @@ class Scanner(RewriteJudge):
         verdict = self._departed(record, a, floor)
         if verdict is not None:
             return verdict
-        if record.step == self._first_step and a.inherited >= SIGNIFICANT_ERROR and \
-                (module_path(record.name) or not self._region):
+        if record.step == self._first_step and a.inherited >= (floor if self._float32 else SIGNIFICANT_ERROR) \
+                and (module_path(record.name) or not self._region):  # (float32: a weight rounded to 16 bits)
             verdict = self._changed_leaf(record)
             if verdict is not None:
                 return verdict
@@ -330,17 +330,8 @@ class Scanner(RewriteJudge):
         return None
 
     def _changed_leaf(self, record: OpRecord) -> Verdict | None:
-        """`omissions.changed_leaf`: a forward op of the first step given another parameter than golden's, by more
-        than INTRODUCED_EXCESS times what rounding golden's value to the target's dtype explains (a layer scale of
-        1e-6 is subnormal in float16, 1 % off). In a region's dump, ops in modules only (not a loop's: a loss)."""
-        if any(d[0].exec_index < record.exec_index and d[0].tensor(d[1]).dtype != "uint8"
-               for d in self.departures.decisions()):
-            return None  # a decision flipped before it (a router's topk; a kernel's uint8 workspace is none): it
-            # may read other data, chosen otherwise
-        view = self.views.get(id(record)) or GoldenView(self.golden, [])
-        errors = [(slot, e.error) for slot, e in pair_errors(self.golden, self.target, record, view, "input")
-                  if e.error > INTRODUCED_EXCESS * rounding_error(view.get(slot), record.tensor(slot).dtype)]
-        return changed_leaf(record, self._golden_of(record), self.consumers["any"], errors, self.golden)
+        """`leaves.leaf_verdict`: a parameter or data the first step reads unlike golden's, changed or rounded."""
+        return leaf_verdict(self, record)
 
     def _called_differently(self, record: OpRecord, a: Attribution) -> Verdict | None:
         verdict = called_differently(record, self._golden_of(record), a, numbers_only=record.direction == "backward")

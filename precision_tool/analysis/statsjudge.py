@@ -95,12 +95,12 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
     verdict = judge_draw(scan, record, a)  # other random draws than golden's: nothing after compares
     if verdict is not None:
         return verdict
-    if record.step == scan._first_step and min(a.inherited, a.observed) >= (SIGNIFICANT_ERROR if scan._float32
+    if record.step == scan._first_step and min(a.inherited, a.observed) >= (noise_floor("float32") if scan._float32
                                                                             else LEAF_IN_16_BITS) \
             and (module_path(record.name) or not scan._region):  # a parameter or buffer changed before any op (a
-        verdict = scan._changed_leaf(record)  # weight scaled, a rotary base), as for full dumps; in a float32 run,
-        # where no rounding moves a slice's statistics 1 % (no values to tell a slice by); in a 16-bit one, beyond
-        # what its first step's rounding moves a slice
+        verdict = scan._changed_leaf(record)  # weight scaled, a rotary base), as for full dumps; changed by 1 % in
+        # a float32 run, where no rounding moves a slice's statistics that far (no values to tell a slice by), or
+        # rounded to a 16-bit grid (`leaves`); in a 16-bit one, beyond what its first step's rounding moves a slice
         if verdict is not None:
             scan.result.attributions.append(a)
             return verdict

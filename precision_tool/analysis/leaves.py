@@ -1,0 +1,74 @@
+"""Parameters, buffers and data a run's first step reads otherwise than golden's: no op of the step wrote them.
+
+Both runs start from the same weights and data, so at the first step a value no op wrote (`omissions.changed_leaf`)
+must be golden's. Two ways it is not:
+
+* **changed**: SIGNIFICANT_ERROR from golden's, beyond what rounding golden's value to the target's dtype explains
+  (a layer scale of 1e-6 is subnormal in float16, 1 % off): kernel_bug where it is read (`omissions.changed_leaf`);
+* **rounded**: in a run that declares float32 throughout, every value lies on float16's or bfloat16's grid while
+  golden's mostly fall between its points (`grid.narrower_grid`; from statistics, its smallest and largest value:
+  `grid.extremes_grid`): a weight rounded to 16 bits before training (a checkpoint saved in half precision, a
+  ``.half().float()`` round trip on load). Its departure is one rounding, 2e-4 in float16, far under
+  SIGNIFICANT_ERROR: precision_loss where it is first read.
+"""
+
+from __future__ import annotations
+
+from precision_tool.analysis.attribution import GoldenView, pair_errors
+from precision_tool.analysis.errors import noise_floor, rounding_error
+from precision_tool.analysis.grid import extremes_grid, narrower_grid
+from precision_tool.analysis.omissions import changed_leaf
+from precision_tool.analysis.results import Verdict
+from precision_tool.analysis.structure import module_path
+from precision_tool.defaults import INTRODUCED_EXCESS
+from precision_tool.dump.records import OpRecord
+
+
+def leaf_verdict(scan, record: OpRecord) -> Verdict | None:
+    """The verdict on a forward op of the first step that reads a parameter, buffer or data unlike golden's, or
+    None; ``scan`` is the running `Scanner`. In a region's dump, ops in modules only (not a loop's: a loss)."""
+    if any(d[0].exec_index < record.exec_index and d[0].tensor(d[1]).dtype != "uint8"
+           for d in scan.departures.decisions()):
+        return None  # a decision flipped before it (a router's topk; a kernel's uint8 workspace is none): it
+        # may read other data, chosen otherwise
+    view = scan.views.get(id(record)) or GoldenView(scan.golden, [])
+    measured = pair_errors(scan.golden, scan.target, record, view, "input")
+    partner = scan._golden_of(record)
+    if scan._float32:
+        verdict = rounded_leaf(scan, record, partner, view, [s for s, e in measured if e.error >= noise_floor(
+            "float32")])
+        if verdict is not None:
+            return verdict
+    errors = [(slot, e.error) for slot, e in measured
+              if e.error > INTRODUCED_EXCESS * rounding_error(view.get(slot), record.tensor(slot).dtype)]
+    return changed_leaf(record, partner, scan.consumers["any"], errors, scan.golden)
+
+
+def rounded_leaf(scan, record: OpRecord, partner: OpRecord | None, view: GoldenView, slots: list[str]) \
+        -> Verdict | None:
+    """precision_loss where ``record`` reads, in one of ``slots`` (float32 inputs that depart from golden's), a
+    value no op of the step wrote in golden's run, lying wholly on a 16-bit grid where golden's does not."""
+    if partner is None or record.direction != "forward":
+        return None
+    writers = scan.consumers["any"]
+    for slot in slots:
+        tensor = record.tensor(slot)
+        if tensor.dtype != "float32" or writers.producer(partner, slot) is not None:
+            continue
+        if tensor.has_data and view.get(slot) is not None:
+            fmt = narrower_grid(scan.target.tensor(record.step, record.exec_index, slot), view.get(slot))
+        else:
+            golden = view.statistics(slot) or view.record(slot)
+            fmt = extremes_grid(tensor.stats, golden.stats) if golden is not None else None
+        if fmt is None:
+            continue
+        evidence = (f"{record.name} ({record.type}) reads {slot}, a value no op of step {record.step} wrote (a "
+                    f"parameter, buffer or the data), whose every value {fmt} holds"
+                    + (" (its smallest and largest: the dumps keep statistics only)" if not tensor.has_data else "")
+                    + f", while golden's mostly fall between {fmt}'s points",
+                    f"the target declares float32 throughout: the value was rounded to {fmt} before the step (a "
+                    f"checkpoint saved in {fmt}, a .to({fmt}) round trip on load)")
+        return Verdict(record.name, "precision_loss", record.step, "forward", record.type, evidence,
+                       f"load or initialise what {record.type} reads as {slot} in float32 (look for a {fmt} copy of "
+                       "it)", module=module_path(record.name))
+    return None
