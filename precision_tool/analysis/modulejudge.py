@@ -356,7 +356,25 @@ def _harmful(scan, record: OpRecord, least: float | None = None) -> bool:
             b = scan._attribute(reader, replay=False)
             if b.observed >= threshold(output_dtype(reader)) or b.new_nan or b.overflowed:
                 return True  # (values non-finite where golden's are not are not scored: they diverge too)
-    return scan._harmful(record, threshold)
+    return scan._harmful(record, threshold) or any(
+        max(b.observed, b.inherited) >= threshold(output_dtype(later))
+        for later, b in ((c, scan._attribute(c, replay=False)) for c in _later_siblings(scan, record)))
+
+
+def _later_siblings(scan, record: OpRecord) -> list[OpRecord]:
+    """The calls its parent's own code makes after ``record`` returned, in the same call of the parent: what reads
+    its output where no module call reads it whole (a residual sum the parent computes, then a LayerNorm)."""
+    parent = record.name.rsplit("/", 1)[0] if "/" in record.name else None
+    found, seen = [], False
+    for other in scan.step_records if parent is not None else ():
+        if other is record:
+            seen = True
+        elif seen and other.is_module and other.direction == record.direction:
+            if other.name == parent:
+                break
+            if other.name.startswith(parent + "/") and "/" not in other.name[len(parent) + 1:]:
+                found.append(other)
+    return found
 
 
 def _forward_calls(scan, record: OpRecord) -> list[OpRecord]:
