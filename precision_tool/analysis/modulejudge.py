@@ -53,6 +53,7 @@ from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.rewrites import REWRITE_FLOOR, _fmt, output_dtype
+from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.analysis.statsjudge import (_changed_integers, _diverging, _integer_verdict, _unreduced_error,
                                                 statistics_verdict)
 from precision_tool.analysis.structure import fingerprint
@@ -86,7 +87,49 @@ def judge_module(scan, record: OpRecord) -> Verdict | None:
         verdict = _judge_own_code(scan, record, _children(scan, record))
     if verdict is None and record.direction == "forward" and "/" not in record.name:
         verdict = _judge_loop_code(scan, record)
+    if verdict is None and record.direction == "backward":
+        verdict = _judge_loss_code(scan, record)
     return _as_overflow(scan, record, verdict)
+
+
+def _judge_loss_code(scan, record: OpRecord) -> Verdict | None:
+    """The step's first backward call, whose output's gradient departs beyond every forward call's output, while
+    the step's loss departs too: what computed the loss from those outputs computes otherwise than golden's (a
+    label smoothing, another reduction), in the root module's own code (a wrapper returning the loss in no tensor
+    a module call records) or the training loop's. The gradient a loss hands back is exact in any format's
+    rounding of its inputs, so a departure INTRODUCED_EXCESS times theirs is the loss's own."""
+    if next((r for r in scan.step_records if r.is_module and r.direction == "backward"), None) is not record:
+        return None
+    forward = [scan._attribute(r, replay=False) for r in scan.step_records if r.is_module and r.direction == "forward"]
+    losses = [{s.step: s.loss for s in dump.steps()}.get(record.step, math.nan) for dump in (scan.golden, scan.target)]
+    if not forward or not abs(losses[1] - losses[0]) > noise_floor("float32") * abs(losses[0]):
+        return None  # (NaN, a step without a loss: no)
+    sources = max(max(b.observed, b.inherited) for b in forward)
+    if _unsized(scan, record, sources):
+        return None
+    view = scan.views.get(id(record)) or GoldenView(scan.golden, [])
+    ratio = loss_scale_ratios(scan.golden, scan.target).get(record.step, 1.0)
+    departed = [(slot, e.error) for slot, e in pair_errors(scan.golden, scan.target, record, view, "input", ratio)
+                if math.isfinite(e.error) and not (e.overflowed or e.new_nan) and e.error > INTRODUCED_EXCESS * sources
+                and e.error >= _significant(scan, record.tensor(slot).dtype)]
+    if not departed:
+        return None
+    slot, error = departed[0]
+    a = replace(scan._attribute(record, replay=False), observed=error, inherited=sources)
+    scan.result.attributions.append(a)
+    roots = {r.name.split("/", 1)[0] for r in scan.step_records if r.is_module and r.direction == "forward"}
+    root = next(iter(roots)) if len(roots) == 1 and not any(
+        r.is_module and "/" not in r.name for r in scan.step_records) else None  # recorded: the loop's code
+    where = f"{root}'s own code (its forward computes the loss; no call records it)" if root else \
+        "the training loop's code after the model's last call"
+    seen = "its statistics show" if stats_only(record) else "measured"
+    evidence = (f"a module-level dump: the gradient reaching {record.name}'s {slot.replace('input', 'output')} at "
+                f"step {record.step} is {_fmt(error)} from golden's ({seen}), while every forward call's output is "
+                f"within {_fmt(sources)}, and the step's loss departs from golden's",
+                f"the loss is computed otherwise than golden's in {where}: its gradient, not the model, differs")
+    return Verdict(root or record.name, "kernel_bug", record.step, "forward" if root else "backward",
+                   "loss", evidence, "compare the loss function and its arguments (label smoothing, reduction, "
+                   "weights, ignore_index) with golden's", module=root)
 
 
 def _judge_loop_code(scan, record: OpRecord) -> Verdict | None:

@@ -1,0 +1,57 @@
+"""A module-level dump of a model inside a wrapper that computes the loss in its own forward and returns it in no
+tensor a module call records (a namespace). The target's loss uses label smoothing: every forward call matches
+golden's, the gradient reaching the classifier departs, and nothing recorded computes it: `none` in every mode.
+The step's first backward call reading a gradient far beyond every forward call's error, the loss departing too,
+names the loss code: the wrapper's own.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from tests.realmodels.cases import diagnosis_of, fit, tiny_bert_classifier
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+
+class LossWrap(torch.nn.Module):
+    def __init__(self, model, smoothing: float):
+        super().__init__()
+        self.model, self.smoothing = model, smoothing
+
+    def forward(self, input_ids, labels):
+        logits = self.model(input_ids=input_ids).logits
+        return types.SimpleNamespace(loss=torch.nn.functional.cross_entropy(logits, labels,
+                                                                            label_smoothing=self.smoothing))
+
+
+def _train(path, mode: str, smoothing: float, autocast: bool = False) -> None:
+    wrapped = LossWrap(tiny_bert_classifier(), smoothing)
+    optimizer = torch.optim.Adam(wrapped.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(100)
+    batches = [(torch.randint(3, 64, (3, 10), generator=generator), torch.tensor([0, 2, 1])) for _ in range(2)]
+
+    def loss_of(model, batch):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            return model(*batch).loss
+
+    fit(path, wrapped, optimizer, loss_of, batches, mode, level="module")
+
+
+@pytest.mark.parametrize("mode", ["dump", "stats"])
+def test_a_loss_computed_otherwise_inside_the_wrapper_is_named(tmp_path, mode):
+    _train(tmp_path / "golden.h5", mode, 0.0)
+    _train(tmp_path / "target.h5", mode, 0.1)
+    verdict = diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict
+    assert (verdict.cls, verdict.op, verdict.module, verdict.step) == ("kernel_bug", "LossWrap", "LossWrap", 0), \
+        verdict.evidence
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bf16"])
+def test_the_same_loss_in_both_runs_is_clean(tmp_path, autocast):
+    _train(tmp_path / "golden.h5", "stats", 0.1)
+    _train(tmp_path / "target.h5", "stats", 0.1, autocast)
+    assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict.cls == "none"
