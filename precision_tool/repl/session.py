@@ -62,6 +62,7 @@ class ShellSession:
         self._flagged: dict[tuple, list] = {}
         self._indexes: dict[str, OpIndex] = {}
         self.progress: Callable | None = None  # a context manager factory yielding a progress callback (or None)
+        self._preflighted = False
 
     @classmethod
     def open(cls, files=(), **by_role) -> "ShellSession":
@@ -156,7 +157,7 @@ class ShellSession:
             return None
         if judge is None and key in self._streamed:
             return self._streamed[key]
-        golden, target = self.dump("golden", "the comparison"), self.dump("target", "the comparison")
+        golden, target = self._compared_dumps()
         with self._progress() as progress:
             report = streamed_report(golden, target, options, threshold, limit, judge, progress)
         if judge is None and report is not None:
@@ -167,7 +168,7 @@ class ShellSession:
         """Compare target against golden once per session (and per --steps/--ops selection) and cache the report."""
         key = None if options is None else (options.steps, options.ops)  # the thread count changes no result
         if key not in self._comparisons or refresh:
-            golden, target = self.dump("golden", "the comparison"), self.dump("target", "the comparison")
+            golden, target = self._compared_dumps()
             if self._compare_fn is not None:
                 self._comparisons[key] = self._compare_fn(golden, target, *(() if options is None else (options,)))
             else:
@@ -177,6 +178,18 @@ class ShellSession:
                     self._comparisons[key] = compare_dumps(golden, target, options, progress)
             self._flagged = {k: v for k, v in self._flagged.items() if k[0] != key}
         return self._comparisons[key]
+
+    def _compared_dumps(self):
+        """Golden and target, once the preflight found them comparable: dumps of two models, or given the wrong way
+        round, fail the command that compares them (`RunMismatch`, as `diagnose` and `check` do); an incomplete run
+        is the shell's to look into."""
+        golden, target = self.dump("golden", "the comparison"), self.dump("target", "the comparison")
+        if not self._preflighted:
+            from precision_tool.compare.preflight import raise_for_errors, run_problems
+
+            raise_for_errors(run_problems(golden, target, allow_incomplete=True))
+            self._preflighted = True
+        return golden, target
 
     def _progress(self):
         return nullcontext() if self.progress is None else self.progress()

@@ -188,3 +188,15 @@ def test_the_largest_seeds_are_stored_exactly(tmp_path, run_cli, seed):
     assert result.status == 0, result.stderr
     with open_dump(path) as dump:
         assert dump.metadata["seed"] == seed
+
+
+def test_the_shell_s_ac_refuses_different_models_and_compare_warns(runs, run_cli):
+    """The shell's ac is diagnose's twin: under -c it fails the command (exit 2); compare, which shows whatever it
+    is given, says so on stderr."""
+    inputs = [runs["golden"], runs["cnn"]]
+    result, before = _run(run_cli, "shell", "--golden", runs["golden"], "--target", runs["cnn"], "-c", "ac",
+                          inputs=inputs)
+    assert_outcome(result.status, result.stderr, 2, before, lines=2, says="different models: golden 'mlp'")
+    assert result.stderr.endswith("precision-tool: error: 1 shell command failed\n")  # (the shell's own count)
+    shown = run_cli("compare", *inputs)
+    assert shown.status == 0 and "warning: the dumps are of different models: golden 'mlp'" in shown.stderr
