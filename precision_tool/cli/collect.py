@@ -222,14 +222,22 @@ def run_with_progress(plan):
 
 
 def _what_was_kept(output: str, finished: int, total: int, started: float) -> str | None:
-    """After Ctrl-C: what the dump at ``output`` holds, when this run wrote it (None when it did not)."""
+    """After Ctrl-C: what the dump at ``output`` holds, when this run wrote it, or that an earlier run's dump there
+    is kept and this run's is ``output.partial`` (None when this run wrote neither)."""
+    from precision_tool.dump.partial import partial_path
+
+    steps = f"the {finished} of {total} steps it finished" if finished else f"none of its {total} steps"
+    partial = partial_path(output)
     try:
-        if os.stat(output).st_mtime < started - 1:  # a dump an earlier run left there
-            return None
+        if os.path.exists(partial) and os.stat(partial).st_mtime >= started - 1:  # (a run does not leave its
+            # .partial but over a previous dump, kept: --force over a complete one)
+            return (f"{printable(output)} keeps the previous dump; {printable(partial)} keeps {steps}, marked "
+                    "incomplete")
+        if os.stat(output).st_mtime >= started - 1:
+            return f"{printable(output)} keeps {steps}, marked incomplete"
     except OSError:
         return None
-    steps = f"the {finished} of {total} steps it finished" if finished else f"none of its {total} steps"
-    return f"{printable(output)} keeps {steps}, marked incomplete"
+    return None
 
 
 class StopOnInterrupt:

@@ -455,14 +455,16 @@ class DumpWriter:
         if self.closed:
             return
         self.closed = True
+        complete = bool(complete and self._io.failure is None)
         try:
-            self._h5.set_attr(self._root, "complete", bool(complete and self._io.failure is None))
+            self._h5.set_attr(self._root, "complete", complete)
             self._h5.replace_attr(self._root, "finished",
                                   _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         finally:
             self._file.close()  # after a failed write every write is dropped: the file stays as it was
             self._io.commit()
-            self._target.finish()  # renamed onto its name, complete or not
+            if not self._target.finish(complete):  # renamed onto its name, but over a previous dump when complete
+                self.path = self._target.partial  # (an incomplete run stays NAME.partial: the previous one is kept)
         self._check_io()
 
     def _check_io(self) -> None:

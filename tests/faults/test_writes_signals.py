@@ -58,3 +58,16 @@ def test_sigkill_mid_write_leaves_the_old_dump_and_a_readable_partial(tmp_path, 
     assert "Traceback" not in result.stderr and result.stderr == ""
     assert digests(path) == before
     assert _readable_steps(f"{path}.partial") >= min_steps
+
+
+def test_ctrl_c_over_a_complete_dump_keeps_it_and_the_finished_steps_beside_it(tmp_path):
+    """``collect --force`` replaces a dump only with a finished one: stopped, the previous dump keeps its bytes and
+    the steps this run finished are ``NAME.partial`` (it replaced the complete dump by its own incomplete one)."""
+    path = Path(build(tmp_path / "run.h5"))
+    before = digests(path)
+    result = _start_and_signal(path, signal.SIGINT, 9_000_000, "--force")
+    assert_outcome(result.returncode, result.stderr, 130, before,
+                   says=f"{path} keeps the previous dump; {path}.partial keeps the ")
+    assert _readable_steps(f"{path}.partial") >= 1
+    with open_dump(path) as dump:
+        assert dump.complete
