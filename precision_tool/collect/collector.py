@@ -107,7 +107,7 @@ class Collector:
             raise ConfigError("a Collector records one run; make a new one for the next run")
         root = self.root_metadata(metadata)
         self.role = root["role"]
-        self.writer = DumpWriter(self.path, root, overwrite=self.overwrite)
+        self.writer = DumpWriter(self.path, root, overwrite=self.overwrite, keep_previous=True)
 
     def on_step_begin(self, step: int) -> None:
         writer = self._writer()

@@ -5,8 +5,9 @@ exclusive ``flock`` for the writer's life: a second writer of NAME finds
 the lock and stops with one line, and HDF5 readers (which take a shared
 lock) are refused rather than shown a file in mid-write. Closing renames it
 onto NAME, complete or not (an interrupted run is marked incomplete inside),
-so NAME holds the previous dump, untouched, until the new one is finished; an
-incomplete run does not replace a previous NAME but stays ``NAME.partial``.
+so NAME holds the previous dump, untouched, until the new one is finished
+(`collect`'s incomplete run does not replace a previous NAME, but stays
+``NAME.partial``: `DumpWriter`'s ``keep_previous``).
 A killed writer leaves ``NAME.partial``, readable up to its last committed
 step; the next writer refuses to overwrite it without ``overwrite=True``.
 A NAME that is a symbolic link is written through, as every output is
@@ -72,9 +73,9 @@ class PartialFile:
         self.file = GuardedFile(self._fd)
 
     def finish(self, complete: bool = True) -> bool:
-        """Rename the written file onto its name and release the lock; an incomplete one where a previous file has
-        the name stays ``NAME.partial`` (nothing is lost: the previous dump, and what this run finished). Whether
-        it was renamed."""
+        """Rename the written file onto its name and release the lock; not ``complete``, where a previous file has
+        the name, it stays ``NAME.partial`` (nothing is lost: the previous dump, and what this run finished).
+        Whether it was renamed."""
         if not complete and os.path.lexists(self.path):
             self._release()
             return False

@@ -66,13 +66,17 @@ class DumpWriter:
     """Writes one run to one HDF5 file; see the module docstring for the protocol."""
 
     def __init__(self, path, metadata: dict | None = None, *, overwrite: bool = True,
-                 pack_limit: int = layout.PACK_LIMIT, stats_match_data: bool = True):
+                 pack_limit: int = layout.PACK_LIMIT, stats_match_data: bool = True, keep_previous: bool = False):
         """``pack_limit``: tensors of at most this many stored bytes are packed (negative: none is).
         ``stats_match_data``: every tensor's statistics given are those of the values given, and the dump says
-        so: readers then check one against the other (`precision_tool.dump.integrity`); False: no such mark."""
+        so: readers then check one against the other (`precision_tool.dump.integrity`); False: no such mark.
+        ``keep_previous``: an incomplete dump does not replace a previous file of its name but stays
+        ``NAME.partial`` (`collect`: Ctrl-C loses no finished dump); else it replaces it (a torch script's failed
+        run: its failing step is the evidence)."""
         import h5py
 
         self.path = str(path)
+        self._keep_previous = keep_previous
         self._target = PartialFile(self.path, overwrite)  # refuses a dump being written, and (unless
         self._io = self._target.file  # ``overwrite``) an existing one
         try:
@@ -463,8 +467,8 @@ class DumpWriter:
         finally:
             self._file.close()  # after a failed write every write is dropped: the file stays as it was
             self._io.commit()
-            if not self._target.finish(complete):  # renamed onto its name, but over a previous dump when complete
-                self.path = self._target.partial  # (an incomplete run stays NAME.partial: the previous one is kept)
+            if not self._target.finish(complete or not self._keep_previous):  # renamed onto its name (over a
+                self.path = self._target.partial  # previous dump, with keep_previous, only complete: else it stays)
         self._check_io()
 
     def _check_io(self) -> None:
