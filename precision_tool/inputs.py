@@ -19,13 +19,13 @@ def read_small_file(path, what: str = "", limit: int = SMALL_FILE_LIMIT) -> byte
     Opened without blocking and checked on the open descriptor: a FIFO would wait for a writer for ever, a
     device (``/dev/zero``) never end, and a name checked before it is opened can be swapped in between.
     """
-    from precision_tool.outputs import problem
+    from precision_tool.outputs import missing, problem
 
     kind = f" ({what})" if what else ""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise InputError(path, f"no such file{kind}") from None
+        raise InputError(path, f"{missing(path)}{kind}") from None
     except OSError as exc:
         raise InputError(path, f"cannot read{kind}: {problem(exc)}") from None
     with os.fdopen(descriptor, "rb") as stream:

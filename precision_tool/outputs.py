@@ -42,6 +42,21 @@ def problem(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def missing(path) -> str:
+    """Why ``path`` names no file, in words: a loop of symbolic links, a link to a file that does not exist, or
+    none at all."""
+    from precision_tool.errors import printable
+
+    if os.path.islink(path):
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return "a loop of symbolic links (too many levels of symbolic links)"
+        return f"a symbolic link to {printable(os.readlink(path))}, which does not exist"
+    return "no such file"
+
+
 # An OSError of these, naming a file, that reaches a front end is the file system refusing a path the user gave
 # (a run directory under a file, a name too long, a full or read-only disk) or the environment's limits (too many
 # open files: ulimit -n): one line and exit 2, not a bug report.
@@ -130,7 +145,7 @@ def make_folder(path, what: str = "the folder") -> Path:
     except OSError as exc:
         reason = problem(exc)
         if os.path.islink(path) and not os.path.exists(path):
-            reason = f"it is a symbolic link to {printable(os.readlink(path))}, which does not exist"
+            reason = f"it is {missing(path)}"
         raise InputError(path, f"cannot create {what}: {reason}") from None
     return Path(path)
 

@@ -357,10 +357,16 @@ def reopen_closed_standard_streams() -> list[str]:
 
 def entry_point() -> None:
     """The console script: a process of its own, so its allocator is tuned for training steps."""
-    from precision_tool.compare.cancel import install_interrupt_handler
+    try:
+        from precision_tool.compare.cancel import install_interrupt_handler
 
-    reopen_closed_standard_streams()
-    keep_freed_memory()
-    install_interrupt_handler()
-    stop_on_sigterm()
-    sys.exit(main())
+        reopen_closed_standard_streams()
+        keep_freed_memory()
+        install_interrupt_handler()
+        stop_on_sigterm()
+        status = main()
+    except KeyboardInterrupt:  # Ctrl-C before `main` catches it (the process just started): one line too
+        if sys.stderr is not None:
+            sys.stderr.write("precision-tool: interrupted\n")
+        status = ExitStatus.INTERRUPTED
+    sys.exit(status)

@@ -19,7 +19,9 @@ def open_h5(path: str):
 
     p = Path(path)
     if not p.exists():
-        raise InputError(path, "no such file")
+        from precision_tool.outputs import missing
+
+        raise InputError(path, missing(path))
     if p.is_dir():
         raise InputError(path, "is a directory, not a dump file")
     if not os.access(p, os.R_OK):

@@ -178,3 +178,18 @@ def test_the_error_log_is_written_whole_through_a_link(tmp_path, pair):
     assert result.returncode == 3 and f"traceback saved to {log}" in result.stderr, result.stderr
     assert log.is_symlink() and kept.read_text().startswith("Traceback") and kept.read_text().rstrip().endswith(
         "RuntimeError: " + "x" * 20000)
+
+
+@pytest.mark.parametrize("kind", ["loop", "dangling"])
+def test_an_input_link_that_names_no_file_says_why(run_cli, pair, tmp_path, kind):
+    """A loop of links was "no such file", although the name it gives exists (a link)."""
+    link = tmp_path / "l1.h5"
+    if kind == "loop":
+        (tmp_path / "l2.h5").symlink_to("l1.h5")
+        link.symlink_to("l2.h5")
+        says = "a loop of symbolic links (too many levels of symbolic links)"
+    else:
+        link.symlink_to("gone.h5")
+        says = "a symbolic link to gone.h5, which does not exist"
+    result = run_cli("compare", pair[0], link)
+    assert result.status == 2 and result.stderr == f"precision-tool: error: {link}: {says}\n"
