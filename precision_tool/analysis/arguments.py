@@ -124,17 +124,19 @@ def _walk(value, path: str) -> Iterator[tuple[str, object]]:
 
 
 def argument_changes(golden_attrs: dict | None, target_attrs: dict | None, op_type: str = "",
-                     numbers_only: bool = False) -> list[str]:
+                     numbers_only: bool = False, carried: float = 0.0) -> list[str]:
     """``args[4]: 1e-12 in golden, 0.1 in target`` for each number or string argument that differs, or that
     only one side passes (``approximate: not given in golden, 'tanh' in target``); with ``op_type`` (a torch
-    op's), its flags too (`flag_paths`); ``numbers_only``: numbers and flags passed on both sides."""
+    op's), its flags too (`flag_paths`); ``numbers_only``: numbers and flags passed on both sides. A float
+    within INTRODUCED_EXCESS times ``carried`` (relative) of golden's is the same: a number the script computed from the data (a
+    ``float(rms)`` it divides by) carries the data's error, as the op's inputs do."""
     flags = flag_paths(op_type, golden_attrs, target_attrs) if op_type else frozenset()
     golden, target = scalar_arguments(golden_attrs, flags), scalar_arguments(target_attrs, flags)
     names = _names(target_attrs) or _names(golden_attrs)
     changes = []
     for path in sorted(golden.keys() | target.keys()):
         g, t = golden.get(path, _MISSING), target.get(path, _MISSING)
-        if g is not _MISSING and t is not _MISSING and _same(g, t):
+        if g is not _MISSING and t is not _MISSING and (_same(g, t) or _within(g, t, carried)):
             continue
         if numbers_only and not (isinstance(g, (int, float)) and isinstance(t, (int, float))):
             continue
@@ -176,6 +178,15 @@ def _shown(value) -> str:
     return "not given" if value is _MISSING else repr(value)
 
 
+def _within(golden, target, carried: float) -> bool:
+    """Two floats (not flags, not integers) within INTRODUCED_EXCESS times ``carried`` of each other, relative to
+    golden's: as far as an op's output may depart from its inputs' error before the op is blamed."""
+    from precision_tool.defaults import INTRODUCED_EXCESS
+
+    return carried > 0.0 and isinstance(golden, float) and isinstance(target, float) and math.isfinite(golden) \
+        and math.isfinite(target) and abs(target - golden) <= INTRODUCED_EXCESS * carried * abs(golden)
+
+
 def _same(a, b) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         try:
@@ -204,14 +215,16 @@ def tensor_positions(attrs: dict | None) -> frozenset[str]:
     return frozenset(found)
 
 
-def called_differently(record, partner, attribution, agrees: bool = False, numbers_only: bool = False):
+def called_differently(record, partner, attribution, agrees: bool = False, numbers_only: bool = False,
+                       carried: float | None = None):
     """kernel_bug when ``record`` (the target's op) is called with other numbers or strings than its golden
     ``partner``; the scan asks only once the op's output departs from golden beyond what its inputs carry, so
     the call, not rounding, made the error. None when the calls agree, or when tensors sit in other argument
     positions: then the two are different calls that share a name (an op only one run makes, a loss scaler's
     ``loss * scale``, shifts the call counts of its scope), not one call given other constants. ``agrees``: asked
     although the output agrees with golden's (a BatchNorm's momentum changes only the running statistics it
-    updates in place). ``numbers_only``: only numbers and flags count (`argument_changes`)."""
+    updates in place). ``numbers_only``: only numbers and flags count (`argument_changes`). ``carried``: the relative
+    error a number computed from the data may carry (default: the op's inputs')."""
     from precision_tool.analysis.results import Verdict
     from precision_tool.analysis.structure import module_path
 
@@ -219,7 +232,9 @@ def called_differently(record, partner, attribution, agrees: bool = False, numbe
         return None
     if tensor_positions(partner.attrs) != tensor_positions(record.attrs):
         return None
-    changes = argument_changes(partner.attrs, record.attrs, record.type, numbers_only)
+    if carried is None:
+        carried = attribution.inherited if math.isfinite(attribution.inherited) else 0.0
+    changes = argument_changes(partner.attrs, record.attrs, record.type, numbers_only, carried)
     if not changes:
         return None
     a = attribution

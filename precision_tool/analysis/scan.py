@@ -334,7 +334,12 @@ class Scanner(RewriteJudge):
         return leaf_verdict(self, record)
 
     def _called_differently(self, record: OpRecord, a: Attribution) -> Verdict | None:
-        verdict = called_differently(record, self._golden_of(record), a, numbers_only=record.direction == "backward")
+        # a number computed from the data carries its inputs' error, or at least one rounding of a 16-bit run's
+        # (statistics show the inputs' error only as a lower bound)
+        fmt = FORMATS.get(self._declared) if self._declared not in (None, "float32") else None
+        carried = max(a.inherited if math.isfinite(a.inherited) else 0.0, fmt.unit_roundoff if fmt else 0.0)
+        verdict = called_differently(record, self._golden_of(record), a, numbers_only=record.direction == "backward",
+                                     carried=carried)
         if verdict is not None:
             self.result.attributions.append(a)
         return verdict
