@@ -230,11 +230,8 @@ class Namer:
                 path = f"{caller_path}/{relative}" if relative else caller_path
                 self._paths.setdefault(id(module), path)
                 return path
-        known = self._paths.get(id(module))
-        if known is None and self._stack:  # a module no caller holds (made on the fly: transformers' ACT2FN), called
-            return f"{self._stack[-1][1]}/{type(module).__name__}"  # inside one: its ops run in that call's scope
         # called from outside every module: the model, or a module recomputed during backward
-        return known or type(module).__name__
+        return self._paths.get(id(module)) or type(module).__name__
 
     def _relative_name(self, caller: torch.nn.Module, module: torch.nn.Module) -> str | None:
         key = (id(caller), id(module))
