@@ -128,11 +128,11 @@ def argument_changes(golden_attrs: dict | None, target_attrs: dict | None, op_ty
     """``args[4]: 1e-12 in golden, 0.1 in target`` for each number or string argument that differs, or that
     only one side passes (``approximate: not given in golden, 'tanh' in target``); with ``op_type`` (a torch
     op's), its flags too (`flag_paths`); ``numbers_only``: numbers and flags passed on both sides. A float
-    within INTRODUCED_EXCESS times ``carried`` (relative) of golden's is the same: a number the script computed from the data (a
-    ``float(rms)`` it divides by) carries the data's error, as the op's inputs do."""
+    within INTRODUCED_EXCESS times ``carried`` (relative) of golden's is the same: a number the script computed
+    from the data (a ``float(rms)`` it divides by) carries the data's error, as the op's inputs do."""
     flags = flag_paths(op_type, golden_attrs, target_attrs) if op_type else frozenset()
     golden, target = scalar_arguments(golden_attrs, flags), scalar_arguments(target_attrs, flags)
-    names = _names(target_attrs) or _names(golden_attrs)
+    names = max(_names(target_attrs), _names(golden_attrs), key=len)  # (the longer: a run passing fewer)
     changes = []
     for path in sorted(golden.keys() | target.keys()):
         g, t = golden.get(path, _MISSING), target.get(path, _MISSING)
@@ -215,6 +215,24 @@ def tensor_positions(attrs: dict | None) -> frozenset[str]:
     return frozenset(found)
 
 
+def _optional_tensors(golden_attrs: dict | None, target_attrs: dict | None) -> list[str] | None:
+    """The tensor arguments one side passes where the other passes none (``weight: a tensor in golden, not given
+    in target``: a cross-entropy's class weights dropped), or None where a tensor of one sits where the other
+    passes something else (two different calls that share a name)."""
+    golden, target = tensor_positions(golden_attrs), tensor_positions(target_attrs)
+    if golden == target:
+        return []
+    names = max(_names(target_attrs), _names(golden_attrs), key=len)  # (the longer: a run passing fewer)
+    found = []
+    for path in sorted(golden ^ target):
+        other = target_attrs if path in golden else golden_attrs
+        if not path.startswith(("args[", "kwargs.")) or _at(other or {}, path) is not None:
+            return None
+        found.append(f"{_named(path, names)}: " + ("a tensor in golden, not given in target" if path in golden else
+                                                    "not given in golden, a tensor in target"))
+    return found
+
+
 def called_differently(record, partner, attribution, agrees: bool = False, numbers_only: bool = False,
                        carried: float | None = None):
     """kernel_bug when ``record`` (the target's op) is called with other numbers or strings than its golden
@@ -230,11 +248,14 @@ def called_differently(record, partner, attribution, agrees: bool = False, numbe
 
     if partner is None or partner.type != record.type:
         return None
-    if tensor_positions(partner.attrs) != tensor_positions(record.attrs):
+    dropped = _optional_tensors(partner.attrs, record.attrs)
+    if dropped is None:
         return None
     if carried is None:
         carried = attribution.inherited if math.isfinite(attribution.inherited) else 0.0
-    changes = argument_changes(partner.attrs, record.attrs, record.type, numbers_only, carried)
+    changes = ([] if agrees else dropped) + argument_changes(partner.attrs, record.attrs, record.type, numbers_only,
+                                                            carried)  # (a mask passed in one run only, the
+    # output agreeing: all ones, harmless)
     if not changes:
         return None
     a = attribution

@@ -27,10 +27,12 @@ from precision_tool.dump.records import OpRecord
 def leaf_verdict(scan, record: OpRecord) -> Verdict | None:
     """The verdict on a forward op of the first step that reads a parameter, buffer or data unlike golden's, or
     None; ``scan`` is the running `Scanner`. In a region's dump, ops in modules only (not a loop's: a loss)."""
-    if any(d[0].exec_index < record.exec_index and d[0].tensor(d[1]).dtype != "uint8"
+    readers = scan.departures.writers()[1]
+    if any(d[0].exec_index < record.exec_index and d[0].tensor(d[1]).dtype != "uint8" and any(
+            r.direction == "forward" and r.exec_index <= record.exec_index for r in readers.of(d[0], [d[1]]))
            for d in scan.departures.decisions()):
-        return None  # a decision flipped before it (a router's topk; a kernel's uint8 workspace is none): it
-        # may read other data, chosen otherwise
+        return None  # a decision flipped before it that forward reads on (a router's topk; a kernel's uint8
+        # workspace is none, nor a max pooling's indices, read by its backward only): it may read other data
     view = scan.views.get(id(record)) or GoldenView(scan.golden, [])
     measured = pair_errors(scan.golden, scan.target, record, view, "input")
     partner = scan._golden_of(record)

@@ -306,4 +306,5 @@ def stray_cast(record: OpRecord, partner: OpRecord | None, loss_departs: bool) -
                 "departs from golden's: the first op of the target that rounds to a format the run does not declare")
     return Verdict(record.name, "precision_loss", record.step, "forward", record.type, evidence,
                    f"keep {module_path(record.name) or 'this value'} in float32 (a .to({narrowed[0]}) or .half() on "
-                   "it or on its module); confirm with tensors (`precision-tool zoom`)", module=module_path(record.name))
+                   "it or on its module); confirm with tensors (`precision-tool zoom`)",
+                   module=module_path(record.name))
