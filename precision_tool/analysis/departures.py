@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from precision_tool.analysis.attribution import GoldenView, pair_errors
-from precision_tool.analysis.errors import noise_floor, split_error, stats_split
+from precision_tool.analysis.errors import exact_cast, noise_floor, split_error, stats_split
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
 from precision_tool.analysis.structure import Consumers, fingerprint, is_copy, module_path
@@ -104,7 +104,7 @@ class DepartureFinder:
     def integer(self, record: OpRecord, view: GoldenView, a: Attribution) -> Departure | None:
         """The first integer input of ``record`` that differs from golden with no recorded op to explain it,
         when its float output departs beyond its float inputs; else None."""
-        if a.observed <= INTRODUCED_EXCESS * a.inherited:
+        if a.observed <= INTRODUCED_EXCESS * a.inherited and not a.overflowed:  # (or -inf set elsewhere)
             return None
         for tensor in record.inputs:  # (a boolean mask too: a padding mask left out, an off-by-one causal mask)
             if is_float(tensor.dtype) or not tensor.has_data:
@@ -323,7 +323,7 @@ class DepartureFinder:
         if not out.has_data or not candidates:
             return None
         if is_copy(writer.type):
-            widened = [t for t in candidates if _exact_cast(t.dtype, out.dtype)]
+            widened = [t for t in candidates if exact_cast(t.dtype, out.dtype)]
             return (widened[0].slot, 1.0) if widened else None
         y = np.asarray(self.target_dump.tensor(writer.step, writer.exec_index, slot), dtype=np.float64).ravel()
         for tensor in candidates:
@@ -475,14 +475,6 @@ class DepartureFinder:
         where = module_path(d.writer.name)
         return [r for r in self._target_records if d.producer.exec_index < r.exec_index < reader.exec_index
                 and not r.is_module and module_path(r.name) == where and self.golden_of(r) is None]
-
-
-def _exact_cast(source: str, destination: str) -> bool:
-    """Whether every value of ``source``'s format is one of ``destination``'s (float16 to float32: a cast that
-    rounds nothing)."""
-    a, b = FORMATS.get(source), FORMATS.get(destination)
-    return a is not None and b is not None and b.eps <= a.eps and b.max >= a.max and \
-        b.smallest_subnormal <= a.smallest_subnormal
 
 
 def _beyond(error: float, writer_error: float, *dtypes: str) -> bool:

@@ -204,6 +204,14 @@ def rounding_error(golden, dtype: str) -> float:
     return split_error(rounded, values, dtype).error
 
 
+def exact_cast(source: str, destination: str) -> bool:
+    """Whether every value of ``source``'s format is one of ``destination``'s (float16 to float32: a cast that
+    rounds nothing)."""
+    a, b = FORMATS.get(source), FORMATS.get(destination)
+    return a is not None and b is not None and b.eps <= a.eps and b.max >= a.max and \
+        b.smallest_subnormal <= a.smallest_subnormal
+
+
 def noise_floor(dtype: str) -> float:
     """Relative error below which a tensor in ``dtype`` is never judged: 16 units of its last place."""
     fmt = FORMATS.get(dtype)

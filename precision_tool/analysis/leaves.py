@@ -18,6 +18,7 @@ from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.errors import noise_floor, rounding_error
 from precision_tool.analysis.grid import extremes_grid, narrower_grid
 from precision_tool.analysis.omissions import changed_leaf
+from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.structure import module_path
 from precision_tool.defaults import INTRODUCED_EXCESS
@@ -74,3 +75,13 @@ def rounded_leaf(scan, record: OpRecord, partner: OpRecord | None, view: GoldenV
                        f"load or initialise what {record.type} reads as {slot} in float32 (look for a {fmt} copy of "
                        "it)", module=module_path(record.name))
     return None
+
+
+def infinities_differ(record: OpRecord, partner: OpRecord | None) -> bool:
+    """Whether ``record``, reading integers or booleans (a mask), writes infinities in other numbers than golden's
+    ``partner``: positions set to -inf that golden does not set (a causal mask off by one). Those are unscored
+    where an op asks for infinity (`masked_fill(mask, -inf)`), and the finite rest agrees."""
+    if partner is None or all(is_float(t.dtype) for t in record.inputs):
+        return False
+    theirs = {t.slot: t.stats.inf for t in partner.outputs}
+    return any(t.slot in theirs and t.stats.inf != theirs[t.slot] for t in record.outputs if is_float(t.dtype))

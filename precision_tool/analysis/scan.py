@@ -53,7 +53,7 @@ from precision_tool.analysis.departure_verdicts import integer_verdict, skipped_
 from precision_tool.analysis.departures import REWRITE_UNITS, DepartureFinder
 from precision_tool.analysis.errors import harm_depth, noise_floor, overflows_here, stats_only
 from precision_tool.analysis.fusion import switch_off_action
-from precision_tool.analysis.leaves import leaf_verdict
+from precision_tool.analysis.leaves import infinities_differ, leaf_verdict
 from precision_tool.analysis.omissions import declared_format, fewer_gradients, narrower_than_declared
 from precision_tool.analysis.overflow import overflow_entry, starts_here
 from precision_tool.analysis.pairing import align_loop_ops
@@ -265,6 +265,8 @@ class Scanner(RewriteJudge):
             if verdict is not None:
                 self.result.attributions.append(a)
                 return verdict
+        if a.observed < floor and infinities_differ(record, self._golden_of(record)):  # a mask unlike golden's
+            return self._departed(record, replace(a, overflowed=1), floor)  # (its -inf elsewhere, unscored)
         if a.observed < floor or self.replays >= MAX_REPLAYS:
             return self._rewritten(record, a) if a.observed < floor else None
         verdict = self._departed(record, a, floor)
