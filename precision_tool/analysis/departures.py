@@ -58,6 +58,7 @@ from precision_tool.engine.formats import FORMATS
 _LISTED = 6  # target-only ops named in the evidence
 _REGION = 64  # target-only ops walked back from an unpaired writer (`DepartureFinder._unpaired`)
 _SCALINGS = 6  # power-of-two scalings (and exact casts) walked past (`DepartureFinder._changer`)
+_AMP_UNSCALE = "aten._amp_foreach_non_finite_check_and_unscale_"  # a GradScaler's unscaling
 # A value a computation only the target runs rewrote, judged where its op's error stays under the output's noise
 # floor (16 units of bfloat16's last place are 6 %): the change, in quadrature beyond the error of the op that
 # wrote it, exceeds this many units of the value's format. One rounding adds at most one unit, and the casts
@@ -296,7 +297,7 @@ class DepartureFinder:
         if not any(s.loss_scale not in (None, 1.0) for s in self.target_dump.steps()) and \
                 not loss_scale_ratios(self.golden_dump, self.target_dump):  # (a scale by hand, undeclared: inferred)
             return writer
-        nearest, factor = writer, 1.0
+        nearest, factor, scalings = writer, 1.0, []
         for _ in range(_SCALINGS):
             if writer is None or self.golden_of(writer) is not None:
                 break
@@ -307,10 +308,13 @@ class DepartureFinder:
             if earlier is None:
                 break
             factor *= found[1]
+            scalings += [writer] if found[1] != 1.0 else []
             record, slot, writer = writer, found[0], earlier
         ratio = loss_scale_ratios(self.golden_dump, self.target_dump).get(record.step, 1.0)
         own = next((s.loss_scale for s in self.target_dump.steps() if s.step == record.step and s.loss_scale), 1.0)
-        return writer if factor in (1.0, 1.0 / ratio, 1.0 / own) else nearest  # (golden's own scaler: 1 / own)
+        if factor in (1.0, 1.0 / ratio, 1.0 / own):  # (golden's own scaler: 1 / own)
+            return writer  # else the extra one, not the scaler's own unscaling (the one expected) where another is
+        return next((w for w in scalings if w.type != _AMP_UNSCALE), nearest)
 
     def _scaled_from(self, writer: OpRecord, slot: str) -> tuple[str, float] | None:
         """(the input slot of ``writer`` whose values its output ``slot`` holds times one power of two, that power),

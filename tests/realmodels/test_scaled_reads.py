@@ -40,6 +40,10 @@ def _train(path, target: bool, mode: str, loop: str = "right", golden_loop: str 
             else:
                 if loop == "clip first":
                     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                if loop == "divided first":  # by hand, then the scaler unscales again in step
+                    with torch.no_grad():
+                        for parameter in model.parameters():
+                            parameter.grad.div_(scaler.get_scale())
                 scaler.unscale_(optimizer)
                 if loop == "unscaled twice":  # by hand too, as a loop written before the scaler did
                     with torch.no_grad():
@@ -90,11 +94,13 @@ def test_a_norm_of_scaled_gradients_taken_for_a_log_is_harmless(tmp_path, mode):
     assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict.cls == "none"
 
 
-@pytest.mark.parametrize("mode", ["dump", "stats"])
-def test_gradients_unscaled_twice_name_the_second_unscaling(tmp_path, mode):
+@pytest.mark.parametrize("mode,loop", [("dump", "unscaled twice"), ("stats", "unscaled twice"),
+                                       ("dump", "divided first")])
+def test_gradients_unscaled_twice_name_the_unscaling_by_hand(tmp_path, mode, loop):
     """The scalings walked past, from the reader back to the backward op that wrote the gradient, undo the loss
-    scale twice: the one nearest the reader is named (it named the backward cast)."""
+    scale twice: the one written by hand is named, before or after the scaler's own (the backward cast was
+    named; with the hand's first, the scaler's)."""
     _train(tmp_path / "golden.h5", False, mode)
-    _train(tmp_path / "target.h5", True, mode, "unscaled twice")
+    _train(tmp_path / "target.h5", True, mode, loop)
     verdict = diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict
     assert (verdict.cls, verdict.op, verdict.step) == ("kernel_bug", "aten.div__0", 0), verdict.evidence
