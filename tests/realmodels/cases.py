@@ -344,6 +344,27 @@ def diagnosis_of(golden: Path, target: Path):
         return diagnose(g, t)
 
 
+def tiny_gpt2(seed: int | None = 1):
+    """A 2-layer GPT-2 of width 32 (2 heads), vocabulary 64, dropout off, seeded (None: from torch's state as it
+    is): the real-model tests' language model."""
+    import torch
+    import transformers as tf
+
+    _quiet_transformers()
+    if seed is not None:
+        torch.manual_seed(seed)
+    return tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32,
+                                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+
+
+def token_batches(count: int, low: int = 0, seed: int = 100) -> list:
+    """``count`` batches of token ids in [low, 64), each (3, 10), from a generator seeded with ``seed``."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(low, 64, (3, 10), generator=generator) for _ in range(count)]
+
+
 def tiny_bert_classifier(seed: int = 1):
     """A 2-layer BERT of width 32 (2 heads), 3 labels, dropout off, seeded: the hook and loss-scaling tests' model."""
     import torch

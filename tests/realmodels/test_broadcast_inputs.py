@@ -12,16 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.realmodels.cases import diagnosis_of, fit
+from tests.realmodels.cases import diagnosis_of, fit, tiny_gpt2, token_batches
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
-
-
-def _gpt2():
-    import transformers as tf
-
-    return tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32,
-                                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
 
 
 def _bert():
@@ -38,10 +31,9 @@ def _train(path, family: str, mode: str, positions: str = "", autocast: bool = F
 
     tf.logging.set_verbosity_error()
     torch.manual_seed(1)
-    model = _gpt2() if family == "gpt2" else _bert()
+    model = tiny_gpt2(None) if family == "gpt2" else _bert()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    generator = torch.Generator().manual_seed(100)
-    batches = [torch.randint(3, 64, (3, 10), generator=generator) for _ in range(2)]
+    batches = token_batches(2, low=3)
     labels = torch.tensor([0, 2, 1])
 
     def loss_of(model, ids):

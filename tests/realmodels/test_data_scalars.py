@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.realmodels.cases import diagnosis_of, fit
+from tests.realmodels.cases import diagnosis_of, fit, tiny_gpt2, token_batches
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -37,15 +37,9 @@ class ClippedRMS(torch.optim.Optimizer):
 
 
 def _train(path, mode: str, autocast: bool) -> None:
-    import transformers as tf
-
-    tf.logging.set_verbosity_error()
-    torch.manual_seed(1)
-    model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32,
-                                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    model = tiny_gpt2()
     optimizer = ClippedRMS(model.parameters())
-    generator = torch.Generator().manual_seed(100)
-    batches = [torch.randint(0, 64, (3, 10), generator=generator) for _ in range(3)]
+    batches = token_batches(3)
 
     def loss_of(model, ids):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):

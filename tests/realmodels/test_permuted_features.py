@@ -11,18 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.realmodels.cases import diagnosis_of, fit
+from tests.realmodels.cases import diagnosis_of, fit, tiny_gpt2, token_batches
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 
 def _train(path, permuted: bool) -> None:
-    import transformers as tf
-
-    tf.logging.set_verbosity_error()
-    torch.manual_seed(1)
-    model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32,
-                                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    model = tiny_gpt2()
     if permuted:
         fc = model.transformer.h[0].mlp.c_fc  # a Conv1D: weight (in, out)
         order = torch.randperm(fc.nf, generator=torch.Generator().manual_seed(3))
@@ -30,8 +25,7 @@ def _train(path, permuted: bool) -> None:
             fc.weight.copy_(fc.weight[:, order])
             fc.bias.copy_(fc.bias[order])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    generator = torch.Generator().manual_seed(100)
-    batches = [torch.randint(0, 64, (3, 10), generator=generator) for _ in range(2)]
+    batches = token_batches(2)
     fit(path, model, optimizer, lambda model, ids: model(input_ids=ids, labels=ids).loss, batches, "stats")
 
 

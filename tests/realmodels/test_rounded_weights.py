@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.realmodels.cases import diagnosis_of, fit
+from tests.realmodels.cases import diagnosis_of, fit, tiny_gpt2, token_batches
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -17,19 +17,13 @@ MM = "GPT2LMHeadModel/transformer/h.0/mlp/c_fc/aten.addmm_0"
 
 
 def _train(path, mode: str, rounded: torch.dtype | None = None) -> None:
-    import transformers as tf
-
-    tf.logging.set_verbosity_error()
-    torch.manual_seed(1)
-    model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32,
-                                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    model = tiny_gpt2()
     if rounded is not None:
         with torch.no_grad():
             weight = model.transformer.h[0].mlp.c_fc.weight
             weight.copy_(weight.to(rounded).float())
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    generator = torch.Generator().manual_seed(100)
-    batches = [torch.randint(0, 64, (3, 10), generator=generator) for _ in range(2)]
+    batches = token_batches(2)
     fit(path, model, optimizer, lambda model, ids: model(input_ids=ids, labels=ids).loss, batches, mode)
 
 
