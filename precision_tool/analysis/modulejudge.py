@@ -67,8 +67,9 @@ EXACT_INPUTS_FLOOR = 2.0 ** -14  # a float32 call's departure that counts on inp
 
 def judge_module(scan, record: OpRecord) -> Verdict | None:
     """The verdict on a module call of a module-level dump, or None; ``scan`` is the running `Scanner`."""
-    if record.step != scan._first_step or record.direction not in ("forward", "backward") or \
-            (record.direction == "backward" and not _runs_float32(scan)):
+    if record.step == scan._first_step and record.direction == "backward" and not _runs_float32(scan):
+        return _judge_loss_code(scan, record)  # (the gradient a loss hands back: its own rounding only)
+    if record.step != scan._first_step or record.direction not in ("forward", "backward"):
         return None  # after the first update, parameters (not a module call's inputs) differ by rounding too;
         # a 16-bit backward reads forward values that rounding moved (a ReLU's mask flips where its input is
         # near 0: 7 % on its input gradient in a clean bf16 ResNet), which nothing replays here

@@ -55,3 +55,30 @@ def test_the_same_loss_in_both_runs_is_clean(tmp_path, autocast):
     _train(tmp_path / "golden.h5", "stats", 0.1)
     _train(tmp_path / "target.h5", "stats", 0.1, autocast)
     assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict.cls == "none"
+
+
+@pytest.mark.parametrize("mode", ["dump", "stats"])
+def test_label_smoothing_in_the_loop_of_a_bf16_run_is_named(tmp_path, mode):
+    """The loss computed outside every module, in a bf16 target: backward calls of 16-bit runs are not judged
+    (their statistics move by rounding), but the gradient a loss hands back is its own, checked as in float32."""
+    def train(path, smoothing: float, autocast: bool) -> None:
+        model = tiny_bert_classifier()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        generator = torch.Generator().manual_seed(100)
+        batches = [(torch.randint(3, 64, (3, 10), generator=generator), torch.tensor([0, 2, 1])) for _ in range(2)]
+
+        def loss_of(model, batch):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                logits = model(input_ids=batch[0]).logits
+            return torch.nn.functional.cross_entropy(logits.float(), batch[1], label_smoothing=smoothing)
+
+        fit(path, model, optimizer, loss_of, batches, mode, level="module")
+
+    train(tmp_path / "golden.h5", 0.0, False)
+    train(tmp_path / "target.h5", 0.1, True)
+    verdict = diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict
+    assert (verdict.cls, verdict.module, verdict.step, verdict.direction) == ("kernel_bug", None, 0, "backward")
+    assert verdict.evidence[1] == ("the loss is computed otherwise than golden's in the training loop's code after "
+                                   "the model's last call: its gradient, not the model, differs")
+    train(tmp_path / "clean.h5", 0.0, True)
+    assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "clean.h5").verdict.cls == "none"
