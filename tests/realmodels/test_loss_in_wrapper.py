@@ -82,3 +82,33 @@ def test_label_smoothing_in_the_loop_of_a_bf16_run_is_named(tmp_path, mode):
                                    "the model's last call: its gradient, not the model, differs")
     train(tmp_path / "clean.h5", 0.0, True)
     assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "clean.h5").verdict.cls == "none"
+
+
+def test_a_scale_recorded_off_by_two_is_no_loss_code(tmp_path):
+    """ptt.step given half the scale the gradients carry (bf16 autocast), as after a GradScaler halves it on an
+    overflow deeper in the model (a clean fp16 LeViT): a module-level dump cannot correct it from a seed gradient (no op records
+    one), so the gradient reaching the last call is golden's times twice the recorded ratio: no loss computed
+    otherwise."""
+    import precision_tool.torch as ptt
+
+    def train(path, scale: float | None) -> None:
+        model = tiny_bert_classifier()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+        generator = torch.Generator().manual_seed(100)
+        with ptt.dump(path, mode="dump", level="module"):
+            for _ in range(2):
+                ids = torch.randint(3, 64, (3, 10), generator=generator)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=scale is not None):
+                    logits = model(input_ids=ids).logits
+                loss = torch.nn.functional.cross_entropy(logits.float(), torch.tensor([0, 2, 1]))
+                optimizer.zero_grad()
+                (loss * (scale or 1.0)).backward()
+                if scale:
+                    for parameter in model.parameters():
+                        parameter.grad.div_(scale)
+                optimizer.step()
+                ptt.step(loss, scale / 2 if scale else 1.0)
+
+    train(tmp_path / "golden.h5", None)
+    train(tmp_path / "target.h5", 1024.0)
+    assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict.cls == "none"
