@@ -28,6 +28,10 @@ from precision_tool.dump.records import OpRecord
 def leaf_verdict(scan, record: OpRecord) -> Verdict | None:
     """The verdict on a forward op of the first step that reads a parameter, buffer or data unlike golden's, or
     None; ``scan`` is the running `Scanner`. In a region's dump, ops in modules only (not a loop's: a loss)."""
+    partner = scan._golden_of(record)
+    if partner is None or partner.type != record.type or record.direction != "forward" or all(
+            scan.consumers["any"].producer(partner, t.slot) is not None for t in partner.inputs if is_float(t.dtype)):
+        return None  # (every value it reads, an op wrote: no leaf; its tensors are not read again)
     readers = scan.departures.writers()[1]
     if any(d[0].exec_index < record.exec_index and d[0].tensor(d[1]).dtype != "uint8" and any(
             r.direction == "forward" and r.exec_index <= record.exec_index for r in readers.of(d[0], [d[1]]))
@@ -36,7 +40,6 @@ def leaf_verdict(scan, record: OpRecord) -> Verdict | None:
         # workspace is none, nor a max pooling's indices, read by its backward only): it may read other data
     view = scan.views.get(id(record)) or GoldenView(scan.golden, [])
     measured = pair_errors(scan.golden, scan.target, record, view, "input")
-    partner = scan._golden_of(record)
     if scan._float32:
         verdict = rounded_leaf(scan, record, partner, view, [s for s, e in measured if e.error >= noise_floor(
             "float32")])
@@ -47,12 +50,10 @@ def leaf_verdict(scan, record: OpRecord) -> Verdict | None:
     return changed_leaf(record, partner, scan.consumers["any"], errors, scan.golden)
 
 
-def rounded_leaf(scan, record: OpRecord, partner: OpRecord | None, view: GoldenView, slots: list[str]) \
+def rounded_leaf(scan, record: OpRecord, partner: OpRecord, view: GoldenView, slots: list[str]) \
         -> Verdict | None:
     """precision_loss where ``record`` reads, in one of ``slots`` (float32 inputs that depart from golden's), a
     value no op of the step wrote in golden's run, lying wholly on a 16-bit grid where golden's does not."""
-    if partner is None or record.direction != "forward":
-        return None
     writers = scan.consumers["any"]
     for slot in slots:
         tensor = record.tensor(slot)
