@@ -99,7 +99,7 @@ def _judge_loss_code(scan, record: OpRecord) -> Verdict | None:
     label smoothing, another reduction), in the root module's own code (a wrapper returning the loss in no tensor
     a module call records) or the training loop's. The gradient a loss hands back is exact in any format's
     rounding of its inputs, so a departure INTRODUCED_EXCESS times theirs is the loss's own."""
-    if next((r for r in scan.step_records if r.is_module and r.direction == "backward"), None) is not record:
+    if _first_backward(scan) is not record:
         return None
     forward = [scan._attribute(r, replay=False) for r in scan.step_records if r.is_module and r.direction == "forward"]
     losses = [{s.step: s.loss for s in dump.steps()}.get(record.step, math.nan) for dump in (scan.golden, scan.target)]
@@ -112,11 +112,9 @@ def _judge_loss_code(scan, record: OpRecord) -> Verdict | None:
     ratio = loss_scale_ratios(scan.golden, scan.target).get(record.step, 1.0)
     errors: dict[str, float] = {}  # (a scale recorded after the scaler halved or doubled it, a module-level
     for scale in (ratio, 2.0 * ratio, 0.5 * ratio):  # dump holding no op to infer it from: the seed's is off by 2)
-        for slot, e in pair_errors(scan.golden, scan.target, record, view, "input", scale):
-            if math.isfinite(e.error) and not (e.overflowed or e.new_nan):
-                errors[slot] = min(errors.get(slot, math.inf), e.error)
-            else:
-                errors[slot] = -1.0  # (non-finite: an overflow, judged as such)
+        for slot, e in pair_errors(scan.golden, scan.target, record, view, "input", scale):  # (non-finite: judged
+            finite = math.isfinite(e.error) and not (e.overflowed or e.new_nan)  # as an overflow, not here)
+            errors[slot] = min(errors.get(slot, math.inf), e.error) if finite else -1.0
     departed = [(slot, error) for slot, error in errors.items() if error > INTRODUCED_EXCESS * sources
                 and error >= _significant(scan, record.tensor(slot).dtype)]
     if not departed:
@@ -137,6 +135,15 @@ def _judge_loss_code(scan, record: OpRecord) -> Verdict | None:
     return Verdict(root or record.name, "kernel_bug", record.step, "forward" if root else "backward",
                    "loss", evidence, "compare the loss function and its arguments (label smoothing, reduction, "
                    "weights, ignore_index) with golden's", module=root)
+
+
+def _first_backward(scan) -> OpRecord | None:
+    """The step's first backward module call, found once a step (`_judge_loss_code` asks for every one)."""
+    known = getattr(scan, "_first_backward", None)
+    if known is None or known[0] is not scan.step_records:
+        known = scan._first_backward = (scan.step_records, next(
+            (r for r in scan.step_records if r.is_module and r.direction == "backward"), None))
+    return known[1]
 
 
 def _judge_loop_code(scan, record: OpRecord) -> Verdict | None:
