@@ -1,12 +1,10 @@
 """Judging a module call of a module-level dump (module calls only, no op record), as `scan` does.
 
-A call records its float inputs and outputs (with values, or statistics
-only); a parent's record covers its own, its children's records theirs.
-Between them runs the parent's own code (an attention's scaling and
-softmax between its q/k/v Linears and its output Linear, a layer scale),
-which nothing records. So a call is judged twice, in its first step only
-(a call does not record the parameters it reads, which differ by rounding
-after the first update):
+A call records its float inputs and outputs (with values, or statistics only); a parent's record covers its
+own, its children's records theirs. Between them runs the parent's own code (an attention's scaling and
+softmax between its q/k/v Linears and its output Linear, a layer scale), which nothing records. So a call is
+judged twice, in its first step only (a call does not record the parameters it reads, which differ by rounding
+after the first update; `module_updates` judges the update of float32 runs agreeing to the last bit):
 
 * **its output**: the call's output departs from golden's by
   SIGNIFICANT_ERROR and beyond its dtype's noise (REWRITE_FLOOR for a
@@ -34,9 +32,8 @@ float16's rounding (a Linear, a softmax computed in float16 and cast back: `_nar
 From statistics in a float32 run, a call whose inputs (or earlier children's outputs) already depart
 beyond float32's noise is not judged: their lower bound does not size their error (`_unsized`).
 
-A call records no float status, but its step does: a 16-bit call that
-departs beyond what rounding can explain, in a step whose float status the
-target raised and golden's did not (no loss scale), is classed
+A call records no float status, but its step does: a 16-bit call that departs beyond what rounding can
+explain, in a step whose float status the target raised and golden's did not (no loss scale), is classed
 **overflow** (an op inside it overflowed), not kernel_bug.
 """
 
@@ -48,6 +45,7 @@ from dataclasses import replace
 from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.errors import noise_floor, stats_only
 from precision_tool.analysis.grid import extremes_grid, narrower_grid
+from precision_tool.analysis.module_updates import judge_update
 from precision_tool.analysis.omissions import declares_float32, narrower_than_declared
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.randomness import judge_draw
@@ -69,10 +67,11 @@ def judge_module(scan, record: OpRecord) -> Verdict | None:
     """The verdict on a module call of a module-level dump, or None; ``scan`` is the running `Scanner`."""
     if record.step == scan._first_step and record.direction == "backward" and not _runs_float32(scan):
         return _judge_loss_code(scan, record)  # (the gradient a loss hands back: its own rounding only)
-    if record.step != scan._first_step or record.direction not in ("forward", "backward"):
-        return None  # after the first update, parameters (not a module call's inputs) differ by rounding too;
-        # a 16-bit backward reads forward values that rounding moved (a ReLU's mask flips where its input is
-        # near 0: 7 % on its input gradient in a clean bf16 ResNet), which nothing replays here
+    if record.step != scan._first_step or record.direction not in ("forward", "backward"):  # after the first
+        # update, parameters (not a call's inputs) differ by rounding too, but for float32 runs agreeing to the
+        # last bit so far (`module_updates`); a 16-bit backward reads forward values rounding moved (a ReLU's mask
+        # flips where its input is near 0: 7 % on its input gradient in a clean bf16 ResNet), unreplayed here
+        return judge_update(scan, record) if record.step != scan._first_step and _runs_float32(scan) else None
     a = scan._attribute(record, replay=False)
     scan.result.judged.add((record.step, record.name, record.direction))
     declared = "float32" if _runs_float32(scan) else scan._declared if scan._declared != "float32" else None

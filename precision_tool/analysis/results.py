@@ -20,6 +20,8 @@ from typing import Any
 from precision_tool.defaults import SIGNIFICANT_ERROR
 
 VERDICT_CLASSES = ("overflow", "invalid_operation", "fusion", "precision_loss", "kernel_bug", "boost", "none")
+UPDATE_TYPE = "update"  # a verdict's type where the update before its step differs (`module_updates`): the op it
+# names is where that shows, in the step after
 
 
 @dataclass(frozen=True)

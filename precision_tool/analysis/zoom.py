@@ -43,6 +43,7 @@ import os
 import shlex
 from dataclasses import dataclass
 
+from precision_tool.analysis.results import UPDATE_TYPE
 from precision_tool.compare.report import OpComparison
 from precision_tool.defaults import COSINE_THRESHOLD, ZOOM_OPS_BEFORE
 from precision_tool.dump.records import MODULE_TYPE_PREFIX
@@ -112,7 +113,8 @@ def zoom_region(report, golden_metadata: dict, target_metadata: dict, cosine_thr
         return None
     first = report.summary(cosine_threshold).first_flagged
     reasons = tuple(first.flag_reasons(cosine_threshold)) if first is not None else ()
-    named = _named_op(report, verdict)
+    named = _named_op(report, verdict) if verdict is None or verdict.type != UPDATE_TYPE else None  # (an update:
+    # where it first shows, and the step before with the optimizer's ops, as for a first departure)
     both_float32 = all(m.get("precision_mode") == FLOAT32_MODE for m in (golden_metadata, target_metadata))
     if named is not None:
         elsewhere = named is not first  # (the first divergent op as well: its flags say why)

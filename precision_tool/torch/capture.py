@@ -304,9 +304,10 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             self._writer.set_metadata(**values)
 
     def module(self, exec_index: int, name: str, module_type: str, inputs: list, outputs: list,
-               direction: str = "forward") -> None:
+               direction: str = "forward", attrs: dict | None = None) -> None:
         """A module boundary: its float (slot index, tensor) inputs and outputs as one module record; in
-        backward the gradients at its outputs (inputs) and inputs (outputs), `precision_tool.torch.modules`."""
+        backward the gradients at its outputs (inputs) and inputs (outputs), `precision_tool.torch.modules`.
+        ``attrs``: the record's (a forward call's parameters it trains: `session._trained`)."""
         if not outputs or not self._selected(name, module_type, direction):  # nothing flowed out (a backward
             return  # call whose inputs take no gradient), or not selected
         with_data = self.mode != "stats"
@@ -329,7 +330,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                 elif with_data:
                     arrays.append(storage_array(tensor))
         self._writer.add_op(exec_index, direction, name, module_type, entries[-1][2], False, False, None,
-                            _MODULE_ATTRS, entries, arrays, keys)
+                            attrs or _MODULE_ATTRS, entries, arrays, keys)
         self._step_ops += 1
         self.ops_recorded += 1
 

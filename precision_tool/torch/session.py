@@ -130,6 +130,7 @@ class Session:
         self._gradients = ModuleGradients(self._module_gradients)
         self._froze = False
         self._told_autocast = False  # the recorders of the open step know autocast is active
+        self._trains: dict[int, dict] = {}  # id(module) -> its forward records' attrs, this step (`_trained`)
 
     @property
     def simulator(self):
@@ -321,6 +322,7 @@ class Session:
         for recorder in self._watching:
             recorder.end_step(self.step, loss, loss_scale, self.step_overflow, skipped)
         self.namer.new_step()
+        self._trains.clear()
         self.step += 1
         self.exec_index = 0
         self.step_open = self.step_overflow = False
@@ -363,8 +365,12 @@ class Session:
             exec_index = self.exec_index
             self.exec_index += 1
             module_type = f"{MODULE_TYPE_PREFIX}{type(module).__name__}"
+            attrs = self._trains.get(id(module))
+            if attrs is None:
+                attrs = self._trains[id(module)] = _trained(module)
             for recorder in watching:
-                recorder.module(exec_index, path, module_type, list(enumerate(inputs)), list(enumerate(outputs)))
+                recorder.module(exec_index, path, module_type, list(enumerate(inputs)), list(enumerate(outputs)),
+                                attrs=attrs)
             self._gradients.watch(path, module_type, self.step, inputs, outputs,
                                   summarise=all(getattr(r, "mode", "") == "stats" for r in watching))
 
@@ -463,6 +469,20 @@ def _float_leaves(value) -> list:
         elif isinstance(item, dict):
             stack.extend(reversed(list(item.values())))
     return found
+
+
+def _trained(module) -> dict:
+    """A forward module record's attrs: how many parameters of its own (not its children's) the step trains,
+    those requiring grad, ``{"trains": n}``. Module records hold no parameter, so a module-level diagnosis reads
+    here which calls read parameters an update changes (`precision_tool.analysis.module_updates`)."""
+    count = sum(1 for p in module._parameters.values() if p is not None and p.requires_grad)
+    known = _TRAINS.get(count)
+    if known is None:  # one dict per count: the writer encodes a record's attrs again only for another object
+        known = _TRAINS[count] = {"trains": count}
+    return known
+
+
+_TRAINS: dict[int, dict] = {}
 
 
 def _torch_dtype(tensor: torch.Tensor) -> str:
