@@ -9,7 +9,8 @@ import math
 
 from precision_tool.analysis.actions import listing_short as _listing_short
 from precision_tool.analysis.results import Verdict
-from precision_tool.analysis.structure import MissingBackward, Rewritten, group_results, module_path, under
+from precision_tool.analysis.structure import (MissingBackward, Rewritten, group_results, missing_backward,
+                                               module_path, under)
 from precision_tool.dump.records import OpRecord
 
 
@@ -57,6 +58,11 @@ class MissingJudge:
     def _judge_missing_before(self, record: OpRecord) -> Verdict | None:
         """The verdict on the modules whose backward is missing and that golden ran before ``record``'s partner
         (all of them when ``record`` is None: the step's end)."""
+        extra = self.pending_extra.pop(id(record), None) if record is not None and self.pending_extra else None
+        if extra is not None:
+            verdict = self._judge_extra(extra)
+            if verdict is not None:
+                return verdict
         if record is not None:
             partner = self._golden_of(record)
             if partner is None and record.direction != "optimizer":
@@ -89,3 +95,30 @@ class MissingJudge:
                   "requires_grad_(False) or a value taken through .data or .item() at its output")
         return Verdict(missing.name, "kernel_bug", first.step, "backward", first.type, evidence, action,
                        module=missing.name)
+
+    def _extra_backward(self, golden: list[OpRecord], target: list[OpRecord]) -> dict:
+        """The modules whose backward the target runs and golden's does not run at all (both run their forward),
+        by the target's first record there, in a step whose optimizer runs more ops in the target than in golden:
+        parameters the target trains and golden does not (`missing_backward` with the runs' roles swapped)."""
+        extra = sum(1 for r in target if r.direction == "optimizer") - \
+            sum(1 for r in golden if r.direction == "optimizer")
+        if extra <= 0 or not any(r.direction == "optimizer" for r in golden):
+            return {}
+        self._extra_optimizer_ops = extra
+        return {id(m.golden_records[0]): m for m in missing_backward(target, golden)}
+
+    def _judge_extra(self, extra: MissingBackward) -> Verdict | None:
+        results = group_results(list(extra.golden_records))  # (the target's records: the roles are swapped)
+        if not any(t.stats.norm > 0 for _, t in results):
+            return None
+        first = extra.golden_records[0]
+        evidence = (f"the target's backward runs {len(extra.golden_records)} op(s) in {extra.name} "
+                    f"[{_listing_short(extra.golden_ops)}]; golden's runs none there, though both run its forward",
+                    f"the target computes {len(results)} gradient(s) there that golden does not, and its optimizer "
+                    f"runs {self._extra_optimizer_ops} op(s) more than golden's: parameters the target trains and "
+                    "golden does not")
+        action = (f"check that the parameters of {extra.name} require grad in both runs alike: golden's are frozen "
+                  "(requires_grad_(False)), or computed under no_grad or from .detach()ed tensors, and the "
+                  "target's are not")
+        return Verdict(extra.name, "kernel_bug", first.step, "backward", first.type, evidence, action,
+                       module=extra.name)

@@ -150,12 +150,13 @@ class Scanner(RewriteJudge):
         cut = any(s.step == step and s.cut_short for s in self.target.steps())  # the run failed in it: the rest
         self.missing = [] if cut else missing_backward(golden, target)  # is missing by no op's doing
         self.pending_missing = list(self.missing)
+        self.pending_extra = {} if cut else self._extra_backward(golden, target)  # (trained in the target only)
         self.departures = DepartureFinder(self.golden, self.target, golden, target, self._golden_of, self._target_of,
                                           lambda r: self._attribute(r, replay=False))
         modules_only = all(r.is_module for r in target)  # a module-level dump: its modules are judged
         for record in target:
             raise_if_interrupted()  # Ctrl-C stops the scan between two ops even if a finaliser ate it
-            verdict = self._judge_missing_before(record) if self.pending_missing and \
+            verdict = self._judge_missing_before(record) if (self.pending_missing or self.pending_extra) and \
                 record.is_module == modules_only and record.direction != "forward" else None
             if verdict is not None:
                 return verdict
