@@ -91,3 +91,25 @@ def test_forward_module_records_say_how_many_parameters_of_their_own_they_train(
     assert records["GPT2LMHeadModel/transformer/wte"] == {"trains": 1}
     assert records["GPT2LMHeadModel/transformer/h.0/ln_1"] == {"trains": 2}
     assert records["GPT2LMHeadModel/transformer/h.0/attn"] == {"trains": 0}
+
+
+def _train_mlp(path, frozen: bool) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+    if frozen:
+        model[0].requires_grad_(False)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05)
+    generator = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(4, 8, generator=generator), torch.randn(4, 1, generator=generator)) for _ in range(2)]
+    fit(path, model, optimizer, lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1]), batches, mode="stats",
+        level="module")
+
+
+def test_a_first_layer_frozen_in_the_target_is_named_though_a_backward_call_goes_unrecorded(tmp_path):
+    # (the LayerNorm after it gets no backward record in the target: its input needs no gradient there)
+    _train_mlp(tmp_path / "golden.h5", frozen=False)
+    _train_mlp(tmp_path / "target.h5", frozen=True)
+    verdict = diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict
+    assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == ("kernel_bug", "Sequential/0", 0, "backward")
+    assert verdict.evidence[0].endswith("(1 backward call(s) one run records only: their inputs need no gradient "
+                                        "there)")
