@@ -17,6 +17,8 @@ from precision_tool.dump.records import OpRecord
 class MissingJudge:
     """What is missing from the target's backward; see the module docstring."""
 
+    pending_extra: dict | None = None  # the step's modules whose backward the target runs only (`_extra_backward`)
+
     def _feeds_missing(self, rewrite: Rewritten, lacking: list) -> bool:
         """Whether every gradient golden's group computes and the target's does not is read only by modules
         whose backward the target does not run: the group lost it because no gradient flows there."""

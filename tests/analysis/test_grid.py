@@ -30,7 +30,7 @@ def test_no_grid_is_named_for_float32_values_few_values_or_a_golden_on_the_grid_
     golden = _values()
     assert narrower_grid(golden * 1.5, golden) is None
     few = golden[:63].astype(np.float16).astype(np.float32)  # 63 values: under the 64 that prove anything
-    assert on_grid(few, "float16") is None and narrower_grid(few, golden[:63]) is None
+    assert on_grid(few, "float16") is None and narrower_grid(few, golden[1:64]) is None  # (not golden's, rounded)
     integers = np.arange(1, 300, dtype=np.float32)  # small integers lie on every grid, in both runs
     assert narrower_grid(integers, integers) is None
     assert on_grid(golden.astype(np.float64), "float16") is None
@@ -58,3 +58,14 @@ def test_extremes_on_a_narrower_grid_tell_the_format_from_statistics():
     assert extremes_grid(stats(-2.703125, 3.140625), golden) == "bfloat16"
     assert extremes_grid(stats(0.0, 3.140625), golden) is None  # a ReLU's 0 lies on every grid
     assert extremes_grid(stats(-2.7182817, 3.140625), golden) is None  # one of float32's own
+
+
+def test_few_values_count_where_every_one_is_goldens_rounded():
+    golden = np.float32([1.0, 0.1, 0.01, 0.001])  # a rotary embedding's inverse frequencies
+    assert narrower_grid(golden.astype(ml_dtypes.bfloat16).astype(np.float32), golden) == "bfloat16"
+    assert narrower_grid(golden.astype(np.float16).astype(np.float32), golden) == "float16"
+    assert narrower_grid(golden, golden) is None  # (the same values: nothing was rounded)
+    one_off = golden.astype(np.float16).astype(np.float32)
+    one_off[1] = np.nextafter(one_off[1], np.float32(1))  # one value not golden's rounded
+    assert narrower_grid(one_off, golden) is None
+    assert narrower_grid(np.float32([1.0, 2.0, 4.0]), np.float32([1.0, 2.0, 4.0])) is None
