@@ -19,10 +19,9 @@ after the first update; `module_updates` judges the update of float32 runs agree
   parent is named. That child is the reader the error reaches, so it is
   harmful when the child's output departs too.
 
-A call's error is harmful, as an op's is, when a module call that reads its
-output diverges (a sibling: `judge_module` cannot see the ops between), or
-holds NaN or inf where golden's is finite, or, without one, the call it runs
-in diverges.
+A call's error is harmful, as an op's is, when a module call that reads its output diverges (a sibling:
+`judge_module` cannot see the ops between), or holds NaN or inf where golden's is finite, or, without one, the
+call it runs in diverges.
 
 On inputs golden's to the last bit (the first call that departs in a float32 run), two right float32 kernels part
 by under 300 units of float32; a float32 call departing over 1,024 (EXACT_INPUTS_FLOOR) counts there, and is
@@ -313,9 +312,11 @@ def _judge_own_code(scan, record: OpRecord, children: list[OpRecord]) -> Verdict
     # (a reduction's output can lose to cancellation the noise its inputs' statistics do not show; inputs whose
     # statistics are golden's to the last bit hide none: a pooler's max for golden's mean, the first step)
     handed = _unreduced_error(scan, record) if stats_only(record) and a.inherited > 0.0 else a.observed
-    if handed < _significant(scan, output_dtype(record), a.inherited == 0.0) or \
-            handed <= INTRODUCED_EXCESS * a.inherited:
-        return None
+    floor = _significant(scan, output_dtype(record), a.inherited == 0.0)
+    rounded = floor == EXACT_INPUTS_FLOOR and stats_only(record) and any(  # a child reads values on a 16-bit grid:
+        _extremes_grid_of(scan, c, t.slot) for c in children for t in c.inputs)  # the format is the evidence (a
+    if handed < (noise_floor("float32") if rounded else floor) or handed <= INTRODUCED_EXCESS * a.inherited:
+        return None  # residual and a norm hand on 4 % of a rounding's 2.4e-4)
     sources = a.inherited
     largest = max((t.stats.count for t in record.inputs if is_float(t.dtype)), default=0)
     for child in children:
@@ -325,7 +326,7 @@ def _judge_own_code(scan, record: OpRecord, children: list[OpRecord]) -> Verdict
         departed = _departed_input(scan, child, sources, largest if stats_only(child) and sources > 0.0 else 0)
         if departed is not None and b.observed >= _significant(scan, output_dtype(child), sources == 0.0):
             slot, error = departed
-            if INTRODUCED_EXCESS * handed < error:
+            if INTRODUCED_EXCESS * handed < error and not (rounded and _extremes_grid_of(scan, child, slot)):
                 return None  # absorbed, or not paired element by element
             a = replace(a, observed=error, inherited=sources)
             scan.result.attributions.append(a)
