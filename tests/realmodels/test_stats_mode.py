@@ -224,11 +224,14 @@ def test_a_module_level_run_names_the_module_no_gradient_reaches(tmp_path, golde
 
 
 # a frozen first Linear: the LayerNorm after it records no backward call (its input needs no gradient), though
-# the call after it passed one back to its output; no module is named
+# the call after it passed one back to its output; it is not named missing its backward: the Linear is named
+# where its frozen parameters show, after the update (`module_updates`)
 def test_a_module_level_call_whose_input_needs_no_gradient_is_not_missing_its_backward(tmp_path, goldens):
     case = _cases(("mlp-frozen-fp32",))[0]
     verdict = _diagnose(case, tmp_path, goldens, level="module", mode="dump").verdict
-    assert verdict.cls == "none", verdict.evidence
+    assert (verdict.cls, verdict.op, verdict.step, verdict.direction, verdict.type) == (
+        "kernel_bug", "MLPRegressor/fc1", 0, "backward", "update"), verdict.evidence
+    assert "(1 backward call(s) one run records only" in verdict.evidence[0]
 
 
 # Mixtral's rotary embedding reads the hidden states for their dtype only: the gradient recorded at its input is the

@@ -45,10 +45,6 @@ def test_zoom_on_a_torch_script_matches_the_full_dump_verdict(case_id, run_cli, 
 MODULE_LEVEL_MISSES = [
     # a tanh GELU for erf's, 4e-5 of the output's range: under the cosine threshold's 2 %, beyond float32's rounding
     ("vit-gelu_tanh-fp32", "ViTForImageClassification/vit/layers.1/mlp/activation_fn", (0,)),
-    # 1 % noise on a weight gradient: no module boundary shows it until step 1's forward reads the weight
-    ("mlp-grad_noise-fp32", "MLPRegressor/fc2", (0, 1)),
-    # weight decay on every parameter: the same, from the optimizer
-    ("gpt2-groups-decay_all-fp32", "GPT2LMHeadModel/transformer/h.0/ln_1", (0, 1)),
     # a loss scale of 2**24 in float16: the region's first backward matmul saturates, reading a gradient whose
     # producer (the loss's backward) lies outside the region; before, a missing producer meant an inherited overflow
     ("gpt2-sdpa-loss_scale-mix", "GPT2LMHeadModel/lm_head", (0,)),
@@ -62,6 +58,30 @@ def test_module_level_statistics_then_their_zoom_region_name_the_fault(case_id, 
     with open_dump(golden) as g, open_dump(target) as t:
         assert diagnose(g, t).verdict.cls == "none"
         region = zoom_region(compare_dumps(g, t), g.metadata, t.metadata)
+    assert (region.op, region.steps) == (divergent, steps)
+    golden, target = collect(case, tmp_path / "region", selection=region.selection())
+    with open_dump(golden) as g, open_dump(target) as t:
+        right, said = judge(case, diagnose(g, t))
+    assert right, said
+
+
+UPDATES = [
+    # 1 % noise on a weight gradient: no module boundary shows it until step 1's forward reads the weight
+    ("mlp-grad_noise-fp32", "MLPRegressor/fc2", (0, 1)),
+    # weight decay on every parameter: the same, from the optimizer
+    ("gpt2-groups-decay_all-fp32", "GPT2LMHeadModel/transformer/h.0/ln_1", (0, 1)),
+]
+
+
+@pytest.mark.parametrize("case_id, divergent, steps", UPDATES, ids=[c[0] for c in UPDATES])
+def test_an_update_named_from_module_statistics_is_zoomed_into_with_the_step_before(case_id, divergent, steps,
+                                                                                   tmp_path):
+    case = next(c for c in fault_cases() if c.id == case_id)
+    golden, target = collect(case, tmp_path / "module", mode="stats", level="module")
+    with open_dump(golden) as g, open_dump(target) as t:
+        verdict = diagnose(g, t).verdict
+        assert (verdict.cls, verdict.op, verdict.step, verdict.type) == ("kernel_bug", divergent, 0, "update")
+        region = zoom_region(compare_dumps(g, t), g.metadata, t.metadata, verdict=verdict)
     assert (region.op, region.steps) == (divergent, steps)
     golden, target = collect(case, tmp_path / "region", selection=region.selection())
     with open_dump(golden) as g, open_dump(target) as t:
