@@ -10,12 +10,20 @@ must be golden's. Two ways it is not:
   `grid.extremes_grid`): a weight rounded to 16 bits before training (a checkpoint saved in half precision, a
   ``.half().float()`` round trip on load). Its departure is one rounding, 2e-4 in float16, far under
   SIGNIFICANT_ERROR: precision_loss where it is first read.
+
+At a later step a value no op of the step wrote (a parameter) is what the update before wrote. One the target
+reads the same to the last bit as at the step before, where golden's changed in that update by more than the
+target's format rounds away, is **stale** (`stale_leaf`): the update did not reach what the model reads (a copy
+from float32 master weights skipped, a parameter reset or reloaded after the step, an optimizer holding other
+tensors than the model's): kernel_bug where it is read. Not after a step the target's loss scaler skipped.
 """
 
 from __future__ import annotations
 
+import math
+
 from precision_tool.analysis.attribution import GoldenView, pair_errors
-from precision_tool.analysis.errors import noise_floor, rounding_error
+from precision_tool.analysis.errors import noise_floor, rounding_error, stats_split
 from precision_tool.analysis.grid import extremes_grid, narrower_grid
 from precision_tool.analysis.omissions import changed_leaf
 from precision_tool.analysis.replay import is_float
@@ -86,3 +94,59 @@ def infinities_differ(record: OpRecord, partner: OpRecord | None) -> bool:
         return False
     theirs = {t.slot: t.stats.inf for t in partner.outputs}
     return any(t.slot in theirs and t.stats.inf != theirs[t.slot] for t in record.outputs if is_float(t.dtype))
+
+
+_UNIT_ROUNDOFF = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}  # what a 16-bit parameter loses of an update
+
+
+def stale_leaf(scan, record: OpRecord) -> Verdict | None:
+    """kernel_bug where a forward op after the first step reads a value no op of the step wrote in golden's run
+    (a parameter), the same to the last bit as at the step before in the target, while golden's changed."""
+    partner = scan._golden_of(record)
+    if partner is None or record.direction != "forward" or partner.type != record.type or \
+            any(s.step == record.step - 1 and s.skipped for s in scan.target.steps()):
+        return None
+    before, golden_before = (_at_step_before(scan, dump, r) for dump, r in ((scan.target, record),
+                                                                             (scan.golden, partner)))
+    if before is None or golden_before is None:
+        return None
+    writers = scan.consumers["any"]
+    for tensor in record.inputs:
+        slot = tensor.slot
+        if not is_float(tensor.dtype) or writers.producer(partner, slot) is not None:
+            continue
+        old, golden_now, golden_old = before.tensor(slot), partner.tensor(slot), golden_before.tensor(slot)
+        if old is None or golden_now is None or golden_old is None or not tensor.stats.count or \
+                _row(tensor.stats) != _row(old.stats) or tensor.shape != old.shape:
+            continue
+        moved = stats_split(golden_now.stats, golden_old.stats, golden_now.dtype).error
+        if not moved > max(_UNIT_ROUNDOFF.get(tensor.dtype, 0.0), noise_floor("float32")):
+            continue  # (golden's update, rounded to the target's 16 bits, changes nothing: a pure-bfloat16 run)
+        evidence = (f"{record.name} ({record.type}) reads {slot}, a value no op of step {record.step} wrote (a "
+                    f"parameter or buffer), the same to the last bit as it read at step {record.step - 1}, while "
+                    f"golden's moved {_moved(moved, golden_now.stats)} in step {record.step - 1}'s update",
+                    "the update did not reach what the target's model reads: a copy from float32 master weights "
+                    "skipped, a parameter reset or reloaded after the step, or an optimizer holding other tensors "
+                    "than the model's")
+        return Verdict(record.name, "kernel_bug", record.step, "forward", record.type, evidence,
+                       f"check that the target's model reads, at step {record.step}, the parameters its optimizer "
+                       "updated (master-weight copies, reloads after each step, parameters made again after the "
+                       "optimizer was built)", module=module_path(record.name))
+    return None
+
+
+def _at_step_before(scan, dump, record: OpRecord) -> OpRecord | None:
+    """``record``'s op at the step before (the same direction and name), from ``dump``; found once a step."""
+    cache = scan.__dict__.setdefault("_step_before", {})
+    key = (id(dump), record.step - 1)
+    if key not in cache:
+        cache[key] = {(r.direction, r.name): r for r in dump.ops(step=record.step - 1)}
+    return cache[key].get((record.direction, record.name))
+
+
+def _moved(moved: float, now) -> str:
+    return f"{moved:.3g}" if math.isfinite(moved) else f"from zeros to a norm of {now.norm:.3g}"
+
+
+def _row(stats) -> tuple:
+    return (stats.count, stats.min, stats.max, stats.mean, stats.std, stats.norm, stats.nan, stats.inf)

@@ -53,7 +53,7 @@ from precision_tool.analysis.departure_verdicts import integer_verdict, skipped_
 from precision_tool.analysis.departures import REWRITE_UNITS, DepartureFinder
 from precision_tool.analysis.errors import harm_depth, noise_floor, overflows_here, stats_only
 from precision_tool.analysis.fusion import switch_off_action
-from precision_tool.analysis.leaves import infinities_differ, leaf_verdict
+from precision_tool.analysis.leaves import infinities_differ, leaf_verdict, stale_leaf
 from precision_tool.analysis.omissions import declared_format, fewer_gradients, narrower_than_declared
 from precision_tool.analysis.overflow import overflow_entry, starts_here
 from precision_tool.analysis.pairing import align_loop_ops
@@ -278,6 +278,9 @@ class Scanner(RewriteJudge):
             verdict = self._changed_leaf(record)
             if verdict is not None:
                 return verdict
+        verdict = stale_leaf(self, record) if record.step != self._first_step and a.inherited >= floor else None
+        if verdict is not None:  # (a parameter the update did not reach)
+            return verdict
         # once the op departs beyond its inputs; a backward op's numbers only (a custom Function's backward
         # written by hand: its constants are the user's), its strings (its node, the forward op named after it)
         # are how autograd ran it. An update adds a small step to a large parameter: its output departs by less

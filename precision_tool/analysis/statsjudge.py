@@ -47,6 +47,7 @@ from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.departure_verdicts import skipped_verdict, target_only_verdict
 from precision_tool.analysis.errors import noise_floor, repeated_stats
 from precision_tool.analysis.omissions import narrower_than_declared, stray_cast
+from precision_tool.analysis.leaves import stale_leaf
 from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
@@ -104,6 +105,10 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
         if verdict is not None:
             scan.result.attributions.append(a)
             return verdict
+    verdict = stale_leaf(scan, record) if record.step != scan._first_step and a.inherited > 0.0 else None
+    if verdict is not None:  # a parameter the update did not reach
+        scan.result.attributions.append(a)
+        return verdict
     if a.observed < noise_floor(output_dtype(record)) and record.step == scan._first_step \
             and module_path(record.name):  # constants that act elsewhere (a BatchNorm's momentum), as for full dumps
         verdict = called_differently(record, scan._golden_of(record), a, agrees=True)
