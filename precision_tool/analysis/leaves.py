@@ -12,10 +12,10 @@ must be golden's. Two ways it is not:
   SIGNIFICANT_ERROR: precision_loss where it is first read.
 
 At a later step a value no op of the step wrote (a parameter) is what the update before wrote. One the target
-reads the same to the last bit as at the step before, where golden's changed in that update by more than the
-target's format rounds away, is **stale** (`stale_leaf`): the update did not reach what the model reads (a copy
-from float32 master weights skipped, a parameter reset or reloaded after the step, an optimizer holding other
-tensors than the model's): kernel_bug where it is read. Not after a step the target's loss scaler skipped.
+reads the same to the last bit as at the step before, where golden's optimizer wrote it in that update, by an
+op the target's ran too, changing it by more than the target's format rounds away, is **stale** (`stale_leaf`):
+the update did not reach what the model reads (a copy from float32 master weights skipped, a parameter reset or
+reloaded after the step, an optimizer holding other tensors than the model's): kernel_bug where it is read.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from precision_tool.analysis.omissions import changed_leaf
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.structure import module_path
+from precision_tool.compare.judged import NEAR_ZERO_RATIO, input_scale
 from precision_tool.defaults import INTRODUCED_EXCESS
 from precision_tool.dump.records import OpRecord
 
@@ -119,6 +120,13 @@ def stale_leaf(scan, record: OpRecord) -> Verdict | None:
         if old is None or golden_now is None or golden_old is None or not tensor.stats.count or \
                 _row(tensor.stats) != _row(old.stats) or tensor.shape != old.shape:
             continue
+        writer = _updates_before(scan, scan.golden, record.step).get(_row(golden_now.stats))
+        if writer is None or writer not in _updates_before(scan, scan.target, record.step).values():
+            continue  # (golden's value is no update's: a BatchNorm's running mean; the target ran no such update:
+            # its loss scaler skipped the step, or it updates through other ops, fused)
+        if golden_now.stats.norm < NEAR_ZERO_RATIO * input_scale(partner):
+            continue  # (rounding noise on a value negligible where read: an attention key bias, whose gradient is
+            # zero in exact arithmetic, moved by noise in golden and not at all in a 16-bit target)
         moved = stats_split(golden_now.stats, golden_old.stats, golden_now.dtype).error
         if not moved > max(_UNIT_ROUNDOFF.get(tensor.dtype, 0.0), noise_floor("float32")):
             continue  # (golden's update, rounded to the target's 16 bits, changes nothing: a pure-bfloat16 run)
@@ -142,6 +150,17 @@ def _at_step_before(scan, dump, record: OpRecord) -> OpRecord | None:
     if key not in cache:
         cache[key] = {(r.direction, r.name): r for r in dump.ops(step=record.step - 1)}
     return cache[key].get((record.direction, record.name))
+
+
+def _updates_before(scan, dump, step: int) -> dict:
+    """The statistics row of each float output of the optimizer's ops of the step before ``step`` in ``dump`` ->
+    that op's name; found once a step."""
+    cache = scan.__dict__.setdefault("_updates_before", {})
+    key = (id(dump), step - 1)
+    if key not in cache:
+        cache[key] = {_row(t.stats): r.name for r in dump.ops(step=step - 1, direction="optimizer")
+                      for t in r.outputs if is_float(t.dtype) and t.stats.count}
+    return cache[key]
 
 
 def _moved(moved: float, now) -> str:
