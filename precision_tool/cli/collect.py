@@ -14,6 +14,7 @@ from precision_tool.collect.modes import MODE_FORM, parse_modes
 from precision_tool.collect.selection import STEPS_FORM, parse_op_types, parse_steps
 from precision_tool.commands.options import OutputFolder
 from precision_tool.engine.formats import OVERFLOW_MODES
+from precision_tool.engine.hooks import Interruptible
 from precision_tool.engine.precision import PRECISION_MODES, PRECISION_MODES_V2
 from precision_tool.commands.options import SEED, FiniteFloat
 from precision_tool.defaults import MAX_SCHEDULE, OPTIMIZERS
@@ -261,7 +262,7 @@ class StopOnInterrupt:
         return self
 
     def _handle(self, signum, frame) -> None:
-        if self.requested:
+        if self.requested or Interruptible.depth:  # (a second Ctrl-C; an evaluation, which writes nothing)
             raise KeyboardInterrupt
         self.requested = True
 

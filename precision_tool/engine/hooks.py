@@ -78,6 +78,20 @@ class Hook(Protocol):
     def on_run_end(self, summary: dict) -> None: ...
 
 
+class Interruptible:
+    """How deep the session is in work that a Ctrl-C (or SIGTERM) may stop at once: an evaluation on held-out
+    batches writes nothing and reaches no step boundary, where collect's handler otherwise waits (`--eval-steps`
+    of two billion batches never came to one)."""
+
+    depth = 0
+
+    def __enter__(self) -> None:
+        Interruptible.depth += 1
+
+    def __exit__(self, *exc) -> None:
+        Interruptible.depth -= 1
+
+
 _METHODS = ("on_run_begin", "on_step_begin", "before_op", "after_op", "on_step_end", "on_run_end")
 
 

@@ -44,7 +44,7 @@ import numpy as np
 from precision_tool import __version__
 from precision_tool.engine.device import DeviceProfile
 from precision_tool.engine.executor import Executor
-from precision_tool.engine.hooks import HookList, StepResult
+from precision_tool.engine.hooks import HookList, Interruptible, StepResult
 from precision_tool.engine.layers import trace
 from precision_tool.engine.program import Program, compile_graph
 from precision_tool.engine.status import FloatStatus
@@ -235,7 +235,8 @@ class Session:
                  "next_loss_scale": self.loss_scale.scale if self.loss_scale is not None else 1.0,
                  "first_overflow_op": first.name if first is not None else None}
         if _on_schedule(self.config.train_steps, step, self.config.steps) and self.config.eval_steps != 0:
-            extra["evaluation"] = self.evaluate(step)
+            with Interruptible():  # (Ctrl-C stops it at once: it writes nothing)
+                extra["evaluation"] = self.evaluate(step)
             self.evaluations.append(extra["evaluation"])
         result = StepResult(step, loss, overflow, scale, skipped, self.device.effective_precision_mode, extra)
         self.results.append(result)

@@ -71,3 +71,22 @@ def test_ctrl_c_over_a_complete_dump_keeps_it_and_the_finished_steps_beside_it(t
     assert _readable_steps(f"{path}.partial") >= 1
     with open_dump(path) as dump:
         assert dump.complete
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_an_endless_evaluation_stops_it_at_once(tmp_path, sig):
+    # an evaluation writes nothing and reaches no step boundary, where collect otherwise waits to stop: two
+    # billion held-out batches ran for an hour past a SIGTERM
+    path = tmp_path / "run.h5"
+    proc = subprocess.Popen(command("collect", "mlp", "--steps", "2", "--eval-steps", "2147483647", "-o", path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not Path(f"{path}.partial").exists():
+        time.sleep(0.01)
+    time.sleep(1.0)  # (into the first evaluation)
+    assert proc.poll() is None
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=20)
+    word = "terminated" if sig == signal.SIGTERM else "interrupted"
+    assert proc.returncode == 130
+    assert err.strip() == f"precision-tool: {word}; {path} keeps the 1 of 2 steps it finished, marked incomplete"
