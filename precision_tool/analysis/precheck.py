@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable
 
+from precision_tool.errors import printable
+
 SAME, DIFFERS, NOT_RECORDED = "same", "differs", "not recorded"
 
 
@@ -194,10 +196,11 @@ def _canonical(value) -> str:
 
 
 def _show(value) -> str:
+    """``value`` on one line, its control characters escaped (a dump's strings may hold a terminal's escapes)."""
     if value is None:
         return "not used"
     if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)  # (JSON escapes them)
     if isinstance(value, float):
         return f"{value:g}"
-    return str(value)
+    return printable(value)

@@ -73,9 +73,15 @@ def decode_attrs(attrs) -> dict:
 def plain_value(value):
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
-    if isinstance(value, np.ndarray):
-        return value.tolist() if value.dtype.names is None else value
+    if isinstance(value, np.ndarray):  # (an array of strings: its bytes decoded, as a lone value's)
+        return _decoded(value.tolist()) if value.dtype.names is None else value
     if isinstance(value, np.generic) and value.dtype.names is None:
         return value.item()
     return value
 
+
+
+def _decoded(value):
+    if isinstance(value, list):
+        return [_decoded(v) for v in value]
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

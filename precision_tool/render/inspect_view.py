@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from precision_tool.dump.records import DumpSummary, OpRecord
+from precision_tool.errors import printable
 
 LOSS_ROWS = 12  # loss history rows shown in the table before eliding the middle
 _DIRECTIONS = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
@@ -108,7 +109,8 @@ def summary_view(summary: DumpSummary):
     form = f"schema {summary.schema_version}" if meta.get("format") != "msprobe" else \
         "msprobe dump (" + ", ".join(str(meta[k]) for k in ("msprobe_framework", "msprobe_task", "msprobe_level", "rank")
                                     if meta.get(k)) + ")"
-    parts = [Text.assemble((summary.path, "bold"), f"  {form}, {state}, {format_size(summary.size_bytes)}")]
+    form, loss_scale = printable(form), meta.get("loss_scale")  # (a dump's strings may hold terminal escapes)
+    parts = [Text.assemble((printable(summary.path), "bold"), f"  {form}, {state}, {format_size(summary.size_bytes)}")]
     run = Table.grid(padding=(0, 2))
     run.add_column(style="bold")
     run.add_column()
@@ -119,13 +121,13 @@ def summary_view(summary: DumpSummary):
         if key == "modes" and not value:  # a torch dump records "mode" alone
             value = data.get("mode")
         if value not in (None, "", []):
-            run.add_row(label, ",".join(map(str, value)) if isinstance(value, list) else str(value))
-    if meta.get("loss_scale"):
-        run.add_row("loss scale", _brief(meta["loss_scale"]))
+            run.add_row(label, printable(",".join(map(str, value)) if isinstance(value, list) else str(value)))
+    if loss_scale:
+        run.add_row("loss scale", printable(_brief(loss_scale)))
     if meta.get("accelerate_train_mode"):
         switch = summary.accelerate_switch_step
-        run.add_row("accelerate", f"{meta['accelerate_train_mode']} (switched at step {switch})"
-                    if switch is not None else str(meta["accelerate_train_mode"]))
+        run.add_row("accelerate", printable(f"{meta['accelerate_train_mode']} (switched at step {switch})"
+                                            if switch is not None else str(meta["accelerate_train_mode"])))
     planned = data.get("steps_planned")
     resumed = meta.get("resumed_from")
     run.add_row("steps", f"{summary.steps_complete}" + (f" of {planned}" if planned else "")

@@ -1,0 +1,38 @@
+"""Run metadata a crafted dump holds: an array of strings where a string is expected, and a terminal's escape
+sequences. `precheck` exited 3 (internal error) on the first, and `inspect` and `precheck` wrote the second to
+the terminal as is (it cleared the screen and forged a line)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+ESCAPES = "mlp\x1b[2J\x1b[31m\nFAKE LINE\r"
+
+
+def _with_model(tmp_path, value, name: str) -> Path:
+    path = tmp_path / name
+    shutil.copy(ROOT / "sample_dumps" / "npu.h5", path)
+    with h5py.File(path, "r+") as f:
+        f.attrs["model"] = value
+    return path
+
+
+def test_a_model_given_as_an_array_of_strings_is_a_setting_that_differs(run_cli, tmp_path):
+    target = _with_model(tmp_path, np.array([b"a", b"b"]), "array.h5")
+    result = run_cli("precheck", ROOT / "sample_dumps" / "golden.h5", target)
+    assert result.status == 1, result.stderr
+    assert 'model (golden sensor, target ["a","b"])' in result.stderr
+
+
+def test_escape_sequences_in_the_metadata_reach_no_terminal(run_cli, tmp_path):
+    target = _with_model(tmp_path, ESCAPES, "escapes.h5")
+    shown = "mlp\\x1b[2J\\x1b[31m\\nFAKE LINE\\r"
+    inspected = run_cli("inspect", target)
+    assert inspected.status == 0 and "\x1b" not in inspected.stdout and shown in inspected.stdout
+    checked = run_cli("precheck", ROOT / "sample_dumps" / "golden.h5", target)
+    assert "\x1b" not in checked.stdout + checked.stderr and shown in checked.stderr
