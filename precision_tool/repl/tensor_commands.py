@@ -90,6 +90,17 @@ def _golden_twin(left: LoadedTensor) -> TensorRef:
     return TensorRef(op=name, slot=slot, side="golden", step=left.ref.step, direction=left.ref.direction)
 
 
+def _npy_problem(message: str) -> str:
+    """What numpy's ValueError on loading a .npy file means, in this tool's words."""
+    if "Python objects" in message:
+        return "it holds Python objects"
+    if "pickled" in message:  # (what numpy says of any file without its magic bytes)
+        return "no numpy header (another format, or a pickle)"
+    if "mmap length" in message:
+        return "shorter than its header says (cut short?)"
+    return "its header is not numpy's"
+
+
 def _load_npy(path: str) -> np.ndarray:
     file = Path(path).expanduser()
     if not file.is_file():
@@ -98,6 +109,12 @@ def _load_npy(path: str) -> np.ndarray:
 
     try:
         values = np.load(file, allow_pickle=False, mmap_mode="r")
-    except (ValueError, OSError) as exc:
+    except ValueError as exc:  # (numpy's own words suggest allow_pickle, or show its parser's internals)
+        raise InputError(path, f"not a readable .npy file: {_npy_problem(str(exc))}") from None
+    except OSError as exc:
         raise InputError(path, f"not a readable .npy file ({exc})") from None
+    if not isinstance(values, np.ndarray) or values.dtype.names is not None or values.dtype.kind not in "biuf" or \
+            values.dtype.itemsize > 8:
+        raise InputError(path, f"holds {values.dtype} values: a .npy tensor must hold real numbers (integers, "
+                         "booleans, float16 to float64)")
     return guarded(values, path)  # a file cut short while mapped: one line after the command, not a SIGBUS

@@ -36,3 +36,20 @@ def test_escape_sequences_in_the_metadata_reach_no_terminal(run_cli, tmp_path):
     assert inspected.status == 0 and "\x1b" not in inspected.stdout and shown in inspected.stdout
     checked = run_cli("precheck", ROOT / "sample_dumps" / "golden.h5", target)
     assert "\x1b" not in checked.stdout + checked.stderr and shown in checked.stderr
+
+
+def test_a_npy_file_that_holds_no_real_numbers_is_one_line_and_exit_2(run_cli, tmp_path):
+    # (float128, strings and records were internal errors, exit 3; complex values lost their imaginary part)
+    cases = {"f128.npy": np.zeros(4, dtype=np.longdouble), "str.npy": np.array(["a", "b"]),
+             "rec.npy": np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")]), "cplx.npy": np.ones(3, dtype=complex)}
+    golden, target = ROOT / "sample_dumps" / "golden.h5", ROOT / "sample_dumps" / "npu.h5"
+    for name, values in cases.items():
+        np.save(tmp_path / name, values)
+        result = run_cli("shell", "--golden", golden, "--target", target, "-c", f"pt {tmp_path / name}")
+        assert result.status == 2, (name, result.stderr)
+        assert f"{tmp_path / name}: holds {values.dtype} values: a .npy tensor must hold real numbers" in \
+            result.stderr, result.stderr
+    (tmp_path / "text.npy").write_text("hello")
+    result = run_cli("shell", "--golden", golden, "--target", target, "-c", f"pt {tmp_path / 'text.npy'}")
+    assert result.status == 2 and "not a readable .npy file: no numpy header (another format, or a pickle)" in \
+        result.stderr and "allow_pickle" not in result.stderr
