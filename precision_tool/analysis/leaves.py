@@ -118,9 +118,9 @@ def stale_leaf(scan, record: OpRecord) -> Verdict | None:
             continue
         old, golden_now, golden_old = before.tensor(slot), partner.tensor(slot), golden_before.tensor(slot)
         if old is None or golden_now is None or golden_old is None or not tensor.stats.count or \
-                _row(tensor.stats) != _row(old.stats) or tensor.shape != old.shape:
+                stats_row(tensor.stats) != stats_row(old.stats) or tensor.shape != old.shape:
             continue
-        writer = _updates_before(scan, scan.golden, record.step).get(_row(golden_now.stats))
+        writer = _updates_before(scan, scan.golden, record.step).get(stats_row(golden_now.stats))
         if writer is None or writer not in _updates_before(scan, scan.target, record.step).values():
             continue  # (golden's value is no update's: a BatchNorm's running mean; the target ran no such update:
             # its loss scaler skipped the step, or it updates through other ops, fused)
@@ -158,7 +158,7 @@ def _updates_before(scan, dump, step: int) -> dict:
     cache = scan.__dict__.setdefault("_updates_before", {})
     key = (id(dump), step - 1)
     if key not in cache:
-        cache[key] = {_row(t.stats): r.name for r in dump.ops(step=step - 1, direction="optimizer")
+        cache[key] = {stats_row(t.stats): r.name for r in dump.ops(step=step - 1, direction="optimizer")
                       for t in r.outputs if is_float(t.dtype) and t.stats.count}
     return cache[key]
 
@@ -167,5 +167,7 @@ def _moved(moved: float, now) -> str:
     return f"{moved:.3g}" if math.isfinite(moved) else f"from zeros to a norm of {now.norm:.3g}"
 
 
-def _row(stats) -> tuple:
+def stats_row(stats) -> tuple:
+    """A tensor's statistics as one tuple, every field: equal rows, the same values to the last bit as far as
+    statistics tell."""
     return (stats.count, stats.min, stats.max, stats.mean, stats.std, stats.norm, stats.nan, stats.inf)

@@ -14,7 +14,7 @@ step departing beyond float32 rounding (`FLOAT32_DEPARTURE`) on inputs
 golden's to the last bit reads parameters the update changed.
 
 Which update: a forward record says how many parameters of its own the call
-trains (``attrs["trains"]``, `precision_tool.torch.session._trained`). Where
+trains (``attrs["trains"]``, `precision_tool.torch.modules.trained`). Where
 the call is the step's first to read trained parameters, the parameters read
 first already differ: the optimizer's step (direction ``optimizer``). Where
 calls before it read trained parameters that agree, the update left those
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 
+from precision_tool.analysis.leaves import stats_row
 from precision_tool.analysis.results import UPDATE_TYPE, Verdict
 from precision_tool.analysis.rewrites import _fmt
 from precision_tool.analysis.zoom import FLOAT32_DEPARTURE
@@ -160,13 +161,10 @@ def _same_tensors(ours, theirs) -> bool:
     for a, b in zip(ours, theirs):
         if a.slot != b.slot or a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
             return False
-        if any(x != y and not (math.isnan(x) and math.isnan(y)) for x, y in zip(_row(a.stats), _row(b.stats))):
+        if any(x != y and not (math.isnan(x) and math.isnan(y))
+               for x, y in zip(stats_row(a.stats), stats_row(b.stats))):
             return False
     return True
-
-
-def _row(stats) -> tuple:
-    return (stats.count, stats.min, stats.max, stats.mean, stats.std, stats.norm, stats.nan, stats.inf)
 
 
 def _trains(record: OpRecord) -> int | None:

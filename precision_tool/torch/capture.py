@@ -307,7 +307,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                direction: str = "forward", attrs: dict | None = None) -> None:
         """A module boundary: its float (slot index, tensor) inputs and outputs as one module record; in
         backward the gradients at its outputs (inputs) and inputs (outputs), `precision_tool.torch.modules`.
-        ``attrs``: the record's (a forward call's parameters it trains: `session._trained`)."""
+        ``attrs``: the record's (a forward call's parameters it trains: `modules.trained`)."""
         if not outputs or not self._selected(name, module_type, direction):  # nothing flowed out (a backward
             return  # call whose inputs take no gradient), or not selected
         with_data = self.mode != "stats"

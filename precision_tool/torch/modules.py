@@ -58,6 +58,38 @@ def without_modes():
     return _disable_current_modes()
 
 
+def float_leaves(value) -> list:
+    """The distinct floating-point tensors in nested tuples, lists and dicts (model outputs are dicts)."""
+    found: list = []
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if item.is_floating_point() and id(item) not in seen:
+                seen.add(id(item))
+                found.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+    return found
+
+
+def trained(module) -> dict:
+    """A forward module record's attrs: how many parameters of its own (not its children's) the step trains,
+    those requiring grad, ``{"trains": n}``. Module records hold no parameter, so a module-level diagnosis reads
+    here which calls read parameters an update changes (`precision_tool.analysis.module_updates`)."""
+    count = sum(1 for p in module._parameters.values() if p is not None and p.requires_grad)
+    known = _TRAINS.get(count)
+    if known is None:  # one dict per count: the writer encodes a record's attrs again only for another object
+        known = _TRAINS[count] = {"trains": count}
+    return known
+
+
+_TRAINS: dict[int, dict] = {}
+
+
 class GradientSummary:
     """What a stats-only record needs of a gradient, taken when it arrives instead of a copy of it: its dtype,
     shape and statistics (a copy of every boundary gradient, held until its module's record is complete, can

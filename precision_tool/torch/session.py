@@ -31,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from precision_tool.dump.records import MODULE_TYPE_PREFIX
 from precision_tool.engine.hooks import BACKWARD
-from precision_tool.torch.modules import QUIET, ModuleGradients, without_modes
+from precision_tool.torch.modules import QUIET, ModuleGradients, float_leaves, trained, without_modes
 from precision_tool.torch.naming import Namer
 from precision_tool.torch.process import StepTailHook, freeze_heap
 from precision_tool.torch.ops import (AtenOp, autocast_dtype, complete_collective, dtype_name, encode_args,
@@ -130,7 +130,7 @@ class Session:
         self._gradients = ModuleGradients(self._module_gradients)
         self._froze = False
         self._told_autocast = False  # the recorders of the open step know autocast is active
-        self._trains: dict[int, dict] = {}  # id(module) -> its forward records' attrs, this step (`_trained`)
+        self._trains: dict[int, dict] = {}  # id(module) -> its forward records' attrs, this step (`modules.trained`)
 
     @property
     def simulator(self):
@@ -358,16 +358,16 @@ class Session:
         if not watching:
             return
         with without_modes():  # reading the tensors must not dispatch through the capture itself
-            outputs = _float_leaves(output)
+            outputs = float_leaves(output)
             if not outputs:
                 return
-            inputs = _float_leaves((args, kwargs))
+            inputs = float_leaves((args, kwargs))
             exec_index = self.exec_index
             self.exec_index += 1
             module_type = f"{MODULE_TYPE_PREFIX}{type(module).__name__}"
             attrs = self._trains.get(id(module))
             if attrs is None:
-                attrs = self._trains[id(module)] = _trained(module)
+                attrs = self._trains[id(module)] = trained(module)
             for recorder in watching:
                 recorder.module(exec_index, path, module_type, list(enumerate(inputs)), list(enumerate(outputs)),
                                 attrs=attrs)
@@ -451,38 +451,6 @@ AUTOCAST_STEP_WARNING = (
 
 class AutocastOptimizerWarning(UserWarning):
     """An optimizer step ran while torch.autocast was active."""
-
-
-def _float_leaves(value) -> list:
-    """The distinct floating-point tensors in nested tuples, lists and dicts (model outputs are dicts)."""
-    found: list = []
-    seen: set[int] = set()
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            if item.is_floating_point() and id(item) not in seen:
-                seen.add(id(item))
-                found.append(item)
-        elif isinstance(item, (list, tuple)):
-            stack.extend(reversed(item))
-        elif isinstance(item, dict):
-            stack.extend(reversed(list(item.values())))
-    return found
-
-
-def _trained(module) -> dict:
-    """A forward module record's attrs: how many parameters of its own (not its children's) the step trains,
-    those requiring grad, ``{"trains": n}``. Module records hold no parameter, so a module-level diagnosis reads
-    here which calls read parameters an update changes (`precision_tool.analysis.module_updates`)."""
-    count = sum(1 for p in module._parameters.values() if p is not None and p.requires_grad)
-    known = _TRAINS.get(count)
-    if known is None:  # one dict per count: the writer encodes a record's attrs again only for another object
-        known = _TRAINS[count] = {"trains": count}
-    return known
-
-
-_TRAINS: dict[int, dict] = {}
 
 
 def _torch_dtype(tensor: torch.Tensor) -> str:
