@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import click
@@ -55,7 +56,12 @@ def demo(workdir, steps, force):
         overflow = f" [{len(run.overflow_steps)} overflow]" if run.overflow_steps else ""
         console.print(f"  {run.path.name:<14}{run.description:<31}{losses}{overflow}")
 
-    runs = {run.role: run.path for run in collect_demo(workdir, steps, on_run=show, overwrite=force)}
+    started = time.time()
+    try:
+        runs = {run.role: run.path for run in collect_demo(workdir, steps, on_run=show, overwrite=force)}
+    except KeyboardInterrupt as exc:  # the error boundary adds what the dumps kept to its one line
+        exc.kept = _partials_left(demo_paths(workdir), started)
+        raise
     with open_dump(runs["golden"]) as golden, open_dump(runs["target"]) as target, \
             open_dump(runs["overflow"]) as overflow, open_dump(runs["fusion-off"]) as fusion_off:
         report = compare_dumps(golden, target)
@@ -69,6 +75,25 @@ def demo(workdir, steps, force):
     console.print(Text("\nExplore it:", style="bold"))
     console.print(f"  precision-tool shell {files}")
     console.print(f"  precision-tool compare {runs['golden']} {runs['target']} --all")
+
+
+def _partials_left(paths, started: float) -> str | None:
+    """After Ctrl-C: the dumps this run left as NAME.partial beside a previous NAME, which is kept."""
+    from precision_tool.dump.partial import partial_path
+    from precision_tool.errors import printable
+
+    left = []
+    for path in paths:
+        partial = partial_path(str(path))
+        try:
+            if os.stat(partial).st_mtime >= started - 1:
+                left.append(partial)
+        except OSError:
+            continue
+    if not left:
+        return None
+    return "the previous dumps are kept; " + ", ".join(printable(p) for p in left) + \
+        (" keeps" if len(left) == 1 else " keep") + " this run's, incomplete"
 
 
 def _refuse_existing(workdir, paths, force: bool) -> None:

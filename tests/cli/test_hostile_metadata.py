@@ -53,3 +53,23 @@ def test_a_npy_file_that_holds_no_real_numbers_is_one_line_and_exit_2(run_cli, t
     result = run_cli("shell", "--golden", golden, "--target", target, "-c", f"pt {tmp_path / 'text.npy'}")
     assert result.status == 2 and "not a readable .npy file: no numpy header (another format, or a pickle)" in \
         result.stderr and "allow_pickle" not in result.stderr
+
+
+def test_an_interrupted_demo_says_which_partial_dumps_it_left_beside_the_kept_ones(tmp_path):
+    # (`demo --force` stopped by Ctrl-C kept the previous dumps and left golden.h5.partial unmentioned)
+    import os
+    import time
+
+    from precision_tool.cli.demo import _partials_left
+    from precision_tool.collect.demo import demo_paths
+
+    paths = demo_paths(tmp_path)
+    for path in paths:
+        Path(path).write_bytes(b"a previous dump")
+    started = time.time()
+    assert _partials_left(paths, started) is None
+    partial = Path(f"{paths[0]}.partial")
+    partial.write_bytes(b"this run's")
+    assert _partials_left(paths, started) == f"the previous dumps are kept; {partial} keeps this run's, incomplete"
+    os.utime(partial, (started - 60, started - 60))  # an older run's: not this one's to speak of
+    assert _partials_left(paths, started) is None
