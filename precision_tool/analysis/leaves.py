@@ -104,24 +104,29 @@ def stale_leaf(scan, record: OpRecord) -> Verdict | None:
     """kernel_bug where a forward op after the first step reads a value no op of the step wrote in golden's run
     (a parameter), the same to the last bit as at the step before in the target, while golden's changed."""
     partner = scan._golden_of(record)
-    if partner is None or record.direction != "forward" or partner.type != record.type or \
-            any(s.step == record.step - 1 and s.skipped for s in scan.target.steps()):
+    if partner is None or record.direction != "forward" or partner.type != record.type:
         return None
-    before, golden_before = (_at_step_before(scan, dump, r) for dump, r in ((scan.target, record),
-                                                                             (scan.golden, partner)))
-    if before is None or golden_before is None:
+    updated = _updates_before(scan, scan.target, record.step)
+    skipped = scan.__dict__.get("_skipped_steps")
+    if skipped is None:
+        skipped = scan._skipped_steps = {s.step for s in scan.target.steps() if s.skipped}
+    before = _at_step_before(scan, scan.target, record) if updated and record.step - 1 not in skipped else None
+    golden_before = _at_step_before(scan, scan.golden, partner) if before is not None else None
+    if golden_before is None:
         return None
-    writers = scan.consumers["any"]
-    for tensor in record.inputs:
+    written_by = set(updated.values())
+    for tensor in record.inputs:  # (an activation differs from the step before's: the cheap test first)
         slot = tensor.slot
-        if not is_float(tensor.dtype) or writers.producer(partner, slot) is not None:
+        old = before.tensor(slot)
+        if old is None or not tensor.stats.count or not is_float(tensor.dtype) or tensor.shape != old.shape or \
+                stats_row(tensor.stats) != stats_row(old.stats) or \
+                scan.consumers["any"].producer(partner, slot) is not None:
             continue
-        old, golden_now, golden_old = before.tensor(slot), partner.tensor(slot), golden_before.tensor(slot)
-        if old is None or golden_now is None or golden_old is None or not tensor.stats.count or \
-                stats_row(tensor.stats) != stats_row(old.stats) or tensor.shape != old.shape:
+        golden_now, golden_old = partner.tensor(slot), golden_before.tensor(slot)
+        if golden_now is None or golden_old is None:
             continue
         writer = _updates_before(scan, scan.golden, record.step).get(stats_row(golden_now.stats))
-        if writer is None or writer not in _updates_before(scan, scan.target, record.step).values():
+        if writer is None or writer not in written_by:
             continue  # (golden's value is no update's: a BatchNorm's running mean; the target ran no such update:
             # its loss scaler skipped the step, or it updates through other ops, fused)
         if golden_now.stats.norm < NEAR_ZERO_RATIO * input_scale(partner):
