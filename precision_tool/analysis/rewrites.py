@@ -40,13 +40,12 @@ from precision_tool.analysis.randomness import unequal_draws
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.analysis.updates import (backward_departs, introduced_by_group, module_on_golden_inputs,
-                                             permuted, relaid)
+                                             permuted, relaid, unreplayable_update)
 from precision_tool.analysis.structure import (Consumers, Rewritten, fingerprint, forward_writers, group_results,
                                               is_copy, module_path)
 from precision_tool.compare.judged import gradient_scale
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
-
 
 REWRITE_FLOOR = 1e-3  # relative error below which another implementation of a module is never judged
 EXACT_FLOOR = 4e-6  # in a float32 run, what a module's ops replayed in float64 on golden's inputs depart from its
@@ -88,8 +87,10 @@ class RewriteJudge(MissingJudge):
             verdict = fewer_updates(rewrite.name, self._golden_group(rewrite), members)
             if verdict is not None:
                 return verdict
-            if rewrite.name in self._reproduced_updates():  # the same implementation computed golden's update
-                return None  # on golden's inputs at an earlier step
+            unjudged = unreplayable_update(rewrite) if stats_only(record) else None
+            if rewrite.name in self._reproduced_updates() or unjudged:  # (the same implementation computed
+                self._note(unjudged)  # golden's update on golden's inputs at an earlier step)
+                return None
         observed, inherited, dtype = self._rewrite_errors(rewrite)
         if self._float32 and rewrite.direction == "forward":  # (a .half()ed LSTM runs no oneDNN kernel: other ops)
             verdict = module_narrower_than_declared(rewrite, self._members(rewrite), observed)

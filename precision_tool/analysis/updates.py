@@ -36,8 +36,11 @@ import numpy as np
 
 from precision_tool.analysis.errors import split_error
 from precision_tool.analysis.replay import is_float
+from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.analysis.structure import Consumers, fingerprint, group_results, is_copy, module_path
 from precision_tool.dump.records import OpRecord
+
+_UNSCALING = frozenset({"aten._amp_foreach_non_finite_check_and_unscale_", "aten._amp_non_finite_check_and_unscale_"})
 
 
 def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_of, target_dump,
@@ -78,7 +81,11 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
     pair = _Pairing(golden_of, golden_records)
     for record in members:
         inputs = []
+        scaling = _loss_scaling_slots(record)
         for tensor in record.inputs:
+            if tensor.slot in scaling:  # the target's loss scaling, as the target's gradients carry it
+                inputs.append(target_dump.tensor(record.step, record.exec_index, tensor.slot))
+                continue
             key = fingerprint(tensor) if tensor.stats.count else None
             if key is not None and key in written and np.size(written[key][0]) == tensor.stats.count:
                 array, writer, slot = written[key]
@@ -119,6 +126,15 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
             if tensor.stats.count:
                 written[fingerprint(tensor)] = (array, record, tensor.slot)
     return {key: array for key, (array, _, _) in written.items()}, exact
+
+
+def _loss_scaling_slots(record: OpRecord) -> set[str]:
+    """The input slots of a fused optimizer kernel's ``grad_scale`` and ``found_inf`` (a GradScaler hands them to
+    an optimizer that unscales inside): the target's own, whatever op of golden's an op that made them pairs
+    with by name."""
+    kwargs = (record.attrs or {}).get("kwargs") or {}
+    return {f"input_{value['tensor']}" for name, value in kwargs.items()
+            if name in ("grad_scale", "found_inf") and isinstance(value, dict) and "tensor" in value}
 
 
 def _from_a_slice(record: OpRecord, tensor, written: dict, target_dump) -> np.ndarray | None:
@@ -187,12 +203,25 @@ def _golden_value(record: OpRecord, tensor, writers: Consumers, readers, golden_
     if not is_float(tensor.dtype) or not tensor.stats.count:
         return None
     writer, key = writers.producer(record, tensor.slot), fingerprint(tensor)
+    read, scale = (record, tensor.slot), None  # where the value is read as the group reads it (before an
+    # unscaling), and what golden's is to be multiplied by there: the loss scale over golden's, times each
+    # unscaling's factor (1 where a GradScaler only checked the gradients, its fused optimizer unscaling them)
     if writer is None:  # a parameter, or state kept from the last step
         return _read_alike(record, tensor, readers, golden_of, target_dump, golden_dump)
     for _ in range(4):  # through the casts golden does not run (autocast's float32 copy of a weight gradient)
-        if writer is None or golden_of(writer) is not None or not is_copy(writer.type):
+        if writer is None or golden_of(writer) is not None:  # and a GradScaler's unscaling of the gradients in
+            break  # place, where golden runs none: golden's gradient is the unscaled one
+        if writer.type in _UNSCALING:
+            slot = next((t.slot for t in writer.outputs if t.stats.count and fingerprint(t) == key), None)
+            source = writer.tensor(slot.replace("output_", "input_")) if slot is not None else None
+            read = (writer, source.slot) if source is not None else read  # (the same layout, scaled)
+            factor = float(np.asarray(target_dump.tensor(writer.step, writer.exec_index, writer.inputs[-1].slot)))
+            scale = (loss_scale_ratios(golden_dump, target_dump).get(record.step, 1.0) if scale is None else
+                     scale) * factor
+        elif is_copy(writer.type):
+            source = next((t for t in writer.inputs if t.stats.count and is_float(t.dtype)), None)
+        else:
             break
-        source = next((t for t in writer.inputs if t.stats.count and is_float(t.dtype)), None)
         if source is None:
             break
         writer, key = writers.producer(writer, source.slot), fingerprint(source)
@@ -205,10 +234,11 @@ def _golden_value(record: OpRecord, tensor, writers: Consumers, readers, golden_
     value = _partner_value(partner, slot, tensor, golden_dump)
     if value is None:
         return None
+    value = value if scale is None or scale == 1.0 else (np.asarray(value, np.float64) * scale).astype(value.dtype)
     # read through a view (a weight gradient mm wrote transposed): the view that turns the target's written
     # tensor into the one the group read turns golden's into its counterpart
     return as_read(value, target_dump.tensor(writer.step, writer.exec_index, slot),
-                   target_dump.tensor(record.step, record.exec_index, tensor.slot))
+                   target_dump.tensor(read[0].step, read[0].exec_index, read[1]))
 
 
 def _read_alike(record: OpRecord, tensor, readers, golden_of, target_dump, golden_dump) -> np.ndarray | None:
@@ -294,6 +324,26 @@ def introduced_by_group(members: list[OpRecord], golden_members: list[OpRecord],
         error = min(_update_error(a.reshape(np.shape(golden)), golden, before, tensor.dtype) for a in candidates)
         worst = error if worst is None else max(worst, error)
     return None if worst is None else (worst, exact)
+
+
+def _implementation(ops) -> str:
+    return "fused" if any("_fused_" in op for op in ops) else \
+        "foreach" if any("_foreach_" in op for op in ops) else "for-loop"
+
+
+def unreplayable_update(rewrite) -> str | None:
+    """A note where an optimizer group of a statistics dump updates through another of PyTorch's implementations
+    of an optimizer than golden's (its for-loop, ``_foreach_`` or fused form), else None. Such a group is not
+    judged from statistics: it cannot be replayed on golden's gradients, its results (parameters, moments, step
+    counters in another order) pair with golden's only by size, and Adam's normalised step turns a gradient that
+    is rounding noise (a key projection's bias, zero in exact arithmetic) into a step of full size: a clean
+    float32 target's fused Adam writes parameters 1.2e-5 from golden's for-loop from gradients within 1.8e-7."""
+    golden, target = _implementation(rewrite.golden_ops), _implementation(rewrite.target_ops)
+    if golden == target:
+        return None
+    return (f"{rewrite.name}: the target updates with the {target} implementation, golden with the {golden} one; "
+            "statistics cannot replay it on golden's gradients, so it is not judged (a dump mode run of the "
+            "first step would)")
 
 
 def value_before(record: OpRecord, writers: Consumers, dump) -> np.ndarray | None:
