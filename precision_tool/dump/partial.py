@@ -23,6 +23,7 @@ so the file stays as a kill at that moment would leave it.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -42,8 +43,22 @@ ALREADY_OURS = "is already being written by this process (a dump to it is still 
 
 
 def partial_path(path) -> str:
-    """Where the dump of ``path`` is written until it is closed (beside the file a link at ``path`` names)."""
-    return f"{output_target(path)}{PARTIAL_SUFFIX}"
+    """Where the dump of ``path`` is written until it is closed (beside the file a link at ``path`` names):
+    ``NAME.partial``, or where that name would pass the file system's limit on a name (255 bytes on most), the
+    start of NAME with a hash of the whole (``NAME-START~1a2b3c4d.partial``): the same for every writer of NAME,
+    so that its lock still tells them apart."""
+    target = output_target(path)
+    folder, name = os.path.split(target)
+    encoded = name.encode(errors="surrogateescape")
+    try:
+        limit = os.pathconf(folder or ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if len(encoded) + len(PARTIAL_SUFFIX) <= limit:
+        return f"{target}{PARTIAL_SUFFIX}"
+    digest = hashlib.sha1(encoded).hexdigest()[:8]
+    start = encoded[:max(limit - len(PARTIAL_SUFFIX) - len(digest) - 1, 1)].decode(errors="ignore")
+    return os.path.join(folder, f"{start}~{digest}{PARTIAL_SUFFIX}")
 
 
 class PartialFile:

@@ -150,3 +150,22 @@ def test_a_path_is_free_again_once_its_writer_closes(tmp_path):
         _step(second, 0)
     with open_dump(path) as dump:
         assert dump.complete and dump.steps_complete == 1
+
+
+def test_a_name_too_long_for_its_partial_suffix_is_written_through_a_shortened_partial(tmp_path):
+    from precision_tool.dump.partial import partial_path
+
+    path = tmp_path / ("y" * 250 + ".h5")  # 253 bytes: a legal name; NAME.partial (261) is not
+    partial = partial_path(path)
+    assert partial == partial_path(str(path))  # every writer of NAME finds the same working file
+    assert os.path.dirname(partial) == str(tmp_path) and len(os.path.basename(partial)) == 255
+    assert os.path.basename(partial).endswith(".partial") and "~" in os.path.basename(partial)
+    writer = DumpWriter(path, {"role": "target"})
+    _step(writer, 0)
+    with pytest.raises(InputError, match="is already being written"):
+        DumpWriter(path, {})
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    with open_dump(path) as dump:
+        assert dump.complete and dump.steps_complete == 1
+    assert partial_path(tmp_path / "run.h5") == str(tmp_path / "run.h5.partial")
