@@ -47,6 +47,16 @@ def printable(text) -> str:
     return "".join(c if c.isprintable() else _escape(c) for c in text)
 
 
+SHOWN_LIMIT = 200  # characters of a value read from a dump (a model name, a setting) that a line shows
+
+
+def cut(text, limit: int = SHOWN_LIMIT) -> str:
+    """``text``, or where it is longer than ``limit`` characters, its start and how long it is: a dump's strings
+    are shown on one line whatever a file holds (a 20 MB model name)."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _escape(char: str) -> str:
     code = ord(char)
     if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, kept by the file system encoding

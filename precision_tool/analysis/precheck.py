@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable
 
-from precision_tool.errors import printable
+from precision_tool.errors import cut, printable
 
 SAME, DIFFERS, NOT_RECORDED = "same", "differs", "not recorded"
 
@@ -200,7 +200,7 @@ def _show(value) -> str:
     if value is None:
         return "not used"
     if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)  # (JSON escapes them)
+        return cut(json.dumps(value, sort_keys=True, separators=(",", ":"), default=str))  # (JSON escapes them)
     if isinstance(value, float):
         return f"{value:g}"
-    return printable(value)
+    return printable(cut(value))

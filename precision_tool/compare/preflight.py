@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from precision_tool.errors import PrecisionToolError
+from precision_tool.errors import PrecisionToolError, cut
 
 ERROR, WARNING = "error", "warning"
 
@@ -96,8 +96,8 @@ def _model_problems(golden, target, g: dict, t: dict) -> list[Problem]:
     names = g.get("model"), t.get("model")
     both = f"golden {_path(golden)}, target {_path(target)}"
     if None not in names and names[0] != names[1] and not torch:
-        return [Problem("different-model", ERROR, f"the dumps are of different models: golden {names[0]!r} "
-                                                  f"({_path(golden)}), target {names[1]!r} ({_path(target)})")]
+        return [Problem("different-model", ERROR, f"the dumps are of different models: golden {cut(names[0])!r} "
+                                                  f"({_path(golden)}), target {cut(names[1])!r} ({_path(target)})")]
     shapes = g.get("parameters"), t.get("parameters")
     if isinstance(shapes[0], dict) and isinstance(shapes[1], dict) and shapes[0] != shapes[1]:
         differing = sorted(set(shapes[0]) ^ set(shapes[1])) or sorted(
@@ -111,7 +111,7 @@ def _model_problems(golden, target, g: dict, t: dict) -> list[Problem]:
                                                   f"(first: {differing[0]}) ({both})")]
     if None not in names and names[0] != names[1]:
         return [Problem("different-model-name", WARNING, f"the dumps name different models: golden "
-                                                         f"{names[0]!r}, target {names[1]!r}")]
+                                                         f"{cut(names[0])!r}, target {cut(names[1])!r}")]
     return []
 
 

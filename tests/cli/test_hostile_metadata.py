@@ -38,6 +38,17 @@ def test_escape_sequences_in_the_metadata_reach_no_terminal(run_cli, tmp_path):
     assert "\x1b" not in checked.stdout + checked.stderr and shown in checked.stderr
 
 
+def test_a_huge_model_name_is_shown_cut_to_its_start_and_length(run_cli, tmp_path):
+    # (a 1 MB name was echoed whole: 2.4 MB from precheck, a 1 MB warning from compare; 20 MB ran past a minute)
+    target = _with_model(tmp_path, "M" * 1_000_000, "huge.h5")
+    shown = "M" * 200 + "... (1000000 characters)"
+    checked = run_cli("precheck", ROOT / "sample_dumps" / "golden.h5", target)
+    assert checked.status == 1 and len(checked.stdout) + len(checked.stderr) < 5000
+    assert f"model (golden sensor, target {shown})" in checked.stderr
+    compared = run_cli("compare", ROOT / "sample_dumps" / "golden.h5", target)
+    assert len(compared.stderr) < 2000 and f"target '{shown}'" in compared.stderr
+
+
 def test_a_npy_file_that_holds_no_real_numbers_is_one_line_and_exit_2(run_cli, tmp_path):
     # (float128, strings and records were internal errors, exit 3; complex values lost their imaginary part)
     cases = {"f128.npy": np.zeros(4, dtype=np.longdouble), "str.npy": np.array(["a", "b"]),
