@@ -54,7 +54,7 @@ def partial_path(path) -> str:
         limit = os.pathconf(folder or ".", "PC_NAME_MAX")
     except (OSError, ValueError):
         limit = 255
-    if len(encoded) + len(PARTIAL_SUFFIX) <= limit:
+    if len(encoded) + len(PARTIAL_SUFFIX) <= limit or len(encoded) > limit:  # (a NAME too long is refused)
         return f"{target}{PARTIAL_SUFFIX}"
     digest = hashlib.sha1(encoded).hexdigest()[:8]
     start = encoded[:max(limit - len(PARTIAL_SUFFIX) - len(digest) - 1, 1)].decode(errors="ignore")
