@@ -369,4 +369,8 @@ def entry_point() -> None:
         if sys.stderr is not None:
             sys.stderr.write("precision-tool: interrupted\n")
         status = ExitStatus.INTERRUPTED
+    try:  # the command is done and its status decided: a SIGTERM while the interpreter shuts down (which puts
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Python's handlers back to the default, but keeps an
+    except (ValueError, OSError):  # ignored signal ignored) would end it as 143 with no word
+        pass
     sys.exit(status)
