@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from precision_tool.analysis.errors import repeated_stats, split_error, stats_split
+from precision_tool.analysis.errors import format_limit, repeated_stats, split_error, stats_split
 from precision_tool.analysis.replay import NotReplayable, Numerics, ideal_forward, is_float, replay_forward
 from precision_tool.analysis.results import Attribution
 from precision_tool.analysis.scaling import loss_scale_ratios
@@ -272,8 +272,11 @@ def makes_nan_hidden(target_dump, record: OpRecord) -> bool:
     on its own recorded inputs in golden's numerics (NaN and inf kept), makes NaN from finite inputs: an invalid
     operation (the square root of negative values, 0/0) whose NaN a saturation mode wrote as numbers (0)."""
     if record.is_module or not record.overflow or not record.tensors or \
-            not all(t.has_data for t in record.inputs) or \
             any(t.stats.nan or t.stats.inf or t.stats.saturated for t in record.tensors):
+        return False
+    if not any(t.has_data for t in record.inputs):  # statistics: nothing it reads or writes reaches its formats'
+        return _nothing_overflowed(target_dump, record)  # limits, so what raised the status was NaN
+    if not all(t.has_data for t in record.inputs):
         return False
     inputs = [target_dump.tensor(record.step, record.exec_index, t.slot) for t in record.inputs]
     try:
@@ -283,6 +286,17 @@ def makes_nan_hidden(target_dump, record: OpRecord) -> bool:
     with np.errstate(invalid="ignore"):
         return any(np.isnan(np.asarray(r, dtype=np.float64)).any()
                    for r, t in zip(replayed, record.outputs) if is_float(t.dtype))
+
+
+def _nothing_overflowed(target_dump, record: OpRecord) -> bool:
+    """From statistics, for a record that raised the float status with no NaN, inf or saturated value: whether
+    the run saturates (NaN written as 0) and every value the op reads or writes lies inside both its own dtype's
+    range and its compute dtype's (an input a float16 kernel's cast saturated raises the status too)."""
+    if (target_dump.metadata or {}).get("overflow_mode") != "saturation":
+        return False
+    compute = format_limit(record.compute_dtype)
+    return all(max(abs(t.stats.min), abs(t.stats.max)) < min(compute, format_limit(t.dtype))
+               for t in record.tensors if t.stats.count and is_float(t.dtype))
 
 
 def _replays(record: OpRecord, inputs: list[np.ndarray], target_dump, device: str):

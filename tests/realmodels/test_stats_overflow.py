@@ -94,3 +94,16 @@ def test_t5s_own_mask_value_and_log_of_zero_leave_a_clean_float16_run_clean_in_s
     verdict = diagnosis.verdict
     assert verdict.cls == "none", verdict.evidence
     assert not any("golden's own run overflows" in line for line in verdict.evidence)
+
+
+@pytest.mark.parametrize("model,target", [("resnet", "mix"), ("gpt2-eager", "mix")])
+def test_an_invalid_operation_a_saturation_mode_wrote_as_zeros_is_named_from_statistics(tmp_path, model, target):
+    # a hand-written activation takes the square root of negative values on a simulated device in saturation
+    # mode: its NaN are written as 0, the float status raised, and nothing it reads or writes reaches a
+    # format's limit; from statistics it was a kernel_bug at the module (no values to run the op again on)
+    from tests.realmodels.cases import Case, run_case
+
+    verdict = run_case(Case(model, target, "sqrt_act", "act", "invalid_operation"), tmp_path, mode="stats").verdict
+    assert (verdict.cls, verdict.type, verdict.direction, verdict.step) == \
+        ("invalid_operation", "aten.sqrt", "forward", 0)
+    assert verdict.op.endswith("/act/aten.sqrt_0" if model == "gpt2-eager" else "/activation/aten.sqrt_0")
