@@ -37,6 +37,7 @@ from precision_tool.analysis.omissions import fewer_updates, module_narrower_tha
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.randomness import unequal_draws
+from precision_tool.analysis.reductions import amplification, incoming_size
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.analysis.updates import (backward_departs, introduced_by_group, module_on_golden_inputs,
@@ -314,7 +315,8 @@ class RewriteJudge(MissingJudge):
             return a.observed, a.inherited, output_dtype(record) if self._float32 else \
                 coarsest_compute(self._members(rewrite), output_dtype(record))  # (a 16-bit run: its ops' rounding)
         golden_last = rewrite.golden_record
-        observed = self._results_error(rewrite)
+        inherited = self._incoming_error(rewrite) if rewrite.direction == "backward" else 0.0
+        observed = self._results_error(rewrite, inherited if self._float32 and stats_only(record) else None)
         if observed is None and not stats_only(record):
             observed = self._slot_error(record, golden_last, "output_0")
         if observed is None:
@@ -323,7 +325,7 @@ class RewriteJudge(MissingJudge):
             return observed, self._handed_in_error(rewrite), output_dtype(record)
         saved = [self._attribute(w, replay=False).observed for w in forward_writers(self._members(rewrite),
                                                                                    self.step_records)]
-        return observed, max([self._incoming_error(rewrite), *saved]), output_dtype(record)  # (what forward saved)
+        return observed, max([inherited, *saved]), output_dtype(record)  # (what forward saved)
 
     def _incoming_error(self, rewrite: Rewritten) -> float:
         """The error of the gradient a rewritten backward group reads, against golden's. Where the two are laid out
@@ -345,12 +347,14 @@ class RewriteJudge(MissingJudge):
             if partner is not None else None
         return measured if slot is None else self._slot_error(partner, writer, slot)
 
-    def _results_error(self, rewrite: Rewritten) -> float | None:
+    def _results_error(self, rewrite: Rewritten, reduced: float | None = None) -> float | None:
         """The largest error among the gradients a rewritten backward group produces: each result no later op of
         the group reads, against golden's result of the same size (the closest, where several are). A group
         computes a gradient per input (activation, weight, bias), not only its last op's; None when no result
         has a golden partner of its size. Where every result golden's group hands on is read by a paired op
-        outside it, the errors are measured there instead (`_consumed_error`)."""
+        outside it, the errors are measured there instead (`_consumed_error`). From statistics, a reduced
+        result (fewer values than the incoming gradient) counts only given ``reduced``, the incoming gradient's
+        error, and where it departs beyond what that error can make of it (`reductions.amplification`)."""
         target = self._members(rewrite)
         golden = [r for r in self.golden_records if r.direction == rewrite.direction and not r.is_module
                   and module_path(r.name) == rewrite.name]
@@ -358,10 +362,10 @@ class RewriteJudge(MissingJudge):
         consumed = self._consumed_error(rewrite, candidates)
         if consumed is not None:
             return consumed
-        smallest = _incoming_size(rewrite)
+        smallest = incoming_size(rewrite)
         mine = [(record, tensor) for record, tensor in group_results(target)
-                if tensor.has_data or tensor.stats.count >= smallest]  # from statistics, a reduced gradient (a
-        # weight's, a bias's) can lose to cancellation what the incoming gradient's noise, unseen, carries
+                if tensor.has_data or tensor.stats.count >= smallest or reduced is not None]  # from statistics, a
+        # reduced gradient (a weight's, a bias's) can lose to cancellation what the incoming gradient carries
         errors = []
         for count in {tensor.stats.count for _, tensor in mine}:
             ours = [(r, t) for r, t in mine if t.stats.count == count]
@@ -372,6 +376,9 @@ class RewriteJudge(MissingJudge):
             # that side's own ops read through views (a per-time-step kernel's slices of a sequence's gradient):
             # each result of the side with fewer is matched to its closest on the other
             pairs = [[self._result_error(r, g, t.slot, u.slot) for g, u in theirs] for r, t in ours]
+            if not ours[0][1].has_data and count < smallest:  # (``reduced`` given: beyond its bound, or none)
+                pairs = [[e if e > INTRODUCED_EXCESS * reduced * amplification(rewrite, target, t, u.stats.norm)
+                          else 0.0 for e, (_, u) in zip(row, theirs)] for row, (_, t) in zip(pairs, ours)]
             if len(ours) <= len(theirs):
                 errors.extend(min(row) for row in pairs)
             else:
@@ -490,11 +497,3 @@ class RewriteJudge(MissingJudge):
 
 def _squeezed(shape) -> tuple:
     return tuple(n for n in shape if n != 1)
-
-
-def _incoming_size(rewrite: Rewritten) -> int:
-    """How many values the gradient a rewritten backward group reads holds (0 when unknown)."""
-    try:
-        return rewrite.target_first.tensor(rewrite.target_slot).stats.count if rewrite.target_first else 0
-    except KeyError:
-        return 0
