@@ -33,6 +33,7 @@ from precision_tool.analysis.attribution import input_sensitivity, makes_nan_hid
 from precision_tool.analysis.errors import (coarsest_compute, noise_floor, split_error, starts_nonfinite,
                                            stats_only, stats_sensitivity, stats_split)
 from precision_tool.analysis.missing import MissingJudge
+from precision_tool.analysis.inserted import scaled_gradient
 from precision_tool.analysis.omissions import fewer_updates, module_narrower_than_declared
 from precision_tool.analysis.overflow import overflow_entry
 from precision_tool.analysis.replay import is_float
@@ -74,7 +75,8 @@ class RewriteJudge(MissingJudge):
 
     def _judge_rewrite(self, rewrite: Rewritten) -> Verdict | None:
         record = rewrite.target_record
-        verdict = unequal_draws(rewrite)  # dropout on in one run only
+        verdict = unequal_draws(rewrite) or scaled_gradient(  # dropout on in one run only; a gradient scaled
+            rewrite, self._members(rewrite), lambda: loss_scale_ratios(self.golden, self.target))  # inserted
         if verdict is not None:
             return verdict
         if rewrite.direction == "backward":
@@ -487,8 +489,6 @@ class RewriteJudge(MissingJudge):
                 if lost is not None and lost >= SIGNIFICANT_ERROR:
                     return record, "underflow", lost
         return None
-
-    # -- backward groups that compute fewer gradients, modules whose backward is missing -----------------
 
     def _golden_group(self, rewrite: Rewritten) -> list[OpRecord]:
         return [r for r in self.golden_records if r.direction == rewrite.direction and not r.is_module
