@@ -28,7 +28,7 @@ from precision_tool.analysis.grid import extremes_grid, narrower_grid
 from precision_tool.analysis.omissions import changed_leaf
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
-from precision_tool.analysis.structure import module_path
+from precision_tool.analysis.structure import fingerprint, module_path
 from precision_tool.compare.judged import NEAR_ZERO_RATIO, input_scale
 from precision_tool.defaults import INTRODUCED_EXCESS
 from precision_tool.dump.records import OpRecord
@@ -56,7 +56,44 @@ def leaf_verdict(scan, record: OpRecord) -> Verdict | None:
             return verdict
     errors = [(slot, e.error) for slot, e in measured
               if e.error > INTRODUCED_EXCESS * rounding_error(view.get(slot), record.tensor(slot).dtype)]
-    return changed_leaf(record, partner, scan.consumers["any"], errors, scan.golden)
+    exact = frozenset(slot for slot, e in measured if e.error > 0.0 and _unlike_golden(scan, record, view, slot))
+    return changed_leaf(record, partner, scan.consumers["any"], errors, scan.golden, exact)
+
+
+def _unlike_golden(scan, record: OpRecord, view: GoldenView, slot: str) -> bool:
+    """From statistics, in a float32 run: whether ``record``'s input ``slot``, float32 in both runs, holds other
+    values than golden's (another smallest or largest value, or a sum or norm apart beyond what summing the same
+    values in another order moves) while every op of the step before it wrote golden's values to the last bit:
+    nothing rounded upstream that a slice of a written tensor could carry (one row of a word embedding drawn
+    otherwise moves its statistics 1e-3, under what counts where values are compared)."""
+    tensor, golden = record.tensor(slot), view.statistics(slot)
+    if not scan._float32 or tensor.has_data or golden is None or tensor.dtype != "float32" or \
+            golden.dtype != "float32" or tensor.stats.count != golden.stats.count or not _exact_before(scan, record):
+        return False
+    a, b = tensor.stats, golden.stats
+    if a.min != b.min or a.max != b.max:
+        return True
+    apart = 1e-10 * max(a.norm, b.norm) * math.sqrt(max(a.count, 1))
+    return abs(a.mean * a.count - b.mean * b.count) > apart or abs(a.norm - b.norm) > 1e-10 * max(a.norm, b.norm)
+
+
+def _exact_before(scan, record: OpRecord) -> bool:
+    """Whether every op of ``record``'s step before it has a golden partner whose outputs' statistics are its own
+    to the last bit (computed once a step)."""
+    cached = scan.__dict__.setdefault("_first_inexact", {})
+    if record.step not in cached:
+        first = None
+        for other in scan.step_records:
+            if other.is_module or other.direction != "forward":
+                continue
+            partner = scan._golden_of(other)
+            theirs = {t.slot: fingerprint(t) for t in partner.outputs} if partner is not None else {}
+            if partner is None or any(theirs.get(t.slot) != fingerprint(t) for t in other.outputs if t.stats.count):
+                first = other.exec_index
+                break
+        cached[record.step] = first
+    first = cached[record.step]
+    return first is None or first >= record.exec_index
 
 
 def rounded_leaf(scan, record: OpRecord, partner: OpRecord, view: GoldenView, slots: list[str]) \

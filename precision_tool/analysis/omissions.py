@@ -90,17 +90,20 @@ def fewer_updates(name: str, golden_group: list[OpRecord], target_group: list[Op
 
 
 def changed_leaf(record: OpRecord, partner: OpRecord | None, golden_writers: Consumers, slot_errors,
-                 golden_dump=None) -> Verdict | None:
+                 golden_dump=None, exact: frozenset = frozenset()) -> Verdict | None:
     """kernel_bug where the forward ``record`` reads, in a slot golden's ``partner`` reads a value no op of the
     step wrote, a value SIGNIFICANT_ERROR from golden's. ``slot_errors``: (slot, error) of the record's inputs;
     ``golden_writers``: golden's ops of the step in every direction (the training loop's ops after backward read
     gradients a backward op wrote). Only meaningful at the first step, where both runs start from the same
     parameters and data. A value no statistics match may still be part of one an op wrote (a slice of the
-    logits, of a query's heads): with ``golden_dump``'s values such a slice is told (`_part_of_written`)."""
+    logits, of a query's heads): with ``golden_dump``'s values such a slice is told (`_part_of_written`).
+    ``exact``: slots whose statistics show other values than golden's where nothing upstream rounded
+    (`leaves._unlike_golden`), changed whatever their lower bound."""
     if partner is None or partner.type != record.type or record.direction != "forward":
         return None
     golden_inputs = _float_slots(partner.inputs)
-    changed = [(slot, error) for slot, error in slot_errors if slot in golden_inputs and error >= SIGNIFICANT_ERROR
+    changed = [(slot, error) for slot, error in slot_errors if slot in golden_inputs
+               and (error >= SIGNIFICANT_ERROR or slot in exact)
                and golden_writers.producer(partner, slot) is None
                and not _part_of_written(partner, slot, golden_writers, golden_dump)
                and not _returned_by_a_call(partner, slot, golden_dump)]
@@ -109,7 +112,10 @@ def changed_leaf(record: OpRecord, partner: OpRecord | None, golden_writers: Con
     slot, error = changed[0]
     evidence = [f"{record.name} ({record.type}) reads {slot}, a value no op of step {record.step} wrote (a "
                 f"parameter, buffer or the data), {error:.3g} from golden's, while the step's first ops read the "
-                "same weights and data as golden's"]
+                "same weights and data as golden's" if error >= SIGNIFICANT_ERROR else
+                f"{record.name} ({record.type}) reads {slot}, a value no op of step {record.step} wrote (a "
+                f"parameter, buffer or the data), at least {error:.3g} from golden's: its statistics are not "
+                "golden's, while every op before it in the step wrote golden's values to the last bit"]
     try:
         mine = fingerprint(record.tensor(slot))
     except KeyError:
