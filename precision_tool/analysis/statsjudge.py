@@ -156,7 +156,8 @@ def _written_between(scan, record: OpRecord, a: Attribution, update: bool = Fals
     division). Both sides of that comparison are one value's statistics: a cast between them rounds it, and
     rounding shows in statistics at the second order. ``update``: an optimizer's op, whose output (a parameter
     a small step moves) departs by less than the gradient it reads: asked whatever its output does."""
-    floor = max(noise_floor(output_dtype(record)), SIGNIFICANT_ERROR)
+    floor = max(noise_floor(output_dtype(record)), SIGNIFICANT_ERROR) if not scan._float32 else \
+        noise_floor("float32")  # (no rounding in a float32 run to hide a change: noise added to a gradient)
     if a.observed < floor and not update or a.inherited < floor:  # as for full dumps, an op whose output departs
         return None  # (a loss scaled by the target alone departs; the ones_like that reads it writes golden's seed)
     found = scan.departures.floating(record, scan.views.get(id(record)) or GoldenView(scan.golden, []), floor)
