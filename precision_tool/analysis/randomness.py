@@ -167,14 +167,30 @@ def unequal_draws(rewrite) -> Verdict | None:
     in the other: dropout on in one, off in the other (a module left in training mode, another probability).
     Named there as an argument called differently is, not as an implementation to check."""
     record = rewrite.target_record
-    if rewrite.direction != "forward" or record is None:
+    if rewrite.direction not in ("forward", "backward") or record is None:
         return None
     golden = [t for t in rewrite.golden_ops if is_random_draw(t)]
     target = [t for t in rewrite.target_ops if is_random_draw(t)]
     if bool(golden) == bool(target):
         return None
     ops = ", ".join(dict.fromkeys(t.removeprefix("aten.") for t in target or golden))
+    if rewrite.direction == "backward":
+        return _drawn_in_backward(rewrite, record, ops, bool(target))
     return _one_side_draws(record, bool(target), f"({ops}): {rewrite.describe()}", rewrite.name)
+
+
+def _drawn_in_backward(rewrite, record: OpRecord, ops: str, target_draws: bool) -> Verdict | None:
+    """kernel_bug at a module whose backward draws random values in one run only (noise a gradient hook mixes into
+    the gradient), from statistics, which show noise at the second order only; full dumps compare its values."""
+    if any(t.has_data for t in record.tensors) or not any(t.stats.count for t in record.tensors):
+        return None
+    drawing, other = ("the target's", "golden's") if target_draws else ("golden's", "the target's")
+    evidence = (f"in backward of {rewrite.name}, {rewrite.describe()}",
+                f"{drawing} backward draws random values ({ops}) where {other} draws none: noise mixed into the "
+                "gradient (a gradient hook that adds noise, a stochastic backward written by hand)")
+    return Verdict(rewrite.name, "kernel_bug", record.step, "backward", record.type, evidence,
+                   f"check the hooks and custom backward of {rewrite.name} in {drawing} run: golden's gradient there "
+                   "is deterministic", module=rewrite.name)
 
 
 def _one_side_draws(record: OpRecord, target_draws: bool, how: str, name: str | None = None) -> Verdict:
