@@ -1,6 +1,6 @@
 """A gradient scaled by an op the target's backward inserts into a group golden runs too, from statistics.
 
-A rewritten backward group (`structure.Rewritten`) whose target runs an op golden's sequence lacks, that
+A rewritten backward group (`structure.Rewritten`) whose target runs golden's ops and, besides, an op that
 writes its one float input times a constant (every statistic scaled alike: sum, norm, and the extremes), changes
 the gradient by that factor where golden changes nothing: a custom autograd Function or a hook that scales what
 flows back (5 % through a ResNet's activation under bfloat16). From statistics the group's results are judged
@@ -31,6 +31,8 @@ def scaled_gradient(rewrite, members: list[OpRecord], scale_ratios: Callable[[],
     if rewrite.direction != "backward" or not members or any(t.has_data for r in members for t in r.tensors):
         return None
     extra = {t: rewrite.target_ops.count(t) - rewrite.golden_ops.count(t) for t in set(rewrite.target_ops)}
+    if not rewrite.golden_ops or any(n > 0 and t not in _SCALING and not is_copy(t) for t, n in extra.items()):
+        return None  # (another implementation of golden's ops, not golden's with a scaling inserted)
     written = {}  # fingerprint -> the group's op that wrote it
     for record in members:
         scaling = record.type in _SCALING and extra.get(record.type, 0) > 0 and \
@@ -58,7 +60,8 @@ def scaled_gradient(rewrite, members: list[OpRecord], scale_ratios: Callable[[],
 
 def _from_outside(record: OpRecord, written: dict) -> bool:
     """Whether the op's full-size float input comes from outside the group (through the group's casts and
-    copies), as the gradient the group reads does."""
+    copies), as the gradient the group reads does (golden's sequence with scalings inserted reads nothing else
+    from outside but what forward saved, which a scaling inserted before golden's ops does not read)."""
     full = [t for t in record.inputs if is_float(t.dtype) and t.stats.count > 1]
     if len(full) != 1:
         return False

@@ -398,7 +398,7 @@ def fit(path: Path, model, optimizer, loss_of, batches, mode: str = "dump", scal
                 ptt.step(loss, scaler.get_scale())
 
 
-def bert_layernorm_by_hand(path: Path, by_hand: bool, steps: int) -> None:
+def bert_layernorm_by_hand(path: Path, by_hand: bool, steps: int, mode: str = "dump") -> None:
     """A float32 BERT trained with SGD and momentum, its layer 1 attention LayerNorm written by hand where
     ``by_hand`` (the same function in other ops)."""
     import transformers as tf
@@ -418,7 +418,7 @@ def bert_layernorm_by_hand(path: Path, by_hand: bool, steps: int) -> None:
     batches = [(torch.randint(3, 64, (3, 10), generator=generator), torch.randint(0, 3, (3,), generator=generator))
                for _ in range(steps)]
     fit(path, model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-        lambda m, b: m(input_ids=b[0], labels=b[1]).loss, batches)
+        lambda m, b: m(input_ids=b[0], labels=b[1]).loss, batches, mode=mode)
 
 
 def judge(case: Case, diagnosis) -> tuple[bool, str]:

@@ -23,3 +23,13 @@ def test_a_gradient_scaled_by_an_inserted_op_is_named_from_statistics(tmp_path, 
     assert verdict.op.endswith(f"{module}/aten.view_0/aten.mul_0") and verdict.module.endswith(module)
     assert verdict.evidence[1] == (f"{verdict.op} (aten.mul), which golden's backward does not run, writes the "
                                    "gradient it reads times 1.05: every statistic of its output is its input's, scaled")
+
+
+def test_a_layernorm_written_by_hand_is_no_gradient_scaled_from_statistics(tmp_path):
+    # its backward runs other ops than golden's native_layer_norm_backward, among them a mul by 2 (the chain rule
+    # through the variance's square): another implementation, not golden's ops with a scaling inserted
+    from tests.realmodels.cases import bert_layernorm_by_hand, diagnosis_of
+
+    bert_layernorm_by_hand(tmp_path / "golden.h5", False, 2, mode="stats")
+    bert_layernorm_by_hand(tmp_path / "target.h5", True, 2, mode="stats")
+    assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict.cls == "none"
