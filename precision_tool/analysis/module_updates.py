@@ -133,8 +133,9 @@ def _agreeing_calls(scan, step: int) -> tuple[int, int] | None:
 
 
 def _same_step(golden, target, step: int) -> tuple[int, int] | None:
-    """(the number of the step's records paired, of those one run records only), where every pair holds the same tensors (dtype, shape and
-    statistics to the last bit) and both dumps hold the same forward calls; else None. A backward call one run
+    """(the number of the step's records paired, of those one run records only), where every pair holds the same
+    tensors (dtype, shape and statistics to the last bit) and both dumps hold the same forward calls; else None.
+    A backward call one run
     records and the other does not is left out: its inputs need no gradient in that run (a layer frozen before
     it), which the scan judged at that step (`missing`), and which the update then shows."""
     pairs = {}

@@ -326,26 +326,6 @@ def introduced_by_group(members: list[OpRecord], golden_members: list[OpRecord],
     return None if worst is None else (worst, exact)
 
 
-def _implementation(ops) -> str:
-    return "fused" if any("_fused_" in op for op in ops) else \
-        "foreach" if any("_foreach_" in op for op in ops) else "for-loop"
-
-
-def unreplayable_update(rewrite) -> str | None:
-    """A note where an optimizer group of a statistics dump updates through another of PyTorch's implementations
-    of an optimizer than golden's (its for-loop, ``_foreach_`` or fused form), else None. Such a group is not
-    judged from statistics: it cannot be replayed on golden's gradients, its results (parameters, moments, step
-    counters in another order) pair with golden's only by size, and Adam's normalised step turns a gradient that
-    is rounding noise (a key projection's bias, zero in exact arithmetic) into a step of full size: a clean
-    float32 target's fused Adam writes parameters 1.2e-5 from golden's for-loop from gradients within 1.8e-7."""
-    golden, target = _implementation(rewrite.golden_ops), _implementation(rewrite.target_ops)
-    if golden == target:
-        return None
-    return (f"{rewrite.name}: the target updates with the {target} implementation, golden with the {golden} one; "
-            "statistics cannot replay it on golden's gradients, so it is not judged (a dump mode run of the "
-            "first step would)")
-
-
 def value_before(record: OpRecord, writers: Consumers, dump) -> np.ndarray | None:
     """What the tensor that the in-place op ``record`` wrote held before its group's first in-place op on it
     wrote it (a parameter before its update), by following ``input_0`` back through the group's in-place ops
