@@ -93,6 +93,14 @@ def target_only_verdict(record: OpRecord, d: Departure, between: list[OpRecord])
     if cast is not None:
         return cast_verdict(record, d, cast)
     writer = d.writer
+    if d.producer is None:  # (`DepartureFinder._rewritten_leaf`)
+        where = module_path(writer.name) or "the training loop"
+        return Verdict(writer.name, "kernel_bug", writer.step, writer.direction, writer.type, (
+            f"{record.name} ({record.type}) reads {d.slot} {d.error:.3g} from golden, where golden's step reads it "
+            "as none of its ops wrote it (a parameter as the last update left it, a buffer, the data)",
+            f"{writer.name} ({writer.type}), an op golden does not run, wrote it in the target's step"),
+            f"the target changes what {record.name} reads as {d.slot} outside golden's ops (a second update by "
+            f"hand, a write after optimizer.step()): check {where}", module=module_path(writer.name))
     shown = ", ".join(r.name for r in between[:_LISTED]) + (" ..." if len(between) > _LISTED else "")
     evidence = (f"{record.name} ({record.type}) reads {d.slot} {d.error:.3g} from golden, while "
                 f"{d.producer.name}, which wrote that value in golden, matches golden within {d.producer_error:.3g}",

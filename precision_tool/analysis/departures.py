@@ -27,15 +27,12 @@ change happen *between* paired ops and so escape it:
   that are not recorded). Rounding moves a near tie either way; the ops that
   follow compute on other data, not wrongly, and the flip is only noted.
 
-A departure counts only when it is beyond what the input's dtype explains
-(`noise_floor`) and INTRODUCED_EXCESS times the error of its writer: the
-casts autocast inserts round a value, they never move it that far. Or, for a
-target-only op that computes, when the change it made, in quadrature beyond
-its writer's error, exceeds REWRITE_UNITS units of the coarser of the
-value's format and its writer's (one rounding adds one unit): a hook's 1 %
-noise on a float16 gradient that already carries 0.18 %. In a run with loss
-scaling, ops only the target runs that only scale a value by a power of two
-(a GradScaler unscaling gradients) are walked past to the op that changed it.
+A departure counts only when it is beyond what the input's dtype explains (`noise_floor`) and INTRODUCED_EXCESS
+times the error of its writer: the casts autocast inserts round a value, they never move it that far. Or, for a
+target-only op that computes, when the change it made, in quadrature beyond its writer's error, exceeds
+REWRITE_UNITS units of the coarser of the value's format and its writer's (one rounding adds one unit): a hook's 1 %
+noise on a float16 gradient that already carries 0.18 %. In a run with loss scaling, ops only the target runs that
+only scale a value by a power of two (a GradScaler unscaling gradients) are walked past to the op that changed it.
 """
 
 from __future__ import annotations
@@ -46,7 +43,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from precision_tool.analysis.attribution import GoldenView, pair_errors
-from precision_tool.analysis.errors import exact_cast, noise_floor, split_error, stats_split
+from precision_tool.analysis.errors import differing_count as _differing, exact_cast, noise_floor, split_error, \
+    stats_split
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
 from precision_tool.analysis.structure import Consumers, fingerprint, is_copy, module_path
@@ -213,6 +211,10 @@ class DepartureFinder:
             written = self._golden_writer(golden_record, golden_tensor) if golden_tensor is not None else None
             producer = self.target_of(written[0]) if written is not None else None
             if producer is None:
+                leaf = self._rewritten_leaf(record, slot, error.error, golden_tensor.dtype) if written is None \
+                    and golden_tensor is not None else None  # (golden's step reads what none of its ops wrote)
+                if leaf is not None:
+                    return leaf
                 skipped = self._skipped(record, slot, error.error, written[0]) if written is not None else None
                 if skipped is not None:
                     return replace(skipped, golden_dtype=golden_tensor.dtype)
@@ -228,6 +230,15 @@ class DepartureFinder:
                     error.error, producer_error, record.tensor(slot).dtype, *(t.dtype for t in producer.outputs))):
                 return Departure(slot, error.error, 0, 0, producer, producer_error, writer, golden_tensor.dtype)
         return None
+
+    def _rewritten_leaf(self, record: OpRecord, slot: str, error: float, golden_dtype: str) -> Departure | None:
+        """Where golden's step reads as no op of it wrote (a parameter as the update left it) a value an op only the
+        target runs wrote in the step, no copy, beyond REWRITE_UNITS units (a second update by hand); else None."""
+        writer = self.writers()[1].producer(record, slot)
+        if writer is None or self.golden_of(writer) is not None or is_copy(writer.type) or \
+                not _beyond(error, 0.0, record.tensor(slot).dtype, golden_dtype):
+            return None
+        return Departure(slot, error, 0, 0, None, 0.0, writer, golden_dtype)
 
     def _paired(self, writer: OpRecord, golden_reader: OpRecord) -> bool:
         """Whether ``writer`` has a golden partner that could have written what ``golden_reader`` reads: one that
@@ -486,15 +497,3 @@ def _beyond(error: float, writer_error: float, *dtypes: str) -> bool:
     REWRITE_UNITS units of the coarsest of ``dtypes`` (the value's and its writer's outputs'), in quadrature."""
     units = [FORMATS[d].unit_roundoff for d in dtypes if d in FORMATS]
     return bool(units) and math.sqrt(max(error ** 2 - writer_error ** 2, 0.0)) >= REWRITE_UNITS * max(units)
-
-
-def _differing(target, golden) -> tuple[int, int]:
-    """(elements of ``target`` that differ from ``golden``, its size); a shape mismatch differs everywhere, but
-    where one broadcasts to the other (position ids given as (batch, length), golden's (1, length))."""
-    from precision_tool.analysis.errors import broadcast_pair
-
-    t, g = broadcast_pair(np.asarray(target), np.asarray(golden))
-    t, g = np.ravel(t), np.ravel(g)
-    if t.size != g.size:
-        return max(t.size, g.size, 1), max(t.size, g.size, 1)
-    return int(np.count_nonzero(t != g)), int(t.size)

@@ -366,3 +366,13 @@ def stats_sensitivity(record: OpRecord) -> float | None:
     if fmt is None or not rms or not out or not out[0] > 0.0:
         return None
     return fmt.unit_roundoff * sum(rms) / out[0]
+
+
+def differing_count(target, golden) -> tuple[int, int]:
+    """(elements of ``target`` that differ from ``golden``, its size); a shape mismatch differs everywhere, but
+    where one broadcasts to the other (position ids given as (batch, length), golden's (1, length))."""
+    t, g = broadcast_pair(np.asarray(target), np.asarray(golden))
+    t, g = np.ravel(t), np.ravel(g)
+    if t.size != g.size:
+        return max(t.size, g.size, 1), max(t.size, g.size, 1)
+    return int(np.count_nonzero(t != g)), int(t.size)
