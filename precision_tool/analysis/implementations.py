@@ -18,6 +18,18 @@ def _implementation(ops) -> str:
         "foreach" if any("_foreach_" in op for op in ops) else "for-loop"
 
 
+def unjudged_update(rewrite, members: list[OpRecord], golden_members: list[OpRecord], target_dump,
+                    statistics: bool) -> str | None:
+    """A note where an optimizer group that runs other ops than golden's is not judged, else None: a step whose
+    update the target's loss scaler skipped (a fused optimizer runs its kernel, which leaves the parameters as
+    they were), and from ``statistics``, `unreplayable_update`."""
+    step = members[0].step if members else None
+    if any(s.step == step and s.skipped for s in target_dump.steps()):
+        return (f"{rewrite.name}: the target's loss scaler skipped the update of step {step} (inf or NaN "
+                "gradients); a fused optimizer's kernel ran and left the parameters as they were")
+    return unreplayable_update(rewrite, members, golden_members) if statistics else None
+
+
 def unreplayable_update(rewrite, members: list[OpRecord] = (), golden_members: list[OpRecord] = ()) \
         -> str | None:
     """A note where an optimizer group of a statistics dump updates through another of PyTorch's implementations

@@ -41,7 +41,7 @@ from precision_tool.analysis.randomness import unequal_draws
 from precision_tool.analysis.reductions import amplification, incoming_size
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.scaling import loss_scale_ratios
-from precision_tool.analysis.implementations import unreplayable_update
+from precision_tool.analysis.implementations import unjudged_update
 from precision_tool.analysis.updates import (backward_departs, introduced_by_group, module_on_golden_inputs,
                                              permuted, relaid)
 from precision_tool.analysis.structure import (Consumers, Rewritten, fingerprint, forward_writers, group_results,
@@ -91,7 +91,7 @@ class RewriteJudge(MissingJudge):
             verdict = fewer_updates(rewrite.name, self._golden_group(rewrite), members)
             if verdict is not None:
                 return verdict
-            unjudged = stats_only(record) and unreplayable_update(rewrite, members, self._golden_group(rewrite)) or None
+            unjudged = unjudged_update(rewrite, members, self._golden_group(rewrite), self.target, stats_only(record))
             if rewrite.name in self._reproduced_updates() or unjudged:  # (the same implementation computed
                 self._note(unjudged)  # golden's update on golden's inputs at an earlier step)
                 return None

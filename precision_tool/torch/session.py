@@ -284,7 +284,10 @@ class Session:
                 gc.unfreeze()
 
     def _optimizer_begins(self, optimizer, args, kwargs) -> None:
-        self.optimizer, self.stepped = optimizer, True
+        found_inf = getattr(optimizer, "found_inf", None)  # a GradScaler's hand-off to a fused optimizer, which
+        # skips a step with inf/NaN gradients inside its kernel: the step is skipped as where the scaler skips it
+        self.optimizer, self.stepped = optimizer, self.stepped or not (
+            isinstance(found_inf, torch.Tensor) and found_inf.numel() == 1 and bool(found_inf.item()))
         # another optimizer's step (or the same one's again) before any op of the next iteration: the iteration
         # goes on, one step (two optimizers, one per part of the model; a scaler's step after a plain one)
         self.pending_boundary = False

@@ -17,15 +17,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.filterwarnings("i
 
 
 def _train(path, mode: str, target: bool, float16: bool = True, unscale: bool = True, lr: float = 1e-3,
-           fused: bool = False) -> None:
+           fused: bool = False, sgd: bool = False, scale: float = 4096.0, steps: int = 2) -> None:
     import precision_tool.torch as ptt
 
     model = tiny_gpt2()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01,
-                                  fused=True if target or fused else None)
-    scaler = torch.amp.GradScaler("cpu", init_scale=4096.0) if target and float16 else None
+    fused = True if target or fused else None
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, fused=fused) if sgd else \
+        torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, fused=fused)
+    scaler = torch.amp.GradScaler("cpu", init_scale=scale) if target and float16 else None
     with ptt.dump(path, mode=mode):
-        for ids in token_batches(2):
+        for ids in token_batches(steps):
             optimizer.zero_grad()
             with torch.autocast("cpu", dtype=torch.float16, enabled=target and float16):
                 loss = model(input_ids=ids, labels=ids).loss
@@ -80,3 +81,27 @@ def test_fused_adam_in_both_runs_the_target_with_a_scaler_is_clean(tmp_path, mod
     if mode == "stats":
         assert ("optimizer/AdamW: the target's update runs ops golden's does not on its step counters only "
                 "(_foreach_sub_: a GradScaler's fused step); the update itself runs golden's ops") in diagnosis.notes
+
+
+@pytest.mark.parametrize("mode", ["dump", "stats"])
+def test_fused_sgd_in_both_runs_is_not_called_differently_for_the_scalers_found_inf(tmp_path, mode):
+    # (the target's GradScaler hands the kernel found_inf; golden's run has no scaler: "kwargs.found_inf: not
+    # given in golden, a tensor in target" was a kernel_bug at _fused_sgd_)
+    _train(tmp_path / "golden.h5", mode, target=False, sgd=True)
+    _train(tmp_path / "target.h5", mode, target=True, sgd=True)
+    assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict.cls == "none"
+
+
+def test_a_step_a_fused_optimizer_skips_for_the_scaler_is_a_skipped_step(tmp_path):
+    # a loss scale of 2**24 overflows float16 at the first step: the scaler hands the fused kernel found_inf and
+    # the kernel leaves the parameters as they were; the dump marked the step as updated, and the overflow was
+    # named as unhandled ("no update was skipped")
+    from precision_tool.dump.reader import open_dump
+
+    _train(tmp_path / "golden.h5", "dump", target=False, fused=True, steps=3)
+    _train(tmp_path / "target.h5", "dump", target=True, scale=2.0 ** 24, steps=3)
+    with open_dump(tmp_path / "target.h5") as dump:
+        steps = dump.steps()
+    assert steps[0].skipped  # (and each later step whose scale the scaler halved again)
+    assert [s.skipped for s in steps[:-1]] == [b.loss_scale < a.loss_scale for a, b in zip(steps, steps[1:])]
+    assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict.cls == "none"
