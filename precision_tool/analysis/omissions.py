@@ -275,10 +275,13 @@ def narrower_than_declared(record: OpRecord, partner: OpRecord | None, observed:
     from precision_tool.analysis.errors import noise_floor
     from precision_tool.analysis.structure import is_copy
 
+    policy = declared in _LOW and record.type in AUTOCAST_FLOAT32  # autocast computes a loss in float32
     if partner is None or record.direction != "forward" or is_copy(record.type) or record.compute_dtype not in _LOW \
-            or not _coarser(record.compute_dtype, declared) or partner.compute_dtype in _LOW \
+            or not (policy or _coarser(record.compute_dtype, declared)) or partner.compute_dtype in _LOW \
             or observed < noise_floor("float32"):
         return None
+    if policy:
+        return _loss_in_16_bits(record, partner, observed, declared)
     run = "declares float32 throughout" if declared == "float32" else f"runs under {declared} autocast"
     evidence = (f"the target {run}, yet {record.name} ({record.type}) computes in "
                 f"{record.compute_dtype}; golden computes it in {partner.compute_dtype}",
@@ -289,6 +292,27 @@ def narrower_than_declared(record: OpRecord, partner: OpRecord | None, observed:
              "whole target under autocast" if declared == "float32" else \
              f"let autocast choose {where}'s format (float32 or {declared}): remove the .to({record.compute_dtype}) " \
              "on the module or on its input"
+    return Verdict(record.name, "precision_loss", record.step, "forward", record.type, evidence, action,
+                   module=module_path(record.name))
+
+
+# losses autocast computes in float32 on every device (its float32 lists, CPU and CUDA): one computed in 16 bits
+# in an autocast run was computed outside autocast's reach, on 16-bit values (a loss taken after the autocast
+# block on its float16 logits, or with autocast disabled around it)
+AUTOCAST_FLOAT32 = frozenset(f"aten.{name}" for name in """
+nll_loss nll_loss_forward nll_loss2d_forward nll_loss_nd cross_entropy_loss mse_loss l1_loss smooth_l1_loss
+huber_loss kl_div binary_cross_entropy binary_cross_entropy_with_logits soft_margin_loss multi_margin_loss
+multilabel_margin_loss_forward poisson_nll_loss margin_ranking_loss hinge_embedding_loss cosine_embedding_loss
+triplet_margin_loss""".split())
+
+
+def _loss_in_16_bits(record: OpRecord, partner: OpRecord, observed: float, declared: str) -> Verdict:
+    evidence = (f"{record.name} ({record.type}) computes in {record.compute_dtype}, where autocast computes a loss "
+                f"in float32 (golden computes it in {partner.compute_dtype}): the target took it outside autocast, "
+                f"on {record.compute_dtype} values",
+                f"its output is {observed:.3g} from golden's, the loss rounded to {record.compute_dtype} with it")
+    action = (f"compute the loss inside the autocast block, or on float32 values (logits.float()), as autocast "
+              f"computes it under {declared} autocast")
     return Verdict(record.name, "precision_loss", record.step, "forward", record.type, evidence, action,
                    module=module_path(record.name))
 
