@@ -62,7 +62,9 @@ def cast_verdict(record: OpRecord, d: Departure, cast: OpRecord) -> Verdict:
     evidence = (f"{cast.name} ({cast.type}), a cast golden does not run, rounds the value to {dtype}; golden "
                 f"keeps it in {d.golden_dtype}",
                 f"{record.name} ({record.type}) reads it {d.error:.3g} from golden, while {d.producer.name}, which "
-                f"wrote it in golden, matches golden within {d.producer_error:.3g}")
+                f"wrote it in golden, matches golden within {d.producer_error:.3g}" if d.producer is not None else
+                f"{record.name} ({record.type}) reads it {d.error:.3g} from golden, where golden's step reads it as "
+                "none of its ops wrote it (a state carried from the step before, a parameter)")
     action = (f"keep {where} in {d.golden_dtype}: remove the cast to {dtype} there (a stray .half() or "
               f".to({dtype}), an autocast region), or compute it in {d.golden_dtype} on purpose")
     return Verdict(cast.name, "precision_loss", cast.step, cast.direction, cast.type, evidence, action,

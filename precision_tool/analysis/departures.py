@@ -233,10 +233,11 @@ class DepartureFinder:
 
     def _rewritten_leaf(self, record: OpRecord, slot: str, error: float, golden_dtype: str) -> Departure | None:
         """Where golden's step reads as no op of it wrote (a parameter as the update left it) a value an op only the
-        target runs wrote in the step, no copy, beyond REWRITE_UNITS units (a second update by hand); else None."""
+        target runs wrote in the step, beyond REWRITE_UNITS units (a second update by hand, a round trip through
+        a narrower format: `narrowing_cast`); else None."""
         writer = self.writers()[1].producer(record, slot)
-        if writer is None or self.golden_of(writer) is not None or is_copy(writer.type) or \
-                not _beyond(error, 0.0, record.tensor(slot).dtype, golden_dtype):
+        if writer is None or self.golden_of(writer) is not None or \
+                not _beyond(error, 0.0, record.tensor(slot).dtype, golden_dtype):  # (a copy rounds: 1 unit)
             return None
         return Departure(slot, error, 0, 0, None, 0.0, writer, golden_dtype)
 
@@ -485,10 +486,9 @@ class DepartureFinder:
     def target_only_between(self, d: Departure, reader: OpRecord) -> list[OpRecord]:
         """The target's ops without a golden partner that ran between ``d``'s producer and ``reader``, in its
         writer's module path: the hand-written step that changed the value."""
-        if d.producer is None:
-            return []
+        start = d.producer.exec_index if d.producer is not None else -1  # (none: a value golden reads as a leaf)
         where = module_path(d.writer.name)
-        return [r for r in self._target_records if d.producer.exec_index < r.exec_index < reader.exec_index
+        return [r for r in self._target_records if start < r.exec_index < reader.exec_index
                 and not r.is_module and module_path(r.name) == where and self.golden_of(r) is None]
 
 

@@ -296,6 +296,20 @@ def narrower_than_declared(record: OpRecord, partner: OpRecord | None, observed:
                    module=module_path(record.name))
 
 
+def _carried(record: OpRecord, readers) -> bool:
+    """Whether no op of the step but casts and copies reads what ``record`` wrote, following them."""
+    from precision_tool.analysis.structure import is_copy
+
+    frontier, seen = [record], 0
+    while frontier and seen < 16:
+        current, seen = frontier.pop(), seen + 1
+        for reader in readers.of(current):
+            if not is_copy(reader.type):
+                return False
+            frontier.append(reader)
+    return True
+
+
 # losses autocast computes in float32 on every device (its float32 lists, CPU and CUDA): one computed in 16 bits
 # in an autocast run was computed outside autocast's reach, on 16-bit values (a loss taken after the autocast
 # block on its float16 logits, or with autocast disabled around it)
@@ -317,14 +331,18 @@ def _loss_in_16_bits(record: OpRecord, partner: OpRecord, observed: float, decla
                    module=module_path(record.name))
 
 
-def stray_cast(record: OpRecord, partner: OpRecord | None, loss_departs: bool) -> Verdict | None:
-    """From statistics, in a run that declares float32 throughout: precision_loss at a forward cast that rounds a
+def stray_cast(record: OpRecord, partner: OpRecord | None, loss_departs: bool, readers=None) -> Verdict | None:
+    """In a run that declares float32 throughout: precision_loss at a forward cast that rounds a
     float32 value to a 16-bit format where golden's run holds it in float32 (no golden op pairs with it, or
     golden's writes float32), the step's loss departing from golden's (``loss_departs``). A round trip moves
     values by up to a unit of that format, which statistics hardly show; the format itself is the evidence, which
-    full dumps read from the values (`departure_verdicts.narrowing_cast`)."""
+    full dumps read from the values where the step reads them (`departure_verdicts.narrowing_cast`), and from the
+    format too where a later step does (an LSTM's state carried through bfloat16): with ``readers`` (the step's
+    `Consumers`, for full dumps), only a cast whose value no op of the step but casts and copies reads."""
     from precision_tool.analysis.structure import is_copy
 
+    if readers is not None and not _carried(record, readers):
+        return None
     narrowed = [t.dtype for t in record.outputs if t.dtype in _LOW and t.stats.count]
     if record.direction != "forward" or not loss_departs or not is_copy(record.type) or not narrowed or \
             not any(t.dtype == "float32" and t.stats.count for t in record.inputs) or \
@@ -332,8 +350,9 @@ def stray_cast(record: OpRecord, partner: OpRecord | None, loss_departs: bool) -
         return None
     evidence = (f"the target declares float32 throughout, yet {record.name} ({record.type}) casts a float32 value "
                 f"to {narrowed[0]}, which golden holds in float32",
-                "from statistics only, which a round trip through a narrower format hardly moves; the step's loss "
-                "departs from golden's: the first op of the target that rounds to a format the run does not declare")
+                ("from statistics only, which a round trip through a narrower format hardly moves; " if
+                 not any(t.has_data for t in record.outputs) else "") + "the step's loss departs from golden's: the "
+                "first op of the target that rounds to a format the run does not declare")
     return Verdict(record.name, "precision_loss", record.step, "forward", record.type, evidence,
                    f"keep {module_path(record.name) or 'this value'} in float32 (a .to({narrowed[0]}) or .half() on "
                    "it or on its module); confirm with tensors (`precision-tool zoom`)",

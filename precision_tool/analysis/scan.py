@@ -54,7 +54,8 @@ from precision_tool.analysis.departures import REWRITE_UNITS, DepartureFinder
 from precision_tool.analysis.errors import harm_depth, noise_floor, overflows_here, stats_only
 from precision_tool.analysis.fusion import switch_off_action
 from precision_tool.analysis.leaves import infinities_differ, leaf_verdict, stale_leaf
-from precision_tool.analysis.omissions import declared_format, fewer_gradients, narrower_than_declared
+from precision_tool.analysis.omissions import (declared_format, fewer_gradients, narrower_than_declared,
+                                               stray_cast)
 from precision_tool.analysis.overflow import overflow_entry, starts_here
 from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.randomness import judge_draw
@@ -63,7 +64,7 @@ from precision_tool.analysis.reshaped import another_part
 from precision_tool.analysis.proportional import unexplained_verdict
 from precision_tool.analysis.results import Attribution, OverflowReport, Verdict
 from precision_tool.analysis.modulejudge import judge_module
-from precision_tool.analysis.statsjudge import judge_statistics
+from precision_tool.analysis.statsjudge import judge_statistics, loss_departs
 from precision_tool.analysis.rewrites import RewriteJudge, _fmt, output_dtype, with_module
 from precision_tool.engine.formats import FORMATS
 from precision_tool.analysis.structure import (Consumers, enclosing_module, fingerprint, is_a_loss, missing_backward,
@@ -221,8 +222,6 @@ class Scanner(RewriteJudge):
         # names the op that reads it (`omissions.changed_leaf`)
         return None if agree else differ
 
-    # -- one op ----------------------------------------------------------------------------------
-
     def _attribute(self, record: OpRecord, replay: bool) -> Attribution:
         """The record's attribution; its measured errors are read once per scan and kept (readers are
         measured again by every harm check), the replay added on demand."""
@@ -252,8 +251,10 @@ class Scanner(RewriteJudge):
         if overflows_here(record, a) and not self._inherits_overflow(record, a):
             return self._judge_overflow(record, a)
         if self._declared:
-            verdict = narrower_than_declared(record, self._golden_of(record), a.observed, self._declared)
-            if verdict is not None:
+            verdict = narrower_than_declared(record, self._golden_of(record), a.observed, self._declared) or (
+                stray_cast(record, self._golden_of(record), loss_departs(self), self.departures.writers()[1])
+                if self._float32 else None)
+            if verdict is not None:  # (a round trip whose value a later step reads: an LSTM's carried state)
                 self.result.attributions.append(a)
                 return verdict
         floor = noise_floor(output_dtype(record))

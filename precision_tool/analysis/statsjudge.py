@@ -73,7 +73,7 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
     if scan._declared:  # a 16-bit op in a float32 run (or a bfloat16 op in a float16 autocast run), as for full
         # dumps; a cast to one in a float32 run (no values to judge it by)
         verdict = narrower_than_declared(record, scan._golden_of(record), a.observed, scan._declared) or \
-            (stray_cast(record, scan._golden_of(record), _loss_departs(scan)) if scan._float32 else None)
+            (stray_cast(record, scan._golden_of(record), loss_departs(scan)) if scan._float32 else None)
         if verdict is not None:
             scan.result.attributions.append(a)
             return verdict
@@ -177,7 +177,7 @@ def _same(a, b, exact: bool = True) -> bool:
     return norms and (a.count, a.min, a.max, a.mean, a.nan, a.inf) == (b.count, b.min, b.max, b.mean, b.nan, b.inf)
 
 
-def _loss_departs(scan) -> bool:
+def loss_departs(scan) -> bool:
     """A step's loss departs from golden's beyond float32's noise (16 units): what a value rounded in one step
     does shows in the next one's loss, once an update read it."""
     golden = {s.step: s.loss for s in scan.golden.steps()}
