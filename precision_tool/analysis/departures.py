@@ -1,31 +1,23 @@
 """Inputs that change between the op that writes them and the op that reads them, where no paired op is to blame.
 
-The scan judges each target op against its golden partner. Two kinds of
-change happen *between* paired ops and so escape it:
+The scan judges each target op against its golden partner. Two kinds of change happen *between* paired ops and so
+escape it:
 
-* **Ops only the target runs.** A tensor hook on a gradient, a
-  hand-written step between two library calls: their records have no golden
-  partner, so nothing compares them, and the op reading their result only
-  inherits the error. Seen from that reader, one of its float inputs departs
-  from golden although the op that wrote the value in golden (found by its
-  statistics, across directions: a weight gradient written in backward is
-  read by the optimizer) wrote it in the target too, and matching golden. The
-  change lies between them: in the target-only op that wrote what the reader
-  read. When those ops only cast, and one rounds the value to a narrower
-  format than golden holds it in (a stray ``.half()``), the verdict is
-  **precision_loss** at that cast, not a kernel fault.
-* **Integers.** Ops that compute only in integers (``ids + 1``, a
-  remainder, a clamp of indices) are not recorded, and error is measured on
-  floats. An op whose integer input (embedding indices, gather indices,
-  labels) differs from golden, element for element, while no recorded op
-  explains it (none wrote those integers, or the one that did wrote golden's
-  values), read integers changed before it: its float output departs for
-  that reason alone. Unless a *decision* flipped before it: an earlier op of
-  the step that chose from floats (topk's indices, an argmax, a comparison)
-  chose differently from golden, and what is read after it is chosen from
-  that (a mixture of experts routing tokens by topk, through integer ops
-  that are not recorded). Rounding moves a near tie either way; the ops that
-  follow compute on other data, not wrongly, and the flip is only noted.
+* **Ops only the target runs.** A tensor hook on a gradient, a hand-written step between two library calls: their
+  records have no golden partner, so nothing compares them, and the op reading their result only inherits the error.
+  Seen from that reader, one of its float inputs departs from golden although the op that wrote the value in golden
+  (found by its statistics, across directions: a weight gradient written in backward is read by the optimizer) wrote
+  it in the target too, and matching golden. The change lies between them: in the target-only op that wrote what the
+  reader read. When those ops only cast, and one rounds the value to a narrower format than golden holds it in (a
+  stray ``.half()``), the verdict is **precision_loss** at that cast, not a kernel fault.
+* **Integers.** Ops that compute only in integers (``ids + 1``, a remainder, a clamp of indices) are not recorded,
+  and error is measured on floats. An op whose integer input (embedding indices, gather indices, labels) differs
+  from golden, element for element, while no recorded op explains it (none wrote those integers, or the one that did
+  wrote golden's values), read integers changed before it: its float output departs for that reason alone. Unless a
+  *decision* flipped before it: an earlier op of the step that chose from floats (topk's indices, an argmax, a
+  comparison) chose differently from golden, and what is read after it is chosen from that (a mixture of experts
+  routing tokens by topk, through integer ops that are not recorded). Rounding moves a near tie either way; the ops
+  that follow compute on other data, not wrongly, and the flip is only noted.
 
 A departure counts only when it is beyond what the input's dtype explains (`noise_floor`) and INTRODUCED_EXCESS
 times the error of its writer: the casts autocast inserts round a value, they never move it that far. Or, for a
@@ -211,8 +203,8 @@ class DepartureFinder:
             written = self._golden_writer(golden_record, golden_tensor) if golden_tensor is not None else None
             producer = self.target_of(written[0]) if written is not None else None
             if producer is None:
-                leaf = self._rewritten_leaf(record, slot, error.error, golden_tensor.dtype) if written is None \
-                    and golden_tensor is not None else None  # (golden's step reads what none of its ops wrote)
+                leaf = self._rewritten_leaf(record, slot, error.error, golden_record, golden_tensor) if written \
+                    is None and golden_tensor is not None else None  # (golden's step reads what none of its ops wrote)
                 if leaf is not None:
                     return leaf
                 skipped = self._skipped(record, slot, error.error, written[0]) if written is not None else None
@@ -231,15 +223,22 @@ class DepartureFinder:
                 return Departure(slot, error.error, 0, 0, producer, producer_error, writer, golden_tensor.dtype)
         return None
 
-    def _rewritten_leaf(self, record: OpRecord, slot: str, error: float, golden_dtype: str) -> Departure | None:
+    def _rewritten_leaf(self, record: OpRecord, slot: str, error: float, golden_record, golden) -> Departure | None:
         """Where golden's step reads as no op of it wrote (a parameter as the update left it) a value an op only the
-        target runs wrote in the step, beyond REWRITE_UNITS units (a second update by hand, a round trip through
-        a narrower format: `narrowing_cast`); else None."""
+        target runs (no cast) wrote in the step from one INTRODUCED_EXCESS times closer to golden's (a second
+        update by hand; not the drift of training, which the value carried in already); else None."""
         writer = self.writers()[1].producer(record, slot)
-        if writer is None or self.golden_of(writer) is not None or \
-                not _beyond(error, 0.0, record.tensor(slot).dtype, golden_dtype):  # (a copy rounds: 1 unit)
+        before = next((t for t in writer.inputs if is_float(t.dtype) and t.stats.count == golden.stats.count), None) \
+            if writer is not None and self.golden_of(writer) is None and not is_copy(writer.type) else None
+        if before is None:
             return None
-        return Departure(slot, error, 0, 0, None, 0.0, writer, golden_dtype)
+        carried = split_error(self.target_dump.tensor(writer.step, writer.exec_index, before.slot),
+                              self.golden_dump.tensor(golden_record.step, golden_record.exec_index, slot),
+                              before.dtype).error if before.has_data and golden.has_data else \
+            stats_split(before.stats, golden.stats, before.dtype).error
+        if error <= INTRODUCED_EXCESS * carried or not _beyond(error, carried, record.tensor(slot).dtype, golden.dtype):
+            return None
+        return Departure(slot, error, 0, 0, None, carried, writer, golden.dtype)
 
     def _paired(self, writer: OpRecord, golden_reader: OpRecord) -> bool:
         """Whether ``writer`` has a golden partner that could have written what ``golden_reader`` reads: one that
