@@ -485,6 +485,8 @@ class DepartureFinder:
     def target_only_between(self, d: Departure, reader: OpRecord) -> list[OpRecord]:
         """The target's ops without a golden partner that ran between ``d``'s producer and ``reader``, in its
         writer's module path: the hand-written step that changed the value."""
+        if d.writer is None:  # (a value still carrying the loss scale)
+            return []
         start = d.producer.exec_index if d.producer is not None else -1  # (none: a value golden reads as a leaf)
         where = module_path(d.writer.name)
         return [r for r in self._target_records if start < r.exec_index < reader.exec_index
