@@ -191,8 +191,8 @@ class Scanner(RewriteJudge):
     def leaf_mismatch(self, step: int) -> str | None:
         """Where the two runs already differ before any op: the step's first forward ops, those before the
         first that reads another op's result, read only data and weights; one of them SIGNIFICANT_ERROR
-        from golden means different data, weights or seed, unless another (not constant) is golden's exactly.
-        None when they match."""
+        from golden means different data, weights or seed, unless another (not constant) is golden's exactly
+        (a value an op only the target runs wrote is no leaf there). None when they match."""
         golden = self.golden.ops(step=step, direction="forward")
         producers = Consumers(golden)
         golden_key = _occurrence_keys(golden)
@@ -208,18 +208,18 @@ class Scanner(RewriteJudge):
                 break
             first.append(record)
         views = golden_views(self.golden, first)
-        differ, agree = None, False
+        written, differ, agree = Consumers(target), None, False  # (written by a max_norm's renorm, say)
         for record in first:
             for slot, error in pair_errors(self.golden, self.target, record, views[id(record)], "input"):
-                if error.error >= SIGNIFICANT_ERROR and differ is None:
+                if error.error >= SIGNIFICANT_ERROR and differ is None and written.rewriter(record, slot) is None:
                     differ = (f"the runs differ before any op: {record.name} reads {slot} {error.error:.3g} away "
                               "from golden, data or weights no op produced: different seed, data or model?")
                 stats = record.tensor(slot).stats
                 agree = agree or (error.error == 0.0 and stats.max > stats.min)
         # another seed or other data changes every random tensor the first ops read; where one of them (not a
         # constant: a norm's ones read alike under any seed) is golden's exactly, both runs drew the same and the
-        # tensor that differs was changed on its own (a parameter initialised or loaded differently): the scan
-        # names the op that reads it (`omissions.changed_leaf`)
+        # tensor that differs was changed on its own (a parameter initialised or loaded otherwise): the scan names
+        # the op that reads it (`omissions.changed_leaf`)
         return None if agree else differ
 
     def _attribute(self, record: OpRecord, replay: bool) -> Attribution:

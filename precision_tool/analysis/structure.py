@@ -423,6 +423,15 @@ class Consumers:
         writers = [w for w in self._writers.get(fingerprint(tensor), ()) if w.exec_index < record.exec_index]
         return writers[-1] if writers else None
 
+    def rewriter(self, record: OpRecord, slot: str) -> OpRecord | None:
+        """`producer` of ``record``'s input ``slot`` where it computed the value from a float input as large (an
+        update in place, a renorm), not where it drew or filled it."""
+        writer = self.producer(record, slot)
+        if writer is None:
+            return None
+        count = record.tensor(slot).stats.count
+        return writer if any(is_float(t.dtype) and t.stats.count == count for t in writer.inputs) else None
+
     def written_before(self, record: OpRecord):
         """(writer, output tensor) of every output written before ``record``, the latest first."""
         found = [(writer, tensor) for writers in self._writers.values() for writer in writers

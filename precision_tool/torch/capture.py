@@ -37,8 +37,8 @@ from precision_tool.torch.modules import GradientSummary
 from precision_tool.torch.ops import args_signature, autocast_dtype, flat_tensors
 from precision_tool.torch.session import SESSION, OpCall
 from precision_tool.torch.statscache import TensorStatsCache
-from precision_tool.torch.tensors import (EMPTY_STATS, array_stats, has_nonfinite, logical_dtype,
-                                         stats_of, storage_array, to_numpy)
+from precision_tool.torch.tensors import (EMPTY_STATS, array_stats, has_nonfinite, in_memory, logical_dtype,
+                                         stats_of, storage_array, stored_values, to_numpy)
 
 MODES = ("dump", "stats", "overflow")
 LEVELS = ("op", "module")  # every aten op and module call; module calls only (no op is intercepted)
@@ -230,6 +230,8 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                 inputs.append((EMPTY_STATS, None))
             elif self.mode == "stats":
                 inputs.append((self._stats.get(tensor, dtype), None))
+            elif not in_memory(tensor):  # a sparse gradient: statistics only, in every mode
+                inputs.append((stats_of(tensor, dtype), None))
             elif self.mode == "overflow":  # the values are read only if the op overflows
                 inputs.append((None, to_numpy(tensor, copy=True) if id(tensor) in written else tensor))
             else:  # statistics as every other reader of it records them (bit for bit: the dataflow is followed by
@@ -264,11 +266,14 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             outputs, keys = [], (keys or [None] * len(inputs)) + [None] * len(call.outputs)
             for position, (tensor, dtype) in enumerate(zip(call.outputs, call.output_dtypes), len(inputs)):
                 stats = output_stats(call, inputs, tensor, dtype)
+                if not in_memory(tensor):  # a sparse gradient: statistics only
+                    outputs.append((stats, None))
+                    continue
                 key = keys[position] = _values_key(tensor, dtype, stats)
                 outputs.append((stats, REPEAT if self._writer.holds(key) else storage_array(tensor)))
         else:
             keys = None
-            outputs = [(output_stats(call, inputs, t, d), storage_array(t) if with_data else None)
+            outputs = [(output_stats(call, inputs, t, d), stored_values(t) if with_data else None)
                        for t, d in zip(call.outputs, call.output_dtypes)]
         overflow, inherited = call.overflow, call.inherited
         if overflow is None:
@@ -324,11 +329,14 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                 dtype = logical_dtype(tensor)
                 stats = stats_of(tensor, dtype) if stats_now else self._stats.get(tensor, dtype)
                 entries.append((kind, index, dtype, tuple(tensor.shape), stats))
-                if keys is not None:
+                if keys is not None and in_memory(tensor):
                     keys.append(_values_key(tensor, dtype, stats))
                     arrays.append(REPEAT if self._writer.holds(keys[-1]) else storage_array(tensor))
+                elif keys is not None:
+                    keys.append(None)
+                    arrays.append(None)
                 elif with_data:
-                    arrays.append(storage_array(tensor))
+                    arrays.append(stored_values(tensor))
         self._writer.add_op(exec_index, direction, name, module_type, entries[-1][2], False, False, None,
                             attrs or _MODULE_ATTRS, entries, arrays, keys)
         self._step_ops += 1

@@ -77,6 +77,18 @@ def to_numpy(tensor: torch.Tensor, copy: bool = False) -> np.ndarray:
     return array.copy() if copy else array
 
 
+def in_memory(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s values lie in strided memory the capture reads and stores as they are; a sparse
+    tensor's (an ``nn.Embedding(sparse=True)`` gradient) lie in index and value tensors of its own, and a dump
+    keeps only their statistics (`stats_of`)."""
+    return tensor.layout is _STRIDED and not tensor.is_nested
+
+
+def stored_values(tensor: torch.Tensor) -> np.ndarray | None:
+    """`storage_array` of ``tensor``, or None (statistics only) where its values are not in strided memory."""
+    return storage_array(tensor) if in_memory(tensor) else None
+
+
 def storage_array(tensor: torch.Tensor) -> np.ndarray:
     """The values of ``tensor`` for the dump writer, as it stores them where that needs no conversion: a
     float16 CPU tensor as float16, a bfloat16 one as its bits (uint16), both without a copy; else `to_numpy`.
@@ -195,6 +207,9 @@ def all_finite(tensor: torch.Tensor) -> bool:
     """
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return True
+    if not in_memory(tensor):
+        values = _sparse_values(tensor)
+        return True if values is None else all_finite(values)
     if _native_kind(tensor, FORMATS["float32"]) is not None:  # float32 range check: finite
         address = tensor.data_ptr()
         return _ROUND16(address, address, tensor.numel(), 2)
@@ -216,9 +231,42 @@ def has_nonfinite(tensors) -> bool:
 def stats_of(tensor: torch.Tensor, dtype: str) -> tuple:
     """Statistics of ``tensor``'s values as a `TensorStats` field tuple."""
     if tensor.is_complex() or tensor.layout != torch.strided:
-        return EMPTY_STATS
+        return _sparse_stats(tensor, dtype)
     values = memory_order(tensor)
     return _stats_where_they_lie(values, dtype) or _stats_elsewhere(values, dtype)
+
+
+def _sparse_values(tensor: torch.Tensor) -> torch.Tensor | None:
+    """The stored values of a sparse tensor (COO coalesced: a repeated index is one value, their sum), as a
+    strided tensor; None for other layouts (nested tensors)."""
+    if tensor.layout is torch.sparse_coo:
+        return tensor.detach().coalesce().values()
+    if tensor.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
+        return tensor.detach().values()
+    return None
+
+
+def _sparse_stats(tensor: torch.Tensor, dtype: str) -> tuple:
+    """Statistics of the dense tensor a sparse ``tensor`` stands for: its stored values and the zeros it
+    leaves out, which add to the count, the extremes and the mean's denominator, and to no sum. Computed from
+    the stored values only (a vocabulary's embedding gradient touches a few rows). EMPTY_STATS for complex
+    values and layouts without stored values (nested tensors)."""
+    values = None if tensor.is_complex() else _sparse_values(tensor)
+    if values is None:
+        return EMPTY_STATS
+    stats = stats_of(values, dtype)
+    count, low, high, mean, _, norm, nan, inf, saturated = stats
+    zeros = tensor.numel() - count
+    if zeros <= 0:
+        return stats
+    if not count:
+        low = high = mean = norm = 0.0
+    finite = count - nan - inf  # the sums cover the finite values (`stats._nonfinite_stats`)
+    total = mean * finite if finite else 0.0
+    mean = total / (finite + zeros)
+    variance = max(norm * norm / (finite + zeros) - mean * mean, 0.0)
+    low, high = (min(low, 0.0), max(high, 0.0)) if finite else (0.0, 0.0)
+    return tensor.numel(), low, high, mean, math.sqrt(variance), norm, nan, inf, saturated
 
 
 def _stats_elsewhere(values: torch.Tensor, dtype: str) -> tuple:

@@ -242,3 +242,29 @@ def test_arguments_that_compare_equal_but_encode_differently_have_different_sign
     x = torch.ones(2)
     assert dumps(encode_args((x, one), {})[:2]) != dumps(encode_args((x, other), {})[:2])  # as the dump stores them
     assert args_signature((x, one), {}) != args_signature((x, other), {})
+
+
+def _dense_stats_agree(sparse, dtype="float32"):
+    got, want = stats_of(sparse, dtype), stats_tuple(sparse.to_dense().numpy(), dtype)
+    assert (got[0], got[6], got[7], got[8]) == (want[0], want[6], want[7], want[8])  # count, nan, inf, saturated
+    for a, b in zip(got[1:6], want[1:6]):
+        assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # (sparse invariant checks off; CSR in beta)
+def test_a_sparse_tensor_has_the_statistics_of_the_dense_tensor_it_stands_for():
+    # an nn.Embedding(sparse=True) gradient: a few rows, a repeated index summed, the rest zeros
+    indices = torch.tensor([[0, 3, 3, 7]])
+    values = torch.tensor([[1.0, -2.0], [0.5, 4.0], [0.25, 0.0], [-3.0, 1.5]])
+    sparse = torch.sparse_coo_tensor(indices, values, (10, 2))
+    assert stats_of(sparse, "float32")[:3] == (20, -3.0, 4.0)  # the zeros widen nothing here: min and max stay
+    _dense_stats_agree(sparse)
+    _dense_stats_agree(torch.sparse_coo_tensor(indices, values.abs() + 1, (10, 2)))  # positive: the min is a zero
+    _dense_stats_agree(torch.sparse_coo_tensor(indices, torch.tensor([[1.0, float("nan")], [2.0, float("inf")],
+                                                                       [0.5, 1.0], [1.0, 1.0]]), (10, 2)))
+    _dense_stats_agree(torch.sparse_coo_tensor(torch.zeros((1, 0), dtype=torch.long), torch.zeros((0, 2)), (10, 2)))
+    _dense_stats_agree(torch.sparse_coo_tensor(torch.tensor([[0, 1]]), torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
+                                               (2, 2)))  # every row stored: no zeros
+    _dense_stats_agree(values.to_sparse_csr())
+    assert all_finite(sparse) and not all_finite(torch.sparse_coo_tensor(indices[:, :1], torch.tensor(
+        [[float("inf"), 0.0]]), (10, 2)))
