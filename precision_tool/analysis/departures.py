@@ -384,11 +384,11 @@ class DepartureFinder:
 
     def _skipped(self, record: OpRecord, slot: str, error: float, golden_writer: OpRecord) -> Departure | None:
         """Golden's writer of ``slot`` computes and has no target partner, while the target's value comes from an
-        op paired with an earlier golden op: the target skips a step golden takes (a loss not divided by the
-        micro-batches it accumulates over, say). None otherwise."""
-        if is_copy(golden_writer.type):
-            return None
-        writer = self.writers()[1].producer(record, slot)
+        op paired with an earlier golden op, maybe through casts of the target's own: the target skips a step golden
+        takes (a loss not divided by the micro-batches it accumulates over, say). None otherwise."""
+        writer = None if is_copy(golden_writer.type) else self.writers()[1].producer(record, slot)
+        while writer is not None and is_copy(writer.type) and writer.inputs and self.golden_of(writer) is None:
+            writer = self.writers()[1].producer(writer, writer.inputs[0].slot)
         partner = self.golden_of(writer) if writer is not None else None
         if partner is None or partner.exec_index >= golden_writer.exec_index:
             return None
