@@ -34,7 +34,7 @@ from precision_tool.analysis.notes import precision_notes
 from precision_tool.analysis.overflow import overflow_report
 from precision_tool.analysis.results import Diagnosis, OverflowEntry, OverflowReport, Verdict
 from precision_tool.analysis.scan import Scanner
-from precision_tool.analysis.scaling import first_skipped_update, scaled_past_format
+from precision_tool.analysis.scaling import first_skipped_update, scaled_past_format, unexplained_skip
 from precision_tool.analysis.structure import module_path
 from precision_tool.dump.records import OpRecord, StepRecord
 from precision_tool.defaults import COSINE_THRESHOLD
@@ -268,14 +268,16 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
                      "when the run ends, as expected with a high first scale")
         handled = sorted(set(handled) | set(searching))
     until, skipped = boost_start(golden, target), first_skipped_update(golden, target)
+    unexplained = unexplained_skip(golden, target, skipped) if skipped is not None else None
     if skipped is not None and (until is None or skipped < until):
         until = skipped
-        notes.append(f"the target skipped the optimizer update of step {skipped} (loss scaling): later steps train "
-                     "other weights than golden's and are not scanned")
+        notes.append(f"the target skipped the optimizer update of step {skipped}"
+                     f"{'' if unexplained else ' (loss scaling)'}: later steps train other weights than golden's and "
+                     "are not scanned")
     scan = Scanner(golden, target, overflow_rep, fusion_off, set(handled),
                    lambda entry, record, extra: _overflow_verdict(entry, overflow_rep, record, fusion_off, extra),
                    until_step=until).run()
-    verdict = scan.verdict
+    verdict = scan.verdict if scan.verdict is not None or until != skipped else unexplained
     diagnosis.attributions = scan.attributions
     diagnosis.first_module = (verdict.module if verdict is not None else None) or scan.first_module
     notes.extend(scan.notes)

@@ -143,3 +143,36 @@ def _unscaled_fits(target, entry, ratio: float) -> bool:
     largest = _largest(t for t in record.inputs if is_float(t.dtype))
     return largest > limit and largest / ratio <= limit
 
+
+
+def unexplained_skip(golden, target, step: int):
+    """A `Verdict` where the target ran no op of the update golden ran at ``step`` and nothing says a loss scaler
+    skipped it: the step records no skip and no overflow, and the loss scale does not fall after it. The
+    target's optimizer then updates nothing: its gradients were gone when it stepped (a ``zero_grad()`` between
+    ``backward()`` and ``step()``) or it holds none of the parameters that train (built before adapters or new
+    modules were put in). None otherwise, and for dumps that record only some ops (overflow mode, a zoom
+    region), where missing optimizer ops say nothing."""
+    from precision_tool.analysis.results import Verdict
+    from precision_tool.collect.selection import narrows_ops
+
+    metadata = getattr(target, "metadata", None) or {}
+    if getattr(target, "mode", "") not in ("dump", "stats") or narrows_ops(metadata):
+        return None
+    steps = target.steps()
+    record = next((s for s in steps if s.step == step), None)
+    later = [s.loss_scale for s in steps if s.step > step]
+    if record is None or record.skipped or record.overflow or (later and later[0] < record.loss_scale):
+        return None
+    update = golden.ops(step=step, direction="optimizer")
+    if not update:
+        return None
+    name = update[0].name.rsplit("/", 1)[0]
+    written = sum(1 for r in update for t in r.outputs if t.stats.count > 1)
+    evidence = (f"golden's {name} writes {written} tensor(s) at step {step}; the target's update runs no op there: "
+                "it updates no parameter",
+                f"no loss scaler skipped it: step {step} records no skip and no overflow, and the loss scale does not "
+                "fall after it")
+    return Verdict(name, "kernel_bug", step, "optimizer", update[0].type, evidence,
+                   "check the target's training loop: that its optimizer holds the parameters that train (built after "
+                   "every adapter or new module was put in) and that their gradients are still there when it steps "
+                   "(no zero_grad() between backward() and step())", module=name)

@@ -155,13 +155,12 @@ def rewritten_backward(golden: list[OpRecord], target: list[OpRecord]) -> list[R
     golden_groups = _backward_groups(golden)
     found = []
     writers = None
-    recomputes = _recomputes(target) and not _recomputes(golden)
     for name, group in _backward_groups(target).items():
         partner = golden_groups.get(name)
         if partner is None:
             continue
         g_types, t_types = _compute_types(partner), _compute_types(group)
-        if g_types != t_types and not (recomputes and _placed(g_types) == _placed(t_types)):
+        if g_types != t_types and _placed(g_types) != _placed(t_types):
             if writers is None:
                 writers = tuple(Consumers([r for r in records if r.direction == "backward"])
                                 for records in (golden, target))
