@@ -150,7 +150,7 @@ def as_in_golden(golden, records: list[OpRecord]) -> set[tuple[int, int]]:
 def asked_constants(records: list[OpRecord], shared: set) -> set[tuple[int, int]]:
     """(step, exec index) of the ``records`` (op executions that raised the float status, in execution order)
     that write an infinite constant the model asked for, reading no float tensor (``scalar_tensor(-inf)``,
-    ``full(-inf)``: a mask value), or that inherit their inf/NaN only from such values or from those golden's
+    ``full(-inf)``: a mask value) or filling finite ones (`_FILLS`), or that inherit their inf/NaN only from such values or from those golden's
     ops make too (``shared``), followed by their statistics (`structure.fingerprint`): the mask added to the
     attention scores."""
     own_values: set = set()
@@ -158,7 +158,8 @@ def asked_constants(records: list[OpRecord], shared: set) -> set[tuple[int, int]
     for record in records:
         key = (record.step, record.exec_index)
         reads_float = any(t.stats.count and t.dtype in FORMATS for t in record.inputs)
-        if not reads_float and asks_for_infinity(record.attrs) or _casts_float32_extreme(record):
+        fills = record.type in _FILLS and not any(t.stats.inf or t.stats.nan for t in record.inputs if t.stats.count)
+        if (fills or not reads_float) and asks_for_infinity(record.attrs) or _casts_float32_extreme(record):
             asked.add(key)
         elif record.inherited_nonfinite and key not in shared:
             carried = [t for t in record.inputs if t.stats.count and (t.stats.inf or t.stats.nan or t.stats.saturated)]
@@ -169,6 +170,12 @@ def asked_constants(records: list[OpRecord], shared: set) -> set[tuple[int, int]
             continue
         own_values.update(_values_key(t) for t in record.outputs if t.stats.count)
     return asked
+
+
+# ops that write their value argument where they write (a bool mask turned into an additive one by filling
+# zeros with -inf, as nn.MultiheadAttention does): from finite inputs, the infinities they write are the one asked
+_FILLS = frozenset({"aten.masked_fill", "aten.masked_fill_", "aten.fill", "aten.fill_", "aten.full_like",
+                    "aten.new_full"})
 
 
 def _casts_float32_extreme(record: OpRecord) -> bool:
