@@ -185,6 +185,9 @@ class _Pairing:
         for record in golden_records:
             if not record.is_module:
                 self._by_module.setdefault((record.direction, module_path(record.name)), []).append(record)
+        # golden's widest float format where it holds no value in 16 bits (a float32 run), else None
+        self.golden_float32 = bool(golden_records) and not any(
+            t.dtype in ("float16", "bfloat16") for r in golden_records for t in r.tensors)
 
     def __call__(self, record: OpRecord, slot: str | None = None) -> OpRecord | None:
         partner = self.golden_of(record)
@@ -446,8 +449,8 @@ def _rounded_narrower(record: OpRecord, tensor, golden_of) -> bool:
     bf16 query that no recorded op wrote whole, read by a rotary half), whose rounding a replay on golden's
     inputs must not take in."""
     partner = golden_of(record)
-    if partner is None:
-        return False
+    if partner is None:  # (an op golden does not run: in a float32 golden run, a 16-bit value is the target's)
+        return getattr(golden_of, "golden_float32", False) and tensor.dtype in ("float16", "bfloat16")
     try:
         golden = partner.tensor(tensor.slot)
     except KeyError:
