@@ -225,6 +225,25 @@ def _steps_golden_alone(golden, target_steps: list[StepRecord]) -> list[str]:
             "compared: the verdict covers the steps both runs took"]
 
 
+def _names_apart(golden, target) -> tuple[str, ...] | None:
+    """Evidence where most of the target's forward ops at its first step have no golden op of that name (the
+    root module's class renamed, a model subclassed or wrapped in one run only): what does not pair is not
+    judged, and a verdict of none says nothing then. None where at least half pair."""
+    steps = [s.step for s in target.steps()]
+    if not steps:
+        return None
+    ops = [r for r in target.ops(step=steps[0], direction="forward") if not r.is_module]
+    names = {r.name for r in golden.ops(step=steps[0], direction="forward")}
+    paired = sum(1 for r in ops if r.name in names or any(n in names for n in r.original_names))  # (fused ops)
+    if not ops or 2 * paired >= len(ops):
+        return None
+    roots = [sorted({r.name for r in d.ops(step=steps[0], direction="forward") if r.is_module and "/" not in r.name})
+             for d in (golden, target)]
+    return (f"only {paired} of the target's {len(ops)} forward ops at step {steps[0]} have a golden op of the same "
+            f"name (golden's outermost modules {', '.join(roots[0]) or 'none'}; the target's "
+            f"{', '.join(roots[1]) or 'none'}): ops are paired by name, and what does not pair is not judged",)
+
+
 def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
              cosine_threshold: float = COSINE_THRESHOLD) -> Diagnosis:
     """Diagnose ``target`` against ``golden``; see the module docstring for the reasoning."""
@@ -303,6 +322,11 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     if verdict is None:
         verdict = Verdict(None, "none", None, evidence=(f"no op at or below cosine {cosine_threshold} and no "
                                                         "unhandled overflow",), action="nothing to do")
+    apart = _names_apart(golden, target) if verdict.cls == "none" and verdict.op is None else None
+    if apart is not None:
+        verdict = replace(verdict, evidence=apart + verdict.evidence[:1], action=(
+            "collect both runs from the same model code (the same module class and attribute names, no wrapper in "
+            "one run only); then diagnose again"))
     if verdict.cls == "none" and verdict.op is None:
         verdict = _golden_overflows(golden, verdict)
         verdict = _loss_gone_nonfinite(golden, target, verdict)

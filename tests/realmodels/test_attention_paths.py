@@ -57,3 +57,25 @@ def test_attention_through_its_weights_in_bfloat16_is_clean(tmp_path):
     _train(tmp_path / "golden.h5", target=False)
     _train(tmp_path / "target.h5", target=True)
     assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict.cls == "none"
+
+
+def test_runs_whose_op_names_do_not_pair_are_said_to(tmp_path):
+    # the target's model subclassed under another class name: no op name pairs, and `none` said "accumulated
+    # rounding" (probe P f30)
+    class Renamed(_Attending):
+        pass
+
+    import precision_tool.torch as ptt
+
+    for path, cls in ((tmp_path / "golden.h5", _Attending), (tmp_path / "target.h5", Renamed)):
+        model = cls(need_weights=False)
+        with ptt.dump(path, mode="stats"):
+            for ids in token_batches(2):
+                loss = nn.functional.cross_entropy(model(ids).reshape(-1, 64), ids.reshape(-1))
+                loss.backward()
+                ptt.step(loss)
+    verdict = diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict
+    # (the 3 that pair are ops outside every module: the loss)
+    assert (verdict.cls, verdict.evidence[0]) == ("none", (
+        "only 3 of the target's 21 forward ops at step 0 have a golden op of the same name (golden's outermost "
+        "modules _Attending; the target's Renamed): ops are paired by name, and what does not pair is not judged"))
