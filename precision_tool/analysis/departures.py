@@ -39,7 +39,7 @@ from precision_tool.analysis.errors import differing_count as _differing, exact_
     stats_split
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
-from precision_tool.analysis.structure import Consumers, fingerprint, is_copy, module_path
+from precision_tool.analysis.structure import PLACED, Consumers, fingerprint, is_copy, module_path
 from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
@@ -159,8 +159,7 @@ class DepartureFinder:
         reordered) is judged by its float inputs, not here. Where the target's op read a recorded op's result
         other than that one (a cast autocast inserted renumbers the casts after it, so ``_to_copy_1`` pairs
         with another cast), the pair says nothing."""
-        golden_record = self.golden_of(record)
-        golden_tensor = view.record(slot)
+        golden_record, golden_tensor = self.golden_of(record), view.record(slot)
         if golden_record is None or golden_tensor is None:
             return None, True
         written = self._golden_writer(golden_record, golden_tensor)
@@ -386,7 +385,8 @@ class DepartureFinder:
         """Golden's writer of ``slot`` computes and has no target partner, while the target's value comes from an
         op paired with an earlier golden op, maybe through casts of the target's own: the target skips a step golden
         takes (a loss not divided by the micro-batches it accumulates over, say). None otherwise."""
-        writer = None if is_copy(golden_writer.type) else self.writers()[1].producer(record, slot)
+        writer = None if is_copy(golden_writer.type) or golden_writer.direction == "backward" and golden_writer.type \
+            in PLACED else self.writers()[1].producer(record, slot)  # (a gradient sum moves with the graph)
         while writer is not None and is_copy(writer.type) and writer.inputs and self.golden_of(writer) is None:
             writer = self.writers()[1].producer(writer, writer.inputs[0].slot)
         partner = self.golden_of(writer) if writer is not None else None

@@ -172,7 +172,7 @@ def rewritten_backward(golden: list[OpRecord], target: list[OpRecord]) -> list[R
     return _innermost(found)
 
 
-_PLACED = frozenset({"aten.add", "aten.zeros", "aten.zeros_like", "aten.empty", "aten.empty_like", "aten.new_zeros"})
+PLACED = frozenset({"aten.add", "aten.zeros", "aten.zeros_like", "aten.empty", "aten.empty_like", "aten.new_zeros"})
 
 
 def _recomputes(records: list[OpRecord]) -> bool:
@@ -197,7 +197,7 @@ def _placed(types: tuple[str, ...]) -> tuple[str, ...]:
     """``types`` without the ops whose place in backward the graph's shape decides: the sum of a tensor's
     gradients from its several readers (the engine adds them where the last arrives), and the buffers it
     allocates. Checkpointing builds the graph of a block again in backward, and such ops land in other groups."""
-    return tuple(t for t in types if t not in _PLACED)
+    return tuple(t for t in types if t not in PLACED)
 
 
 def rewritten_optimizer(golden: list[OpRecord], target: list[OpRecord]) -> list[Rewritten]:
