@@ -25,6 +25,7 @@ import numpy as np
 from precision_tool import native
 from precision_tool.analysis.replay import is_float
 from precision_tool.compare.metrics import row_dot
+from precision_tool.defaults import SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord, TensorStats
 from precision_tool.engine.formats import FORMATS
 
@@ -330,6 +331,40 @@ def stats_split(target: TensorStats, golden: TensorStats, target_dtype: str, sca
     if not gap or not math.isfinite(gap):
         return ErrorSplit(0.0 if not gap else math.inf, size=target.count)
     return ErrorSplit(gap / norm if norm > 0.0 else math.inf, size=target.count)
+
+
+
+SCALE_COHERENCE = 4.0  # a uniform scale leaves, divided out, at most 1/this of its departure from 1
+_SCALE_VALUES = 16  # fewer values than this (a loss, a logit): any departure of theirs is some scale
+
+
+def uniform_scale(target, golden, target_dtype: str) -> float | None:
+    """r where the target tensor is golden's times r: r departs from 1 by SIGNIFICANT_ERROR or more, and the
+    target is within 1/SCALE_COHERENCE of that departure, and within its dtype's noise floor, from golden's
+    times r. ``target`` and ``golden`` are arrays, or TensorStats (then `stats_split` against golden's
+    statistics times r measures what is left).
+
+    Rounding moves values both ways, each by its own amount; a constant the code multiplies by (a dropout's
+    1/(1-p) left out, a scaling applied twice, a variance summed for a mean) moves all of them by one factor, and
+    with them the norm, the spread, both extremes and the mean. None for all-equal or non-finite values."""
+    if isinstance(target, TensorStats):
+        if target.count != golden.count or target.count < _SCALE_VALUES or target.nan or target.inf or \
+                golden.nan or golden.inf or not golden.max > golden.min or not golden.norm > 0.0:
+            return None
+        r = target.norm / golden.norm
+        left = stats_split(target, golden, target_dtype, r).error
+    else:
+        t, g = (np.asarray(x, dtype=np.float64).ravel() for x in (target, golden))
+        if t.shape != g.shape or t.size < _SCALE_VALUES or not (_all_finite(t) and _all_finite(g)):
+            return None
+        norm = float(np.linalg.norm(g))
+        if not norm > 0.0 or not g.max() > g.min():
+            return None
+        r = float(np.linalg.norm(t)) / norm
+        left = float(np.linalg.norm(t - r * g)) / (r * norm) if r > 0.0 else math.inf
+    departs = abs(r - 1.0)
+    return r if math.isfinite(r) and departs >= SIGNIFICANT_ERROR and left * SCALE_COHERENCE <= departs and \
+        left <= noise_floor(target_dtype) else None
 
 
 HARM_DEPTH = 6  # readers followed from an overflow before it counts as absorbed

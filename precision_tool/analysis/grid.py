@@ -4,12 +4,15 @@ A module call that casts its inputs to float16 (or bfloat16), computes, and cast
 output whose every value float16 holds exactly. A float32 computation lands there by chance for one value in 2**13
 (its 13 lowest mantissa bits all zero), bfloat16's grid for one in 2**16. So a target output that lies wholly on a
 narrower grid, where golden's output of the same call does not, says which format the call computed in, which
-nothing else in a module-level dump records (its ops are not recorded).
+nothing else in a module-level dump records (its ops are not recorded). `extremes_grid_of` and `grid_of` ask
+it of a module call of a running scan.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from precision_tool.dump.records import OpRecord
 
 NARROWER = ("bfloat16", "float16")  # coarsest first: a bfloat16 value inside float16's range is a float16 value too
 _LEAST_VALUES = 64  # fewer nonzero values (a bias, a scalar) prove nothing: small integers lie on every grid
@@ -75,3 +78,35 @@ def _held(values: np.ndarray, fmt: str) -> np.ndarray:
         return (values.view(np.uint32) & np.uint32(0xFFFF)) == 0
     with np.errstate(over="ignore"):
         return values.astype(np.float16).astype(np.float32) == values
+
+
+def extremes_grid_of(scan, holder: OpRecord, slot: str | None) -> str | None:
+    """`extremes_grid` of ``holder``'s input ``slot``, or of its first float32 output whose extremes lie on
+    one, from their statistics."""
+    golden = scan._golden_of(holder)
+    if golden is None:
+        return None
+    theirs = {t.slot: t for t in golden.tensors if t.stats.count}
+    for t in holder.tensors:
+        if (t.slot == slot if slot is not None else t.kind == "output") and t.dtype == "float32" and \
+                t.stats.count and t.slot in theirs:
+            fmt = extremes_grid(t.stats, theirs[t.slot].stats)
+            if fmt is not None:
+                return fmt
+    return None
+
+
+def grid_of(scan, holder: OpRecord, slot: str | None) -> str | None:
+    """`narrower_grid` of ``holder``'s input ``slot``, or of its first float32 output lying on one."""
+    golden = scan._golden_of(holder)
+    if golden is None:
+        return None
+    theirs = {t.slot: t for t in golden.tensors if t.has_data}
+    for t in holder.tensors:
+        if (t.slot == slot if slot is not None else t.kind == "output") and t.dtype == "float32" and \
+                t.has_data and t.slot in theirs and theirs[t.slot].shape == t.shape:
+            fmt = narrower_grid(scan.target.tensor(holder.step, holder.exec_index, t.slot),
+                                scan.golden.tensor(golden.step, golden.exec_index, t.slot))
+            if fmt is not None:
+                return fmt
+    return None

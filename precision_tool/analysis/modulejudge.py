@@ -43,7 +43,7 @@ from dataclasses import replace
 
 from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.errors import noise_floor, stats_only
-from precision_tool.analysis.grid import extremes_grid, narrower_grid
+from precision_tool.analysis.grid import extremes_grid_of, grid_of
 from precision_tool.analysis.module_updates import judge_update
 from precision_tool.analysis.omissions import declares_float32, narrower_than_declared
 from precision_tool.analysis.replay import is_float
@@ -52,7 +52,7 @@ from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.rewrites import REWRITE_FLOOR, _fmt, output_dtype
 from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.analysis.statsjudge import (_changed_integers, _diverging, _integer_verdict, _unreduced_error,
-                                                statistics_verdict)
+                                                output_scale, statistics_verdict)
 from precision_tool.analysis.structure import fingerprint
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
@@ -178,7 +178,7 @@ def _as_overflow(scan, record: OpRecord, verdict: Verdict | None) -> Verdict | N
     kernel_bug), in a step whose float status the target raised and golden's did not, with no loss scale to
     explain it: an overflow inside the call (a module call records no float status of its own)."""
     if verdict is None or verdict.cls != "kernel_bug" or (record.compute_dtype or output_dtype(record)) not in (
-            "float16", "bfloat16"):
+            "float16", "bfloat16") or output_scale(scan, record) is not None:  # (an overflow scales nothing)
         return verdict
     target = {s.step: s for s in scan.target.steps()}.get(record.step)
     golden = {s.step: s for s in scan.golden.steps()}.get(record.step)
@@ -211,23 +211,29 @@ def _judge_output(scan, record: OpRecord) -> Verdict | None:
     a = replace(a, inherited=max([a.inherited] + carried + forward))
     if (a.overflowed or a.new_nan) and not a.inputs_off and a.inherited < SIGNIFICANT_ERROR:
         return scan._judge_overflow(record, a, harmful=lambda r: _harmful(scan, r))
-    if a.observed < noise_floor(output_dtype(record)) or a.observed <= INTRODUCED_EXCESS * a.inherited:
+    if a.observed <= INTRODUCED_EXCESS * a.inherited:
+        return None
+    # golden's output times another constant counts from SIGNIFICANT_ERROR on, below a 16-bit dtype's noise too
+    scale = output_scale(scan, record) if record.direction == "forward" and a.observed >= SIGNIFICANT_ERROR else None
+    if a.observed < noise_floor(output_dtype(record)) and scale is None:
         return None
     changed = _changed_integers(scan, record)
     if changed:
         return _integer_verdict(scan, record, a, changed)
     exact = record.direction == "forward" and a.inherited == 0.0
     floor = _significant(scan, output_dtype(record), exact)
-    if exact and stats_only(record) and floor == EXACT_INPUTS_FLOOR and _extremes_grid_of(scan, record, None):
+    floor = min(floor, SIGNIFICANT_ERROR) if scale is not None else floor
+    if exact and stats_only(record) and floor == EXACT_INPUTS_FLOOR and extremes_grid_of(scan, record, None):
         floor = noise_floor("float32")  # its extremes on a narrower grid: the format is the evidence, not the size
     observed = _unreduced_error(scan, record) if stats_only(record) and a.inherited > 0.0 else a.observed
     if observed < floor or observed <= INTRODUCED_EXCESS * a.inherited:
         return None
     a = replace(a, observed=observed)
-    if not _harmful(scan, record, floor if exact else None):
+    if not _harmful(scan, record, floor if exact or scale is not None else None):
         return None
     scan.result.attributions.append(a)
-    return _narrower_inside(scan, record, record, a, statistics_verdict(record, a, measured=not stats_only(record)))
+    verdict = statistics_verdict(record, a, measured=not stats_only(record), scale=scale)
+    return _narrower_inside(scan, record, record, a, verdict)
 
 
 def _narrower_inside(scan, record: OpRecord, holder: OpRecord, a, verdict: Verdict, slot: str | None = None) \
@@ -243,7 +249,7 @@ def _narrower_inside(scan, record: OpRecord, holder: OpRecord, a, verdict: Verdi
     if verdict.cls != "kernel_bug" or (record.compute_dtype or output_dtype(record)) != "float32" or \
             not _runs_float32(scan):
         return verdict
-    fmt = _extremes_grid_of(scan, holder, slot) if stats_only(holder) else _grid_of(scan, holder, slot)
+    fmt = extremes_grid_of(scan, holder, slot) if stats_only(holder) else grid_of(scan, holder, slot)
     if fmt is not None and stats_only(holder):
         found = (f"its {slot or 'float32 output'}'s smallest and largest values are {fmt} values (golden's are not): "
                  f"{'the code before it' if slot is not None else 'it'} computes in {fmt} and casts the result back "
@@ -267,38 +273,6 @@ def _narrower_inside(scan, record: OpRecord, holder: OpRecord, a, verdict: Verdi
     return replace(verdict, cls="precision_loss", evidence=verdict.evidence[:2] + (found,), action=action)
 
 
-def _extremes_grid_of(scan, holder: OpRecord, slot: str | None) -> str | None:
-    """`grid.extremes_grid` of ``holder``'s input ``slot``, or of its first float32 output whose extremes lie on
-    one, from their statistics."""
-    golden = scan._golden_of(holder)
-    if golden is None:
-        return None
-    theirs = {t.slot: t for t in golden.tensors if t.stats.count}
-    for t in holder.tensors:
-        if (t.slot == slot if slot is not None else t.kind == "output") and t.dtype == "float32" and \
-                t.stats.count and t.slot in theirs:
-            fmt = extremes_grid(t.stats, theirs[t.slot].stats)
-            if fmt is not None:
-                return fmt
-    return None
-
-
-def _grid_of(scan, holder: OpRecord, slot: str | None) -> str | None:
-    """`grid.narrower_grid` of ``holder``'s input ``slot``, or of its first float32 output lying on one."""
-    golden = scan._golden_of(holder)
-    if golden is None:
-        return None
-    theirs = {t.slot: t for t in golden.tensors if t.has_data}
-    for t in holder.tensors:
-        if (t.slot == slot if slot is not None else t.kind == "output") and t.dtype == "float32" and \
-                t.has_data and t.slot in theirs and theirs[t.slot].shape == t.shape:
-            fmt = narrower_grid(scan.target.tensor(holder.step, holder.exec_index, t.slot),
-                                scan.golden.tensor(golden.step, golden.exec_index, t.slot))
-            if fmt is not None:
-                return fmt
-    return None
-
-
 def _judge_own_code(scan, record: OpRecord, children: list[OpRecord]) -> Verdict | None:
     """The first child of ``record`` that reads error its parent's own code introduced: an input that departs
     by SIGNIFICANT_ERROR, beyond its dtype's noise, and more than INTRODUCED_EXCESS times the parent's inputs'
@@ -314,7 +288,7 @@ def _judge_own_code(scan, record: OpRecord, children: list[OpRecord]) -> Verdict
     handed = _unreduced_error(scan, record) if stats_only(record) and a.inherited > 0.0 else a.observed
     floor = _significant(scan, output_dtype(record), a.inherited == 0.0)
     rounded = floor == EXACT_INPUTS_FLOOR and stats_only(record) and any(  # a child reads values on a 16-bit grid:
-        _extremes_grid_of(scan, c, t.slot) for c in children for t in c.inputs)  # the format is the evidence (a
+        extremes_grid_of(scan, c, t.slot) for c in children for t in c.inputs)  # the format is the evidence (a
     if handed < (noise_floor("float32") if rounded else floor) or handed <= INTRODUCED_EXCESS * a.inherited:
         return None  # residual and a norm hand on 4 % of a rounding's 2.4e-4)
     sources = a.inherited
@@ -326,7 +300,7 @@ def _judge_own_code(scan, record: OpRecord, children: list[OpRecord]) -> Verdict
         departed = _departed_input(scan, child, sources, largest if stats_only(child) and sources > 0.0 else 0)
         if departed is not None and b.observed >= _significant(scan, output_dtype(child), sources == 0.0):
             slot, error = departed
-            if INTRODUCED_EXCESS * handed < error and not (rounded and _extremes_grid_of(scan, child, slot)):
+            if INTRODUCED_EXCESS * handed < error and not (rounded and extremes_grid_of(scan, child, slot)):
                 return None  # absorbed, or not paired element by element
             a = replace(a, observed=error, inherited=sources)
             scan.result.attributions.append(a)

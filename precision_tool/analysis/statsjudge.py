@@ -15,7 +15,10 @@ all. That is enough for the culprit's two signatures:
   Computing in float32 or wider, or departing INTRODUCED_EXCESS times what
   its compute dtype's noise floor allows, it is a **kernel_bug**; otherwise
   **precision_loss**, with that doubt in the evidence, once the step's loss
-  departs by SIGNIFICANT_ERROR too (as for full dumps: else a note).
+  departs by SIGNIFICANT_ERROR too (as for full dumps: else a note). Outputs
+  that are golden's times one factor (`errors.uniform_scale`) are a
+  **kernel_bug** in any dtype: rounding scales nothing (a module call's,
+  judged from SIGNIFICANT_ERROR on, below a 16-bit dtype's noise floor).
 
 Before the second: integer inputs that differ from golden's are explained
 by a decision rounding flipped earlier in the step (noted), else the op
@@ -45,7 +48,7 @@ from dataclasses import replace
 from precision_tool.analysis.arguments import called_differently, writes_dtype_constant
 from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.departure_verdicts import skipped_verdict, target_only_verdict
-from precision_tool.analysis.errors import noise_floor, repeated_stats
+from precision_tool.analysis.errors import noise_floor, repeated_stats, stats_only, uniform_scale
 from precision_tool.analysis.omissions import narrower_than_declared, stray_cast
 from precision_tool.analysis.leaves import stale_leaf
 from precision_tool.analysis.randomness import judge_draw
@@ -288,11 +291,30 @@ def _reducible(inputs, output) -> float:
     return INTRODUCED_EXCESS * noise * condition
 
 
-def statistics_verdict(record: OpRecord, a: Attribution, measured: bool = False) -> Verdict:
+def output_scale(scan, record: OpRecord) -> float | None:
+    """The factor r where every output of ``record`` that departs from golden's by SIGNIFICANT_ERROR is golden's
+    times r (`errors.uniform_scale`, from statistics or values), or None."""
+    view = scan.views.get(id(record)) or GoldenView(scan.golden, [])
+    found = None
+    for slot, e in pair_errors(scan.golden, scan.target, record, view, "output"):
+        if not e.error >= SIGNIFICANT_ERROR:
+            continue
+        tensor, partner = record.tensor(slot), view.statistics(slot)
+        r = uniform_scale(tensor.stats, partner.stats, tensor.dtype) if partner is not None else uniform_scale(
+            scan.target.tensor(record.step, record.exec_index, slot), view.get(slot), tensor.dtype)
+        if r is None or not math.isfinite(e.error) or (found is not None and abs(r - found) > abs(found - 1.0) / 4):
+            return None
+        found = r if found is None else found
+    return found
+
+
+def statistics_verdict(record: OpRecord, a: Attribution, measured: bool = False, scale: float | None = None) \
+        -> Verdict:
     """kernel_bug or precision_loss at ``record`` (an op, or a module call of a module-level dump), from its
-    statistics, or with ``measured`` from a module's tensors (nothing inside it was recorded to replay)."""
+    statistics, or with ``measured`` from a module's tensors (nothing inside it was recorded to replay); ``scale``:
+    its outputs are golden's times that factor (`output_scale`)."""
     compute = record.compute_dtype or output_dtype(record)
-    wide = compute in _WIDE or a.observed > INTRODUCED_EXCESS * noise_floor(compute)
+    wide = compute in _WIDE or a.observed > INTRODUCED_EXCESS * noise_floor(compute) or scale is not None
     module = owning_module(record)
     evidence = [f"from statistics only (the dumps keep no values): its outputs are at least {_fmt(a.observed)} "
                 f"from golden, its inputs within {_fmt(a.inherited)} as far as their statistics show",
@@ -315,7 +337,12 @@ def statistics_verdict(record: OpRecord, a: Attribution, measured: bool = False)
         evidence.append("statistics do not see values moved among positions: an input whose values sit elsewhere "
                         "than golden's (a permuted or transposed weight, another layout) shows first where they "
                         "combine, here")
-    if wide:
+    if scale is not None:
+        alike = "its norm, spread, extremes and mean alike" if stats_only(record) else "value by value"
+        evidence.append(f"its output is golden's times {scale:.4g} ({alike}): rounding moves values both ways and "
+                        "scales none; the code multiplies by another constant")
+        cls = "kernel_bug"
+    elif wide:
         evidence.append(f"{compute} rounding cannot move statistics that far: the op computes something else"
                         if not record.is_module or compute in _WIDE else
                         f"{compute} rounding cannot move it that far: something inside computes otherwise, or "
