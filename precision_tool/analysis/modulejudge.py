@@ -52,7 +52,7 @@ from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.rewrites import REWRITE_FLOOR, _fmt, output_dtype
 from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.analysis.statsjudge import (_changed_integers, _diverging, _integer_verdict, _unreduced_error,
-                                                output_scale, statistics_verdict)
+                                                output_scale, statistics_departure, statistics_verdict)
 from precision_tool.analysis.structure import fingerprint
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
@@ -211,11 +211,14 @@ def _judge_output(scan, record: OpRecord) -> Verdict | None:
     a = replace(a, inherited=max([a.inherited] + carried + forward))
     if (a.overflowed or a.new_nan) and not a.inputs_off and a.inherited < SIGNIFICANT_ERROR:
         return scan._judge_overflow(record, a, harmful=lambda r: _harmful(scan, r))
-    if a.observed <= INTRODUCED_EXCESS * a.inherited:
-        return None
-    # golden's output times another constant counts from SIGNIFICANT_ERROR on, below a 16-bit dtype's noise too
+    # golden's output times another constant counts from SIGNIFICANT_ERROR on, below a 16-bit dtype's noise too;
+    # values carry their inputs' rounding in full, statistics at its second order and a scale in full
     scale = output_scale(scan, record) if record.direction == "forward" and a.observed >= SIGNIFICANT_ERROR else None
-    if a.observed < noise_floor(output_dtype(record)) and scale is None:
+    if scale is not None and not stats_only(record) and a.observed <= INTRODUCED_EXCESS * a.inherited:
+        a = replace(a, inherited=max(statistics_departure(scan, [record], "input"),
+                                     statistics_departure(scan, _descendants(scan, record), "output")))
+    if a.observed <= INTRODUCED_EXCESS * a.inherited or (a.observed < noise_floor(output_dtype(record)) and
+                                                         scale is None):
         return None
     changed = _changed_integers(scan, record)
     if changed:

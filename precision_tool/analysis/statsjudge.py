@@ -48,7 +48,7 @@ from dataclasses import replace
 from precision_tool.analysis.arguments import called_differently, writes_dtype_constant
 from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.departure_verdicts import skipped_verdict, target_only_verdict
-from precision_tool.analysis.errors import noise_floor, repeated_stats, stats_only, uniform_scale
+from precision_tool.analysis.errors import noise_floor, repeated_stats, stats_only, stats_split, uniform_scale
 from precision_tool.analysis.omissions import narrower_than_declared, stray_cast
 from precision_tool.analysis.leaves import stale_leaf
 from precision_tool.analysis.randomness import judge_draw
@@ -306,6 +306,20 @@ def output_scale(scan, record: OpRecord) -> float | None:
             return None
         found = r if found is None else found
     return found
+
+
+def statistics_departure(scan, records: list[OpRecord], kind: str) -> float:
+    """The largest lower bound, from statistics (`errors.stats_split`), of the departure from golden's of the float
+    tensors of ``kind`` of ``records`` (forward calls): what values show of rounding in full, statistics at its
+    second order, a scale at its full size."""
+    worst = 0.0
+    for record in records:
+        view = scan.views.get(id(record)) or GoldenView(scan.golden, [])
+        for t in record.tensors:
+            partner = view.statistics(t.slot) or view.record(t.slot) if t.kind == kind and is_float(t.dtype) else None
+            if partner is not None and t.stats.count:
+                worst = max(worst, stats_split(t.stats, partner.stats, t.dtype).error)
+    return worst
 
 
 def statistics_verdict(record: OpRecord, a: Attribution, measured: bool = False, scale: float | None = None) \

@@ -27,6 +27,8 @@ def _case(case_id: str):
 
 @pytest.mark.parametrize("case_id, mode, module, factor", [
     ("gpt2-sdpa-scale-bf16", "stats", "GPT2LMHeadModel/transformer/h.1/mlp/act", 1.02),
+    # with tensors the act's input is 3.1e-3 off (bfloat16 rounding in full), 1.4e-4 as its statistics show
+    ("gpt2-sdpa-scale-bf16", "dump", "GPT2LMHeadModel/transformer/h.1/mlp/act", 1.02),
     ("opt-scale-mix", "stats", "OPTForCausalLM/model.decoder/layers.1/activation_fn", 1.02),
     ("bert-token-summed_var-fp16", "dump", "BertForTokenClassification/bert/encoder/layer.1/attention/output/LayerNorm",
      1 / math.sqrt(32)),
