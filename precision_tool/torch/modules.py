@@ -14,10 +14,13 @@ that never arrive (an output the loss does not use) are absent slots.
 from __future__ import annotations
 
 import contextlib
+import types
 import weakref
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
+
+from precision_tool.torch.process import run_eagerly
 
 
 class _Quiet:
@@ -226,3 +229,6 @@ class ModuleGradients:
             item.open = False
             if item.inputs or item.outputs:
                 self._write(item)
+
+
+run_eagerly(*(code for code in ModuleGradients._arrived.__code__.co_consts if isinstance(code, types.CodeType)))

@@ -35,6 +35,7 @@ import torch
 from torch.nn.modules import module as _torch_module
 
 from precision_tool.engine.hooks import BACKWARD, FORWARD, OPTIMIZER
+from precision_tool.torch.process import run_eagerly
 
 _CHECKPOINT_NODE = "CheckpointFunctionBackward"  # torch.utils.checkpoint's reentrant Function
 _sequence_nr = torch._C._autograd._get_sequence_nr
@@ -60,6 +61,7 @@ class Namer:
         self._handles: list = []
         self._late: dict[int, object] = {}  # id(module) -> the handle of the hook that leaves it after its own hooks
         self._paused = False  # no op is named (the session's dispatch mode is not pushed)
+        self._compiled_seen = False  # a torch.compile wrapper was called since `install`
         self.on_leave = None  # called as (module, path, args, kwargs, output) when a module's forward returns
         self.on_enter = None  # called as (module, args) when a module is about to run, while set
 
@@ -74,6 +76,7 @@ class Namer:
         self._last_seq = _sequence_nr()
         self._counters.clear()
         self._paused = True  # until the session pushes its dispatch mode
+        self._compiled_seen = False
 
     def uninstall(self) -> None:
         for handle in [*self._handles, *self._late.values()]:
@@ -153,6 +156,15 @@ class Namer:
     # -- module scope ---------------------------------------------------------
 
     def _enter(self, module: torch.nn.Module, args) -> None:
+        wrapper = _COMPILED in module._modules  # torch.compile's: its module runs inside, named as uncompiled
+        if not self._compiled_seen and (wrapper or getattr(module, "_compiled_call_impl", None) is not None):
+            self._compiled_seen = True  # (or module.compile()) code compiled before the hooks were installed calls
+            import torch._dynamo  # none of them, and the calls inside go unseen: compiled again, it calls them
+
+            torch._dynamo.reset()
+        if wrapper or type(module).__name__ == "GraphModule" and self._stack and self._compiled_seen and not any(
+                self._relative_name(caller, module) is not None for caller, *_ in self._stack):
+            return  # (a compiled model's graphs, GraphModules run inside its modules' calls: no module of it)
         if self.on_enter is not None:
             self.on_enter(module, args)
         if module._forward_hooks:
@@ -191,7 +203,8 @@ class Namer:
         torch calls the hooks it always calls with three arguments then (a recomputation that checkpointing
         stops early, once it has the tensors the backward node needs, ends with an exception). A module with
         hooks of its own is left after them (`_leave_after_its_hooks`)."""
-        if not late and id(module) in self._late and self._late[id(module)].id in module._forward_hooks:
+        if not late and id(module) in self._late and self._late[id(module)].id in module._forward_hooks \
+                or _COMPILED in module._modules:
             return
         kwargs, output = rest if len(rest) == 2 else ({}, rest[0] if rest else None)
         stack = self._stack
@@ -250,6 +263,8 @@ class Namer:
                     if child is module:
                         found = name
                         break
+        if found and _COMPILED in found:  # a module compiled by torch.compile inside the model: its wrapper's
+            found = ".".join(part for part in found.split(".") if part != _COMPILED)  # name, as golden's
         self._relative[key] = found
         return found
 
@@ -277,3 +292,5 @@ def _as_called(args: tuple, frames: list) -> tuple:
 
 
 _HOOK_NODE = "BackwardHookFunctionBackward"
+_COMPILED = "_orig_mod"  # the attribute torch.compile's OptimizedModule holds the compiled module in
+run_eagerly(Namer._enter, Namer._leave, Namer._leave_late)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import types
 
 import torch
 
@@ -44,3 +45,19 @@ def freeze_heap() -> bool:
         return False
     gc.freeze()
     return True
+
+
+def run_eagerly(*functions) -> None:
+    """Have torch.compile run ``functions``, and all they call, as they are rather than trace them: dynamo's
+    frame strategy SKIP for their code, the frame and recursively, checked only while compiled code runs (no
+    cost per call otherwise). A compiled model's ops reach the dispatch mode and its module calls the global
+    hooks while dynamo's frame callback is set; without this it compiles the capture's own functions as frames
+    of the user's program (one guard per aten op, to its recompile limit) or inlines its hooks into the user's
+    graph. A torch without the strategy (older than 2.6) is left as it is."""
+    try:
+        from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+    except ImportError:  # pragma: no cover - torch < 2.6
+        return
+    for function in functions:  # (a function, or the code of one defined inside another)
+        code = function if isinstance(function, types.CodeType) else function.__code__
+        set_code_exec_strategy(code, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))

@@ -33,7 +33,7 @@ from precision_tool.dump.records import MODULE_TYPE_PREFIX
 from precision_tool.engine.hooks import BACKWARD
 from precision_tool.torch.modules import QUIET, ModuleGradients, float_leaves, trained, without_modes
 from precision_tool.torch.naming import Namer
-from precision_tool.torch.process import StepTailHook, freeze_heap
+from precision_tool.torch.process import StepTailHook, freeze_heap, run_eagerly
 from precision_tool.torch.ops import (AtenOp, autocast_dtype, complete_collective, dtype_name, encode_args,
                                      flat_tensors, op_info, result_tensors)
 from precision_tool.torch.tensors import FORMAT_ATTR, logical_dtype
@@ -489,3 +489,6 @@ def step(loss=None, loss_scale=None) -> None:
     """
     if SESSION.active:
         SESSION.explicit_step(loss, loss_scale)
+
+
+run_eagerly(_Interceptor.__torch_dispatch__, Session._optimizer_begins, Session._optimizer_ends)
