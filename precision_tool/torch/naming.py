@@ -31,11 +31,13 @@ of the block it wraps, which would give them the names of that op's backward.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.nn.modules import module as _torch_module
 
 from precision_tool.engine.hooks import BACKWARD, FORWARD, OPTIMIZER
-from precision_tool.torch.process import run_eagerly
+from precision_tool.torch.process import compiled_code_eager, run_eagerly
 
 _CHECKPOINT_NODE = "CheckpointFunctionBackward"  # torch.utils.checkpoint's reentrant Function
 _sequence_nr = torch._C._autograd._get_sequence_nr
@@ -62,6 +64,7 @@ class Namer:
         self._late: dict[int, object] = {}  # id(module) -> the handle of the hook that leaves it after its own hooks
         self._paused = False  # no op is named (the session's dispatch mode is not pushed)
         self._compiled_seen = False  # a torch.compile wrapper was called since `install`
+        self._eager_back = None  # ends the eager run of a fullgraph=True model's call (`compiled_code_eager`)
         self.on_leave = None  # called as (module, path, args, kwargs, output) when a module's forward returns
         self.on_enter = None  # called as (module, args) when a module is about to run, while set
 
@@ -162,6 +165,10 @@ class Namer:
             import torch._dynamo  # none of them, and the calls inside go unseen: compiled again, it calls them
 
             torch._dynamo.reset()
+            if not self._paused:  # ops are intercepted: dynamo compiles nothing under the capture's dispatch mode
+                warnings.warn(COMPILED_EAGER_WARNING, CompiledEagerWarning, stacklevel=3)
+        if wrapper and getattr(getattr(module, "dynamo_ctx", None), "fullgraph", False) and not self._stack:
+            self._eager_back = compiled_code_eager()  # fullgraph=True: the hooks would break its graph, an error
         if wrapper or type(module).__name__ == "GraphModule" and self._stack and self._compiled_seen and not any(
                 self._relative_name(caller, module) is not None for caller, *_ in self._stack):
             return  # (a compiled model's graphs, GraphModules run inside its modules' calls: no module of it)
@@ -205,6 +212,9 @@ class Namer:
         hooks of its own is left after them (`_leave_after_its_hooks`)."""
         if not late and id(module) in self._late and self._late[id(module)].id in module._forward_hooks \
                 or _COMPILED in module._modules:
+            if _COMPILED in module._modules and self._eager_back is not None and not self._stack:
+                back, self._eager_back = self._eager_back, None
+                back()
             return
         kwargs, output = rest if len(rest) == 2 else ({}, rest[0] if rest else None)
         stack = self._stack
@@ -294,3 +304,11 @@ def _as_called(args: tuple, frames: list) -> tuple:
 _HOOK_NODE = "BackwardHookFunctionBackward"
 _COMPILED = "_orig_mod"  # the attribute torch.compile's OptimizedModule holds the compiled module in
 run_eagerly(Namer._enter, Namer._leave, Namer._leave_late)
+COMPILED_EAGER_WARNING = (
+    "the model is compiled with torch.compile: an op-level capture runs it eagerly (dynamo compiles nothing under "
+    "its dispatch mode), so the dump holds eager numerics; capture with level=\"module\" to record what the "
+    "compiled code computes, module by module")
+
+
+class CompiledEagerWarning(UserWarning):
+    """A torch.compile'd model ran under an op-level capture, which runs it eagerly."""

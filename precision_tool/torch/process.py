@@ -61,3 +61,22 @@ def run_eagerly(*functions) -> None:
     for function in functions:  # (a function, or the code of one defined inside another)
         code = function if isinstance(function, types.CodeType) else function.__code__
         set_code_exec_strategy(code, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+
+
+def compiled_code_eager():
+    """Have torch.compile'd code run eagerly (dynamo's "force_eager" stance) until the returned function is
+    called, which puts the stance back; None where nothing needs it. While the capture's dispatch mode is pushed
+    dynamo compiles nothing anyway (a non-infra dispatch mode: it skips every frame), and a model compiled with
+    ``fullgraph=True`` then raises that it compiled no frame, stopping the user's training. Only once torch.compile
+    was imported (no import of dynamo otherwise), and not from inside a compiled region (dynamo refuses there)."""
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        return None
+    from torch._dynamo import eval_frame
+
+    try:
+        prior = eval_frame._set_stance(eval_frame.DynamoStance("force_eager"))
+    except (AttributeError, RuntimeError, TypeError):  # another torch, or inside a compiled region
+        return None
+    return lambda: eval_frame._set_stance(prior)

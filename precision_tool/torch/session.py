@@ -33,7 +33,7 @@ from precision_tool.dump.records import MODULE_TYPE_PREFIX
 from precision_tool.engine.hooks import BACKWARD
 from precision_tool.torch.modules import QUIET, ModuleGradients, float_leaves, trained, without_modes
 from precision_tool.torch.naming import Namer
-from precision_tool.torch.process import StepTailHook, freeze_heap, run_eagerly
+from precision_tool.torch.process import StepTailHook, compiled_code_eager, freeze_heap, run_eagerly
 from precision_tool.torch.ops import (AtenOp, autocast_dtype, complete_collective, dtype_name, encode_args,
                                      flat_tensors, op_info, result_tensors)
 from precision_tool.torch.tensors import FORMAT_ATTR, logical_dtype
@@ -92,13 +92,8 @@ class _Interceptor(TorchDispatchMode):
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        """Leave ``__torch_dispatch__`` unwrapped by ``torch._disable_dynamo``.
-
-        By default torch wraps every mode's handler so that a compiled region
-        never traces into it; that wrapper costs a few microseconds on every
-        aten op. Capture is eager-only (docs/torch.md: compiled regions are not
-        seen), so there is nothing for the wrapper to protect here.
-        """
+        """Leave ``__torch_dispatch__`` unwrapped by ``torch._disable_dynamo``, which keeps compiled regions from
+        tracing a mode's handler at a few microseconds an aten op: `process.run_eagerly` does, at none."""
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -125,6 +120,7 @@ class Session:
         self._watching: list = []
         self._mode: _Interceptor | None = None
         self._started = False
+        self._compiled_back = None  # puts back the torch.compile stance the pushed mode set (`compiled_code_eager`)
         self._handles: list = []
         self._warned_autocast = False
         self._gradients = ModuleGradients(self._module_gradients)
@@ -199,11 +195,18 @@ class Session:
             self._mode.__enter__()
             QUIET.mode = self._mode
             self.namer.resume()  # autograd nodes made while idle are nobody's
+            self._compiled_back = compiled_code_eager()
         elif not wanted and self._mode is not None and _current_mode() is self._mode:  # (under a mode the user
             mode, self._mode = self._mode, None  # pushed after it, it stays)
             QUIET.mode = None
             self.namer.pause()
+            self._restore_compiled()
             mode.__exit__(None, None, None)
+
+    def _restore_compiled(self) -> None:
+        back, self._compiled_back = self._compiled_back, None
+        if back is not None:
+            back()
 
     def step_tail_called(self) -> None:
         """A loss scaler's update ran. Dispatch saw it, unless the mode was popped: then this is the step
@@ -268,6 +271,7 @@ class Session:
         mode, self._mode = self._mode, None
         QUIET.mode = None
         self._started = False
+        self._restore_compiled()
         try:
             if mode is not None:
                 mode.__exit__(None, None, None)

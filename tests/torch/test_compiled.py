@@ -4,7 +4,8 @@ Before 2026-11-28: dynamo compiled the capture's own dispatch function as a fram
 per aten op, to its recompile limit of 8, warnings on every step); torch.compile's wrapper (``OptimizedModule``)
 became the outermost module, so no op paired with golden's by name; a model compiled before the capture started ran
 code that calls no module hook, so a module-level dump recorded its outermost call only, and a clean pair got a
-kernel_bug there; aot_eager's graphs (``GraphModule``) were recorded as modules of their own.
+kernel_bug there; aot_eager's graphs (``GraphModule``) were recorded as modules of their own; a model compiled with
+``fullgraph=True`` stopped the training (torch raised that it compiled no frame, or met a graph break).
 """
 
 from __future__ import annotations
@@ -47,12 +48,12 @@ class TinyLM(nn.Module):
 
 
 def _train(path, level: str, mode: str, compiled: str | None = None, backend: str = "eager", warm: bool = True,
-           scale: float = 1.0):
+           scale: float = 1.0, fullgraph: bool = False):
     torch.manual_seed(0)
     model = TinyLM(scale)
     fresh = [p.detach().clone() for p in model.parameters()]
     if compiled == "root":
-        model = torch.compile(model, backend=backend)
+        model = torch.compile(model, backend=backend, fullgraph=fullgraph)
     elif compiled == "block":
         model.blocks[1] = torch.compile(model.blocks[1], backend=backend)
     ids = torch.randint(0, 40, (3, 8), generator=torch.Generator().manual_seed(1))
@@ -107,10 +108,26 @@ def test_op_level_capture_names_a_compiled_model_s_ops_as_uncompiled_and_compile
 
     from precision_tool.torch.session import Session
 
+    from precision_tool.torch.naming import CompiledEagerWarning
+
     _train(tmp_path / "golden.h5", "op", "stats")
-    _train(tmp_path / "target.h5", "op", "stats", "root", warm=False)
+    with pytest.warns(CompiledEagerWarning, match="runs it eagerly"):
+        _train(tmp_path / "target.h5", "op", "stats", "root", warm=False)
     assert _names(tmp_path / "target.h5") == _names(tmp_path / "golden.h5")
     assert _debug_get_cache_entry_list(Session.dispatch.__code__) == []
+    assert _verdict(tmp_path / "golden.h5", tmp_path / "target.h5").cls == "none"
+
+
+@pytest.mark.parametrize("level", ["op", "module"])
+def test_a_model_compiled_with_fullgraph_runs_eagerly_while_captured(level, tmp_path):
+    # under the capture's dispatch mode dynamo compiles no frame, and the module hooks would break the graph:
+    # either way torch raised, stopping the training; the model's calls now run eagerly while captured
+    from torch._dynamo import eval_frame
+
+    _train(tmp_path / "golden.h5", level, "stats")
+    _train(tmp_path / "target.h5", level, "stats", "root", fullgraph=True)
+    assert eval_frame._stance.stance == "default"  # as before the capture
+    assert _names(tmp_path / "target.h5") == _names(tmp_path / "golden.h5")
     assert _verdict(tmp_path / "golden.h5", tmp_path / "target.h5").cls == "none"
 
 
