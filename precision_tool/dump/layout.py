@@ -46,7 +46,7 @@ INPUT, OUTPUT = 0, 1
 KINDS = ("input", "output")
 DIRECTION_CODES = {name: code for code, name in enumerate(DIRECTIONS)}
 
-_STR = np.dtype("S12")
+_STR = np.dtype("S16")  # a dtype's name: "float8_e4m3fnuz" is 15 bytes
 _VSTR = None  # filled on first use: h5py's variable-length UTF-8 string dtype
 
 STATS_FIELDS = ("count", "min", "max", "mean", "std", "norm", "nan", "inf", "saturated")

@@ -23,7 +23,10 @@ from precision_tool.torch.device_stats import device_stats
 from precision_tool.torch.ops import dtype_name
 
 FORMAT_ATTR = "_precision_tool_format"  # the logical Format of a float32 tensor under simulation
-_LOW_DTYPES = (torch.float16, torch.bfloat16)
+# 8-bit floats of fp8 recipes: read as float32 (exactly) for their statistics, their values kept by no dump
+_FLOAT8 = frozenset(getattr(torch, name) for name in (
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu") if hasattr(torch, name))
+_LOW_DTYPES = (torch.float16, torch.bfloat16, *_FLOAT8)  # floats numpy has no dtype for: read as float32
 _STRIDED = torch.strided
 _BLOCK = 1024  # values per float32 partial sum in `array_stats`
 _SCREEN_MAX = 1 << 14  # up to this many values `all_finite` screens with the C extension, faster there
@@ -80,8 +83,8 @@ def to_numpy(tensor: torch.Tensor, copy: bool = False) -> np.ndarray:
 def in_memory(tensor: torch.Tensor) -> bool:
     """Whether ``tensor``'s values lie in strided memory the capture reads and stores as they are; a sparse
     tensor's (an ``nn.Embedding(sparse=True)`` gradient) lie in index and value tensors of its own, and a dump
-    keeps only their statistics (`stats_of`)."""
-    return tensor.layout is _STRIDED and not tensor.is_nested
+    keeps only their statistics (`stats_of`), as it does of an 8-bit float's (no format of the dump holds it)."""
+    return tensor.layout is _STRIDED and not tensor.is_nested and tensor.dtype not in _FLOAT8
 
 
 def stored_values(tensor: torch.Tensor) -> np.ndarray | None:

@@ -268,3 +268,14 @@ def test_a_sparse_tensor_has_the_statistics_of_the_dense_tensor_it_stands_for():
     _dense_stats_agree(values.to_sparse_csr())
     assert all_finite(sparse) and not all_finite(torch.sparse_coo_tensor(indices[:, :1], torch.tensor(
         [[float("inf"), 0.0]]), (10, 2)))
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_an_8_bit_float_has_the_statistics_of_its_values_and_keeps_no_values(dtype):
+    from precision_tool.torch.tensors import in_memory, to_numpy
+
+    x = torch.tensor([0.3, -1.7, 2.5, 448.0, 0.0, -0.01]).to(getattr(torch, dtype))
+    exact = x.float().numpy()  # every 8-bit value is a float32 value
+    np.testing.assert_array_equal(to_numpy(x), exact)
+    assert stats_of(x, dtype) == stats_tuple(exact.astype(np.float64))
+    assert not in_memory(x)  # no format of a dump holds it: statistics only, in every mode
