@@ -35,7 +35,7 @@ from precision_tool.analysis.overflow import overflow_report
 from precision_tool.analysis.results import Diagnosis, OverflowEntry, OverflowReport, Verdict
 from precision_tool.analysis.scan import Scanner
 from precision_tool.analysis.scaling import first_skipped_update, scaled_past_format, unexplained_skip
-from precision_tool.analysis.structure import module_path
+from precision_tool.analysis.structure import is_copy, module_path
 from precision_tool.dump.records import OpRecord, StepRecord
 from precision_tool.defaults import COSINE_THRESHOLD
 
@@ -228,11 +228,12 @@ def _steps_golden_alone(golden, target_steps: list[StepRecord]) -> list[str]:
 def _names_apart(golden, target) -> tuple[str, ...] | None:
     """Evidence where most of the target's forward ops at its first step have no golden op of that name (the
     root module's class renamed, a model subclassed or wrapped in one run only): what does not pair is not
-    judged, and a verdict of none says nothing then. None where at least half pair."""
+    judged, and a verdict of none says nothing then. None where at least half pair. Casts and copies are not
+    counted: the target's own (autocast's, a saved-tensor hook's) have no golden partner by design."""
     steps = [s.step for s in target.steps()]
     if not steps:
         return None
-    ops = [r for r in target.ops(step=steps[0], direction="forward") if not r.is_module]
+    ops = [r for r in target.ops(step=steps[0], direction="forward") if not r.is_module and not is_copy(r.type)]
     names = {r.name for r in golden.ops(step=steps[0], direction="forward")}
     paired = sum(1 for r in ops if r.name in names or any(n in names for n in r.original_names))  # (fused ops)
     if not ops or 2 * paired >= len(ops):
