@@ -84,6 +84,11 @@ class Namer:
     def uninstall(self) -> None:
         for handle in [*self._handles, *self._late.values()]:
             handle.remove()
+        if self._compiled_seen:  # what dynamo compiled during the capture breaks its graphs where the hooks were:
+            self._compiled_seen = False  # compiled again on its next call, without them
+            import torch._dynamo
+
+            torch._dynamo.reset()
         self._handles = []
         self._late.clear()
         self._stack.clear()

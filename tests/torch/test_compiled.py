@@ -140,3 +140,18 @@ def test_a_fault_in_a_compiled_model_is_named(level, mode, op, tmp_path):
     _train(tmp_path / "target.h5", level, mode, "root", scale=1.05)
     verdict = _verdict(tmp_path / "golden.h5", tmp_path / "target.h5")
     assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == ("kernel_bug", op, 0, "forward")
+
+
+def test_after_a_module_level_capture_a_compiled_model_is_compiled_again_without_the_hooks(tmp_path):
+    # compiled during the capture, its graphs break where the hooks were; left so, it would run broken after it
+    from torch._dynamo.utils import counters
+
+    model = torch.compile(TinyLM(), backend="eager")
+    ids = torch.randint(0, 40, (3, 8), generator=torch.Generator().manual_seed(1))
+    with ptt.dump(tmp_path / "d.h5", "stats", level="module"):
+        model(ids).sum().backward()
+        ptt.step()
+    assert counters["graph_break"]  # (the hooks)
+    counters.clear()
+    model(ids)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
