@@ -3,6 +3,7 @@
     python bench/bench_random_configs.py --seed 4 --cases 24 --faults   # planted faults
     python bench/bench_random_configs.py --seed 6 --cases 24            # clean ports
     python bench/bench_random_configs.py --seed 6 --cases 24 --mode stats   # both runs as statistics only
+    python bench/bench_random_configs.py --seed 6 --cases 24 --mode stats --level module   # module calls only
 
 The suite's cases (tests/realmodels) fix one config per family, and a mechanism
 tuned on them may lean on its sizes. Here each case draws a family (GPT-2,
@@ -209,6 +210,8 @@ def main(argv=None) -> int:
                         help="with --faults: faults at any layer, in activations, LayerNorms, Linears, attention")
     parser.add_argument("--mode", choices=("dump", "stats"), default="dump",
                         help="what both runs record (stats: statistics only, the mode to leave on)")
+    parser.add_argument("--level", choices=("op", "module"), default="op",
+                        help="what both runs record: every op, or module calls only")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -222,7 +225,8 @@ def main(argv=None) -> int:
             shutil.rmtree(work / "case", ignore_errors=True)
             start = time.perf_counter()
             try:
-                ok, said = C.judge(case, C.run_case(case, work / "case", mode=args.mode))
+                ok, said = C.judge(case, C.diagnosis_of(*C.collect(case, work / "case", mode=args.mode,
+                                                                   level=args.level)))
             except RuntimeError as exc:  # torch's own kernel refuses the config on this CPU
                 if "primitive descriptor" not in str(exc):
                     raise
@@ -235,8 +239,8 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     kind = "named" if args.faults else "clean"
-    print(f"{kind} {right}/{right + wrong} (seed {args.seed}, {args.mode} mode; {skipped} skipped: torch cannot run "
-          "them here)")
+    print(f"{kind} {right}/{right + wrong} (seed {args.seed}, {args.mode} mode, {args.level} level; {skipped} skipped: "
+          "torch cannot run them here)")
     return 0
 
 
