@@ -115,8 +115,8 @@ def judge_draw(scan, record: OpRecord, attribution) -> Verdict | None:
     verdict. Also for a module call (a Dropout module's)."""
     from precision_tool.analysis.notes import meta
 
-    if attribution.inherited >= SIGNIFICANT_ERROR or not is_random_draw(record.type):
-        return None
+    if not attribution.inherited < SIGNIFICANT_ERROR or attribution.inputs_off or not is_random_draw(record.type):
+        return None  # (inputs holding inf or NaN where golden's are finite agree in no way: they are not scored)
     partner = scan._golden_of(record)
     if any(t.has_data for t in record.outputs):
         if attribution.observed < SIGNIFICANT_ERROR:
