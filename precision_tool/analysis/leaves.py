@@ -30,7 +30,7 @@ from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.structure import fingerprint, module_path
 from precision_tool.compare.judged import NEAR_ZERO_RATIO, input_scale
-from precision_tool.defaults import INTRODUCED_EXCESS
+from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 
 
@@ -213,3 +213,36 @@ def stats_row(stats) -> tuple:
     """A tensor's statistics as one tuple, every field: equal rows, the same values to the last bit as far as
     statistics tell."""
     return (stats.count, stats.min, stats.max, stats.mean, stats.std, stats.norm, stats.nan, stats.inf)
+
+
+def carried_state(scan, record: OpRecord) -> Verdict | None:
+    """kernel_bug where a forward op after the first step reads a value no op of the target's step wrote, while
+    golden's step writes it afresh in an op the target does not run and that reads no float (zeros, a fill), and
+    the two depart by SIGNIFICANT_ERROR: a state the target carries over from step to step (a recurrent model's
+    hidden state kept across batches) where golden starts it anew. The departure begins at the second step,
+    which statistics of a 16-bit run are not judged at for anything that rounding moves."""
+    partner = scan._golden_of(record)
+    if partner is None or record.direction != "forward" or record.step == scan._first_step:
+        return None
+    theirs = {t.slot: t for t in partner.inputs}
+    for tensor in record.inputs:
+        golden = theirs.get(tensor.slot)  # (golden's op may read fewer: a stack of fewer states)
+        if golden is None or not is_float(tensor.dtype) or not tensor.stats.count or \
+                scan.departures.writers()[1].producer(record, tensor.slot) is not None:
+            continue
+        writer = scan.consumers["any"].producer(partner, tensor.slot)
+        if writer is None or scan._target_of(writer) is not None or any(is_float(t.dtype) for t in writer.inputs):
+            continue
+        error = stats_split(tensor.stats, golden.stats, tensor.dtype).error
+        if not error >= SIGNIFICANT_ERROR:
+            continue
+        evidence = (f"{record.name} ({record.type}) reads {tensor.slot} {error:.3g} from golden as far as statistics "
+                    f"show: no op of the target's step {record.step} wrote it, while golden's step writes it afresh "
+                    f"in {writer.name} ({writer.type}), which the target does not run",
+                    "the target carries the value over from the step before where golden starts it anew: a state "
+                    "kept across batches (a recurrent model's hidden state, detached but not reset)")
+        return Verdict(record.name, "kernel_bug", record.step, "forward", record.type, evidence,
+                       f"start {tensor.slot} of {record.name} afresh each step as golden does ({writer.type}), or "
+                       "carry it in golden too where the model is meant to keep its state",
+                       module=module_path(record.name))
+    return None

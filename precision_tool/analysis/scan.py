@@ -53,7 +53,7 @@ from precision_tool.analysis.departure_verdicts import integer_verdict, skipped_
 from precision_tool.analysis.departures import REWRITE_UNITS, DepartureFinder
 from precision_tool.analysis.errors import harm_depth, noise_floor, overflows_here, stats_only
 from precision_tool.analysis.fusion import switch_off_action
-from precision_tool.analysis.leaves import infinities_differ, leaf_verdict, stale_leaf
+from precision_tool.analysis.leaves import carried_state, infinities_differ, leaf_verdict, stale_leaf
 from precision_tool.analysis.omissions import (declared_format, fewer_gradients, narrower_than_declared,
                                                stray_cast)
 from precision_tool.analysis.overflow import overflow_entry, starts_here
@@ -168,8 +168,8 @@ class Scanner(RewriteJudge):
                 if not modules_only:
                     continue
                 verdict = judge_module(self, record)
-            elif (record.direction, record.name) in inside or record.name in self.handled:
-                continue
+            elif (record.direction, record.name) in inside or record.name in self.handled:  # (from statistics, a
+                verdict = carried_state(self, record) if stats_only(record) else None  # rewrite is not replayed)
             else:
                 verdict = self._judge_op(record)
             if verdict is not None:

@@ -50,7 +50,7 @@ from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.departure_verdicts import skipped_verdict, target_only_verdict
 from precision_tool.analysis.errors import noise_floor, repeated_stats, stats_only, stats_split, uniform_scale
 from precision_tool.analysis.omissions import narrower_than_declared, stray_cast
-from precision_tool.analysis.leaves import stale_leaf
+from precision_tool.analysis.leaves import carried_state, stale_leaf
 from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Attribution, Verdict
@@ -108,8 +108,9 @@ def judge_statistics(scan, record: OpRecord) -> Verdict | None:
         if verdict is not None:
             scan.result.attributions.append(a)
             return verdict
-    verdict = stale_leaf(scan, record) if record.step != scan._first_step and a.inherited > 0.0 else None
-    if verdict is not None:  # a parameter the update did not reach
+    verdict = stale_leaf(scan, record) or carried_state(scan, record) if record.step != scan._first_step and \
+        a.inherited > 0.0 else None
+    if verdict is not None:  # a parameter the update did not reach, a state carried over
         scan.result.attributions.append(a)
         return verdict
     if a.observed < noise_floor(output_dtype(record)) and record.step == scan._first_step \
