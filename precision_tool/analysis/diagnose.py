@@ -229,11 +229,14 @@ def _names_apart(golden, target) -> tuple[str, ...] | None:
     """Evidence where most of the target's forward ops at its first step have no golden op of that name (the
     root module's class renamed, a model subclassed or wrapped in one run only): what does not pair is not
     judged, and a verdict of none says nothing then. None where at least half pair. Casts and copies are not
-    counted: the target's own (autocast's, a saved-tensor hook's) have no golden partner by design."""
+    counted: the target's own (autocast's, a saved-tensor hook's) have no golden partner by design; nor are ops
+    outside every module (a training loop's own code: gradient clipping written by hand where golden calls
+    clip_grad_norm_), which say nothing of the model's names."""
     steps = [s.step for s in target.steps()]
     if not steps:
         return None
-    ops = [r for r in target.ops(step=steps[0], direction="forward") if not r.is_module and not is_copy(r.type)]
+    ops = [r for r in target.ops(step=steps[0], direction="forward")
+           if not r.is_module and not is_copy(r.type) and module_path(r.name)]
     names = {r.name for r in golden.ops(step=steps[0], direction="forward")}
     paired = sum(1 for r in ops if r.name in names or any(n in names for n in r.original_names))  # (fused ops)
     if not ops or 2 * paired >= len(ops):
