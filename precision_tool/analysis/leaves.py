@@ -9,7 +9,9 @@ must be golden's. Two ways it is not:
   golden's mostly fall between its points (`grid.narrower_grid`; from statistics, its smallest and largest value:
   `grid.extremes_grid`): a weight rounded to 16 bits before training (a checkpoint saved in half precision, a
   ``.half().float()`` round trip on load). Its departure is one rounding, 2e-4 in float16, far under
-  SIGNIFICANT_ERROR: precision_loss where it is first read.
+  SIGNIFICANT_ERROR: precision_loss where it is first read. A value golden's step wrote as part of a larger tensor (a
+  slice, read through a view no op records) is no leaf: the cast only the target runs, whose value the slice holds, is
+  named (a module's output cast to float16 and back, read one time step at a time).
 
 At a later step a value no op of the step wrote (a parameter) is what the update before wrote. One the target
 reads the same to the last bit as at the step before, where golden's optimizer wrote it in that update, by an
@@ -25,10 +27,10 @@ import math
 from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.errors import noise_floor, rounding_error, stats_split
 from precision_tool.analysis.grid import extremes_grid, narrower_grid
-from precision_tool.analysis.omissions import changed_leaf
+from precision_tool.analysis.omissions import changed_leaf, written_part_of
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
-from precision_tool.analysis.structure import fingerprint, module_path
+from precision_tool.analysis.structure import fingerprint, is_copy, module_path
 from precision_tool.compare.judged import NEAR_ZERO_RATIO, input_scale
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
@@ -112,6 +114,13 @@ def rounded_leaf(scan, record: OpRecord, partner: OpRecord, view: GoldenView, sl
             fmt = extremes_grid(tensor.stats, golden.stats) if golden is not None else None
         if fmt is None:
             continue
+        if tensor.has_data and written_part_of(partner, slot, writers, scan.golden) is not None:
+            # golden's value is a slice of what an earlier op wrote (no leaf): a cast only the target runs, earlier
+            # in the step, rounded what the target reads (a module's output cast to float16 and back)
+            verdict = _sliced_after_a_cast(scan, record, slot, fmt)
+            if verdict is not None:
+                return verdict
+            continue
         evidence = (f"{record.name} ({record.type}) reads {slot}, a value no op of step {record.step} wrote (a "
                     f"parameter, buffer or the data), whose every value {fmt} holds"
                     + (" (its smallest and largest: the dumps keep statistics only)" if not tensor.has_data else "")
@@ -121,6 +130,32 @@ def rounded_leaf(scan, record: OpRecord, partner: OpRecord, view: GoldenView, sl
         return Verdict(record.name, "precision_loss", record.step, "forward", record.type, evidence,
                        f"load or initialise what {record.type} reads as {slot} in float32 (look for a {fmt} copy of "
                        "it)", module=module_path(record.name))
+    return None
+
+
+def _sliced_after_a_cast(scan, record: OpRecord, slot: str, fmt: str) -> Verdict | None:
+    """precision_loss at the cast to ``fmt`` golden does not run whose value ``record`` reads a slice of (through
+    copies back to float32), or None: the target's op whose output holds the values read, then its writers back
+    through casts and copies."""
+    writers = scan.departures.writers()[1]
+    writer = written_part_of(record, slot, writers, scan.target)
+    for _ in range(8):
+        if writer is None or not is_copy(writer.type):
+            return None
+        if any(t.dtype == fmt for t in writer.outputs) and any(t.dtype == "float32" for t in writer.inputs):
+            partner = scan._golden_of(writer)
+            if partner is not None and any(t.dtype == fmt for t in partner.outputs):
+                return None  # (golden rounds there too)
+            evidence = (f"{writer.name} ({writer.type}), a cast golden does not run, rounds a float32 value to {fmt}; "
+                        "golden keeps it in float32",
+                        f"{record.name} ({record.type}) reads a slice of it ({slot}), whose every value {fmt} holds, "
+                        f"while golden's mostly fall between {fmt}'s points")
+            where = module_path(writer.name) or writer.name
+            return Verdict(writer.name, "precision_loss", writer.step, writer.direction, writer.type, evidence,
+                           f"keep {where} in float32: remove the cast to {fmt} there (a stray .half() or .to({fmt}))",
+                           module=module_path(writer.name))
+        source = next((t.slot for t in writer.inputs if is_float(t.dtype)), None)
+        writer = writers.producer(writer, source) if source is not None else None
     return None
 
 

@@ -148,12 +148,18 @@ _SAMPLE = 64  # values of a tensor looked for in another's
 
 def _part_of_written(record: OpRecord, slot: str, writers: Consumers, dump) -> bool:
     """Whether golden's input ``slot`` of ``record`` holds values an earlier op of the step wrote as part of a larger
-    output (a slice, read through a view whose statistics no output shares): 64 of its values, spread over it and
-    at least 4 distinct, all found in one such output. False without values to look at."""
+    output (a slice, read through a view whose statistics no output shares): `written_part_of`."""
+    return written_part_of(record, slot, writers, dump) is not None
+
+
+def written_part_of(record: OpRecord, slot: str, writers: Consumers, dump) -> OpRecord | None:
+    """The earlier op of the step (of ``writers``, over ``dump``'s values) whose larger output holds the values of
+    ``record``'s input ``slot``, read through a view whose statistics no output shares (a slice): 64 of its values,
+    spread over it and at least 4 distinct, all found in that output. None without values to look at."""
     tensor = record.tensor(slot)
     stats = tensor.stats
     if dump is None or not tensor.has_data or not stats.count:
-        return False
+        return None
     sample = None
     for writer, written in writers.written_before(record):
         held = written.stats
@@ -164,11 +170,10 @@ def _part_of_written(record: OpRecord, slot: str, writers: Consumers, dump) -> b
             values = np.ravel(dump.tensor(record.step, record.exec_index, slot))
             sample = np.unique(values[np.linspace(0, values.size - 1, min(_SAMPLE, values.size)).astype(int)])
             if sample.size < 4:
-                return False
+                return None
         if np.isin(sample, np.ravel(dump.tensor(writer.step, writer.exec_index, written.slot))).all():
-            return True
-    return False
-
+            return writer
+    return None
 
 
 def module_narrower_than_declared(rewrite, members: list[OpRecord], observed: float) -> Verdict | None:
