@@ -9,6 +9,29 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 PROMPT = "PrecisionTool > "
 
 
+def _same_line(printed: str, shown: str) -> bool:
+    """The line the document shows, each number to within 3 units of its last printed digit: the engine's
+    float16 kernels run on numpy's BLAS, whose last bits differ between CPUs (a ratio of 49.06 printed where
+    another machine prints 49.08)."""
+    if printed == shown:
+        return True
+    ours, theirs = printed.split(), shown.split()
+    return len(ours) == len(theirs) and all(map(_same_token, ours, theirs))
+
+
+def _same_token(printed: str, shown: str) -> bool:
+    if printed == shown:
+        return True
+    try:
+        a, b = float(printed), float(shown)
+    except ValueError:
+        return False
+    digits = shown.lower().split("e")[0]
+    places = len(digits.split(".")[1]) if "." in digits else 0
+    exponent = int(shown.lower().split("e")[1]) if "e" in shown.lower() else 0
+    return abs(a - b) <= 3 * 10.0 ** (exponent - places)
+
+
 def _session(doc: str, heading: str) -> list[str]:
     """The lines of the first code block under ``heading`` in ``doc``."""
     text = (DOCS / doc).read_text(encoding="utf-8")
@@ -35,4 +58,4 @@ def test_the_shell_session_in_docs_shell_md_prints_what_it_shows(run_cli, tmp_pa
                 shown.append(follow)
             result = run_cli("shell", *files, "-c", line[len(PROMPT):])
             printed = [out.rstrip() for out in (result.stdout + result.stderr).splitlines()]
-            assert printed[:len(shown)] == shown, line
+            assert len(printed) >= len(shown) and all(map(_same_line, printed, shown)), (line, printed, shown)
