@@ -90,29 +90,38 @@ def test_runs_whose_op_names_do_not_pair_are_said_to(tmp_path):
         "modules _Attending; the target's Renamed): ops are paired by name, and what does not pair is not judged"))
 
 
+def _mlp_pair_verdict(tmp_path, hidden: int, loss_of, after_backward=None):
+    """The verdict on a golden and a target run (``target`` False, True) of an MLP of ``hidden`` Linears of width
+    8 and a head, two SGD steps in dump mode: ``loss_of(model, x, target)``; ``after_backward(model, target)``
+    between backward and the update."""
+    import precision_tool.torch as ptt
+
+    for name, target in (("golden", False), ("target", True)):
+        torch.manual_seed(0)
+        model = nn.Sequential(*(nn.Linear(8, 8) for _ in range(hidden)), nn.Linear(8, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+        with ptt.dump(tmp_path / f"{name}.h5", "dump"):
+            for _ in range(2):
+                loss = loss_of(model, x, target)
+                optimizer.zero_grad()
+                loss.backward()
+                if after_backward is not None:
+                    after_backward(model, target)
+                optimizer.step()
+                ptt.step(loss)
+    return diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict
+
+
 def test_the_casts_of_an_autocast_target_are_not_counted_as_ops_that_do_not_pair(tmp_path):
     # a small bf16 autocast MLP runs more casts (input, weight and bias of each Linear) than Linears: a clean pair
     # was said to pair "only 6 of the target's 14 forward ops" by name (probe Q f10: a saved-tensor hook's casts)
-    import precision_tool.torch as ptt
+    def loss_of(model, x, autocast: bool):
+        with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+            out = model(x)
+        return out.float().pow(2).mean()
 
-    def train(path, autocast: bool):
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 2))
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
-        with ptt.dump(path, "dump"):
-            for _ in range(2):
-                with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
-                    out = model(x)
-                loss = out.float().pow(2).mean()
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                ptt.step(loss)
-
-    train(tmp_path / "golden.h5", False)
-    train(tmp_path / "target.h5", True)
-    verdict = diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict
+    verdict = _mlp_pair_verdict(tmp_path, 2, loss_of)
     assert (verdict.cls, verdict.evidence) == ("none", ("no op at or below cosine 0.98 and no unhandled overflow",))
 
 
@@ -120,29 +129,14 @@ def test_a_training_loops_own_ops_are_not_counted_as_ops_that_do_not_pair(tmp_pa
     # the target clips its gradients by hand (a norm, an add and a mul per parameter, outside every module), golden
     # with clip_grad_norm_: a float32 pair whose model ops all pair was said to pair "only 15 of the target's 123
     # forward ops" and told to collect both runs from the same model code (probe S, GPTBigCode)
-    import precision_tool.torch as ptt
+    def clip(model, by_hand: bool):
+        if not by_hand:
+            nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+            return
+        with torch.no_grad():
+            total = sum(p.grad.norm() ** 2 for p in model.parameters()).sqrt()
+            for p in model.parameters():
+                p.grad.mul_(torch.clamp(10.0 / (total + 1e-6), max=1.0))
 
-    def train(path, by_hand: bool):
-        torch.manual_seed(0)
-        model = nn.Sequential(*(nn.Linear(8, 8) for _ in range(6)), nn.Linear(8, 2))
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
-        with ptt.dump(path, "dump"):
-            for _ in range(2):
-                loss = model(x).pow(2).mean()
-                optimizer.zero_grad()
-                loss.backward()
-                if by_hand:
-                    with torch.no_grad():
-                        total = sum(p.grad.norm() ** 2 for p in model.parameters()).sqrt()
-                        for p in model.parameters():
-                            p.grad.mul_(torch.clamp(10.0 / (total + 1e-6), max=1.0))
-                else:
-                    nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-                optimizer.step()
-                ptt.step(loss)
-
-    train(tmp_path / "golden.h5", False)
-    train(tmp_path / "target.h5", True)
-    verdict = diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict
+    verdict = _mlp_pair_verdict(tmp_path, 6, lambda model, x, _: model(x).pow(2).mean(), clip)
     assert (verdict.cls, verdict.evidence) == ("none", ("no op at or below cosine 0.98 and no unhandled overflow",))
