@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass
 
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n N`: N workers share the cores, torch and BLAS one thread each
+    for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, "1")
 
 
 @dataclass
