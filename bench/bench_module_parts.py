@@ -5,6 +5,9 @@ their order from round to round; it prints the median CPU time of each as a rati
 on one thread):
 
 * ``floor``: bench_real's ``module floor`` (the module hooks and gradient hooks, doing nothing);
+* ``recorder floor``: bench_real's ``module recorder floor`` (the same hooks doing the least a module-level
+  statistics capture must: statistics looked up by object or computed in C, a row kept; no names, no
+  checks, no file);
 * ``module``: ``precision_tool.torch.dump(path, "stats", level="module")``;
 * ``no gradients``: the same with no module call's boundary gradients hooked (no backward records);
 * ``no commit``: the same with no HDF5 flush and no commit at the end of a step (the step's metadata
@@ -31,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_real  # noqa: E402
 
-CONFIGS = ("floor", "module", "no gradients", "no commit")
+CONFIGS = ("floor", "recorder floor", "module", "no gradients", "no commit")
 
 
 def _measure(model: str, size: str, rounds: int, steps: int, folder: Path) -> dict:
@@ -62,6 +65,10 @@ def _measure(model: str, size: str, rounds: int, steps: int, folder: Path) -> di
         try:
             if name == "floor":
                 with bench_real._ModuleFloor():
+                    yield
+                return
+            if name == "recorder floor":
+                with bench_real._ModuleRecorderFloor():
                     yield
                 return
             if name == "no commit":

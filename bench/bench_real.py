@@ -18,6 +18,11 @@ interleaved over ``--repeats`` rounds (the order rotates each round):
 * ``module floor``: the global module hooks module-level capture installs,
   with a gradient hook on every float tensor in and out of a module call,
   all doing nothing: the floor of module-level capture in Python;
+* ``module recorder floor``: the same hooks doing the least a module-level
+  statistics capture must (`_ModuleRecorderFloor`: each call's input
+  statistics looked up by object, its outputs' and each boundary gradient's
+  computed in C, one row kept a call and a gradient; no names, no checks, no
+  file);
 * ``stats module``: ``precision_tool.torch.dump(path, "stats", level="module")``,
   module calls only, no aten op intercepted;
 * ``stats``, ``overflow``, ``dump``: ``precision_tool.torch.dump(path, mode)``;
@@ -62,7 +67,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"gpt2": "gpt2-sdpa", "bert": "bert-sdpa", "vit": "vit", "resnet": "resnet", "lstm": "lstm-nodnn"}
-OURS = ("plain", "noop mode", "recorder floor", "module floor", "stats module", "stats", "stats, steps left out",
+OURS = ("plain", "noop mode", "recorder floor", "module floor", "module recorder floor", "stats module", "stats", "stats, steps left out",
         "overflow", "dump", "simulate")
 MSPROBE = ("msprobe plain", "msprobe stats", "msprobe stats L0", "msprobe tensor")
 
@@ -232,6 +237,8 @@ def _ours(model: str, steps: int, repeats: int, workdir: Path, size: str = "tiny
             return _minimal_recorder()
         if name == "module floor":
             return _ModuleFloor()
+        if name == "module recorder floor":
+            return _ModuleRecorderFloor()
         if name == "simulate":
             return ptt.simulate_npu("allow_mix_precision")
         if name == "stats module":
@@ -307,6 +314,82 @@ class _ModuleFloor:
     def __exit__(self, *exc):
         for handle in self._handles:
             handle.remove()
+
+
+class _ModuleRecorderFloor(_ModuleFloor):
+    """`_ModuleFloor` doing the least a module-level statistics capture must: each call's float inputs'
+    statistics looked up by object (an earlier call's output) or computed, its outputs' computed in C
+    (`_native.stats_at`), one row a call; each boundary gradient's statistics computed in C as it arrives, one
+    row. No names, no check that a tensor is unchanged, no file: the floor of such a capture in Python."""
+
+    def __enter__(self):
+        import gc
+
+        import torch
+        from torch.nn.modules import module
+
+        from precision_tool.torch.tensors import _SMALL_STATS, _STATS_AT, _STATS_AT_KINDS, _STATS_CANCELLATION
+
+        known, rows = {}, []
+        self.rows = rows
+        self._froze = not gc.get_freeze_count()  # as the capture's session does
+        if self._froze:
+            gc.freeze()
+
+        def stats(tensor):
+            found = known.get(id(tensor))
+            if found is not None:
+                return found
+            kind = _STATS_AT_KINDS.get(tensor.dtype)
+            if kind is None or not tensor.is_contiguous() or not tensor.numel():
+                return None
+            found = known[id(tensor)] = _STATS_AT(tensor.data_ptr(), tensor.numel(), kind, _STATS_CANCELLATION, 0.0,
+                                                  _SMALL_STATS)
+            return found
+
+        def leaves(value, found):
+            if isinstance(value, torch.Tensor):
+                if value.is_floating_point():
+                    found.append(value)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    leaves(item, found)
+            elif isinstance(value, dict):
+                for item in value.values():
+                    leaves(item, found)
+            return found
+
+        def gradient(grad):
+            rows.append((None, [stats(grad)]))
+            return None
+
+        def after(module_, args, kwargs, output):
+            outputs, inputs = leaves(output, []), leaves((args, kwargs), [])
+            rows.append((module_, [stats(t) for t in inputs] + [stats(t) for t in outputs]))
+            if torch.is_grad_enabled():
+                for tensor in inputs + outputs:
+                    if tensor.requires_grad:
+                        hooks = tensor._backward_hooks  # (an in-place write starts the tensor's hooks again)
+                        if not hooks or next(reversed(hooks.values())) is not gradient:
+                            tensor.register_hook(gradient)
+
+        def step_ends(*_):
+            known.clear()
+            rows.clear()
+
+        from torch.optim import optimizer
+
+        self._handles = [module.register_module_forward_pre_hook(lambda module_, args: None),
+                         module.register_module_forward_hook(after, with_kwargs=True, always_call=True),
+                         optimizer.register_optimizer_step_post_hook(step_ends)]
+        return self
+
+    def __exit__(self, *exc):
+        import gc
+
+        super().__exit__(*exc)
+        if self._froze:
+            gc.unfreeze()
 
 
 def _minimal_recorder():

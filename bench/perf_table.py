@@ -67,7 +67,9 @@ def capture_rows(document: dict) -> list[str]:
                 return f"{text} ({counts[count]:.0f})" if count in counts else text
 
             theirs = [their("msprobe stats L0", "stats L0"), their("msprobe stats", "stats"), their("msprobe tensor")]
-        cells = [name, f"{plain * 1000 / document['steps']:.1f} ms", ratio("module floor"), ratio("stats module"),
+        module_floor = ratio("module floor") + (f" / {ratio('module recorder floor')}"
+                                                if "module recorder floor" in times else "")
+        cells = [name, f"{plain * 1000 / document['steps']:.1f} ms", module_floor, ratio("stats module"),
                  ratio("noop mode") + (f" / {ratio('recorder floor')}" if "recorder floor" in times else ""),
                  ratio("stats"), ratio("stats, steps left out"), ours, ratio("dump"), write, ratio("simulate"),
                  *theirs]
@@ -100,6 +102,16 @@ def _recorder_floor(document: dict) -> str:
         return ""
     return (" (after the slash: the least a statistics recorder in Python does, input statistics looked up by "
             "object, output statistics in C, no names, no checks, no file)")
+
+
+def _module_recorder_floor(document: dict) -> str:
+    """The caption's words for the module recorder floor, where the run measured it
+    (`bench_real._ModuleRecorderFloor`)."""
+    if not any("module recorder floor" in r["times"] for r in document["results"].values()):
+        return ""
+    return (" (after the slash: the least a module-level statistics recorder in Python does, the same hooks with "
+            "each call's input statistics looked up by object and its outputs' and each boundary gradient's "
+            "computed in C, no names, no checks, no file)")
 
 
 def _msprobe_dates(document: dict) -> str:
@@ -135,7 +147,8 @@ def table() -> str:
         lines += [f"**Torch capture on real models** (`bench_real.py`, {real['date']}; {real['steps']} steps, "
                   f"median of {real['repeats']} interleaved rounds, {clock}; ratios to the plain step). Targets: "
                   "stats ≤ 1.5× at module level and ≤ 2.5× at aten level, dump ≥ 50 % of raw h5py write speed, "
-                  "simulate ≤ 2×. The floors: module hooks that do nothing, for module level; a no-op dispatch "
+                  "simulate ≤ 2×. The floors: module hooks that do nothing, for module level" +
+                  _module_recorder_floor(real) + "; a no-op dispatch "
                   "mode, for aten level and simulate" + _recorder_floor(real) + ". Steps left out: the steps an "
                   "aten-level `steps=` filter does not record, which run without the dispatch mode. Records a step: "
                   "module level / aten level; msprobe's in "

@@ -41,3 +41,15 @@ def test_native_floor_rows_are_medians_over_the_plain_step():
              "native floor": [4.0, 3.0, 3.5], "stats": [30.0, 20.0, 25.0]}
     document = {"steps": 3, "results": {"lstm": {"times": times, "mode_ops": 1266, "native_ops": 1062}}}
     assert module.native_rows(document) == ["| lstm | 1000.0 ms | 2.00× | 3.00× | 1.17× | 8.33× | 1266 / 1062 |"]
+
+
+def test_the_module_floor_cell_shows_the_module_recorder_floor_after_a_slash_where_measured():
+    module = perf_table()
+    times = {"plain": [3.0, 2.0, 4.0], "module floor": [3.3, 3.3, 3.3], "module recorder floor": [4.0, 3.5, 3.8],
+             "stats module": [6.0, 6.0, 6.0], "dump": [9.0, 9.0, 9.0]}
+    document = {"steps": 3, "results": {"gpt2": {"times": times}}}
+    cells = module.capture_rows(document)[0].split(" | ")
+    assert cells[2:4] == ["1.10× / 1.27×", "2.00×"]
+    del times["module recorder floor"]
+    assert module.capture_rows(document)[0].split(" | ")[2] == "1.10×"
+    assert module._module_recorder_floor(document) == ""

@@ -20,7 +20,9 @@ import weakref
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from precision_tool.torch.ops import dtype_name
 from precision_tool.torch.process import run_eagerly
+from precision_tool.torch.tensors import stats_of
 
 
 class _Quiet:
@@ -63,6 +65,8 @@ def without_modes():
 
 def float_leaves(value) -> list:
     """The distinct floating-point tensors in nested tuples, lists and dicts (model outputs are dicts)."""
+    if isinstance(value, torch.Tensor):  # most modules return one tensor
+        return [value] if value.is_floating_point() else []
     found: list = []
     seen: set[int] = set()
     stack = [value]
@@ -101,9 +105,6 @@ class GradientSummary:
     __slots__ = ("dtype", "shape", "stats")
 
     def __init__(self, grad: torch.Tensor):
-        from precision_tool.torch.ops import dtype_name
-        from precision_tool.torch.tensors import stats_of
-
         self.dtype = dtype_name(grad.dtype)  # a copy's: the logical format tag stays on the original
         self.shape = tuple(grad.shape)
         self.stats = stats_of(grad, self.dtype)

@@ -39,6 +39,8 @@ from precision_tool.torch.ops import (AtenOp, autocast_dtype, complete_collectiv
 from precision_tool.torch.tensors import FORMAT_ATTR, logical_dtype
 
 _current_node = torch._C._current_autograd_node
+# one call into C saying whether any autocast region is active, before asking which (`autocast_dtype`)
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 _current_mode = torch.utils._python_dispatch._get_current_dispatch_mode
 
 
@@ -357,8 +359,8 @@ class Session:
             self._sync_mode()
         if not self.step_open or self.pending_boundary:
             return
-        if self._watching and not self._told_autocast and autocast_dtype():  # visible here, in Python, not
-            for recorder in self._watching:  # inside dispatch; once a step is enough
+        if self._watching and not self._told_autocast and _any_autocast() and autocast_dtype():  # visible here, not
+            for recorder in self._watching:  # inside dispatch, in Python; once a step is enough
                 recorder.saw_autocast()
             self._told_autocast = True
         watching = [r for r in self._watching if r.modules]

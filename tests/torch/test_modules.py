@@ -35,6 +35,16 @@ def test_each_module_call_is_recorded_after_its_ops_with_its_inputs_and_outputs(
                                       dump.tensor(0, addmm.exec_index, "output_0"))
 
 
+def test_float_leaves_are_the_distinct_float_tensors_in_order():
+    from precision_tool.torch.modules import float_leaves
+
+    a, b, ids = torch.ones(2), torch.zeros(3, dtype=torch.float16), torch.arange(3)
+    assert float_leaves(a)[0] is a and len(float_leaves(a)) == 1
+    assert float_leaves(ids) == []
+    found = float_leaves(((a, ids, [b, a]), {"mask": ids, "extra": {"x": b}}))
+    assert [id(t) for t in found] == [id(a), id(b)]
+
+
 def test_module_records_can_be_switched_off_and_overflow_mode_has_none(tmp_path):
     for path, kwargs in (("off.h5", {"modules": False}), ("ovf.h5", {"mode": "overflow"})):
         with ptt.dump(tmp_path / path, **kwargs):
