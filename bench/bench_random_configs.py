@@ -4,6 +4,7 @@
     python bench/bench_random_configs.py --seed 6 --cases 24            # clean ports
     python bench/bench_random_configs.py --seed 6 --cases 24 --mode stats   # both runs as statistics only
     python bench/bench_random_configs.py --seed 6 --cases 24 --mode stats --level module   # module calls only
+    python bench/bench_random_configs.py --seed 6 --cases 24 --faults --mode stats --zoom   # then zoom's region
 
 The suite's cases (tests/realmodels) fix one config per family, and a mechanism
 tuned on them may lean on its sizes. Here each case draws a family (GPT-2,
@@ -201,6 +202,15 @@ def draw(rng: random.Random, index: int, faults: bool, wider: bool = False) -> C
                   "backward" if fault == "backward_only" else "")
 
 
+def _zoomed(pair, diagnosis):
+    """`precision-tool zoom`'s region of a pair with a statistics side, else None (`bench_diagnosis._zoom_region`)."""
+    from bench_diagnosis import _zoom_region
+    from precision_tool.dump.reader import open_dump
+
+    with open_dump(pair[0]) as golden, open_dump(pair[1]) as target:
+        return _zoom_region(golden, target, diagnosis.verdict)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
@@ -212,6 +222,9 @@ def main(argv=None) -> int:
                         help="what both runs record (stats: statistics only, the mode to leave on)")
     parser.add_argument("--level", choices=("op", "module"), default="op",
                         help="what both runs record: every op, or module calls only")
+    parser.add_argument("--zoom", action="store_true",
+                        help="then collect zoom's region with tensors at op level and judge that verdict (as "
+                             "bench_diagnosis.py --zoom)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -225,8 +238,12 @@ def main(argv=None) -> int:
             shutil.rmtree(work / "case", ignore_errors=True)
             start = time.perf_counter()
             try:
-                ok, said = C.judge(case, C.diagnosis_of(*C.collect(case, work / "case", mode=args.mode,
-                                                                   level=args.level)))
+                pair = C.collect(case, work / "case", mode=args.mode, level=args.level)
+                diagnosis = C.diagnosis_of(*pair)
+                region = _zoomed(pair, diagnosis) if args.zoom else None
+                if region is not None:
+                    diagnosis = C.diagnosis_of(*C.collect(case, work / "case" / "zoom", selection=region.selection()))
+                ok, said = C.judge(case, diagnosis)
             except RuntimeError as exc:  # torch's own kernel refuses the config on this CPU
                 if "primitive descriptor" not in str(exc):
                     raise
@@ -239,7 +256,8 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     kind = "named" if args.faults else "clean"
-    print(f"{kind} {right}/{right + wrong} (seed {args.seed}, {args.mode} mode, {args.level} level; {skipped} skipped: "
+    print(f"{kind} {right}/{right + wrong} (seed {args.seed}, {args.mode} mode, {args.level} level"
+          f"{', then zoom' if args.zoom else ''}; {skipped} skipped: "
           "torch cannot run them here)")
     return 0
 

@@ -332,8 +332,10 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
             "collect both runs from the same model code (the same module class and attribute names, no wrapper in "
             "one run only); then diagnose again"))
     if verdict.cls == "none" and verdict.op is None:
-        verdict = _golden_overflows(golden, verdict)
+        generic, verdict = verdict, _golden_overflows(golden, verdict)
         verdict = _loss_gone_nonfinite(golden, target, verdict)
+        if verdict is generic and scan.suspect is not None:  # where statistics leave a module unjudged: its tensors
+            verdict = replace(scan.suspect, evidence=scan.suspect.evidence + generic.evidence[:1])  # judge it
     verdict = _then_overflows(verdict, overflow_rep, target)
     verdict, boost_notes = explain_boost(golden, target, verdict, flagged[0].name if flagged else None)
     notes.extend(boost_notes)

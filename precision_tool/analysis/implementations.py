@@ -1,4 +1,4 @@
-"""An optimizer group that runs other ops than golden's, which statistics cannot judge.
+"""An optimizer group or a module call that runs other ops than golden's, which statistics cannot judge.
 
 From values, such a group is run again on golden's gradients (`updates.introduced_by_group`). From statistics it
 cannot be: its results pair with golden's by size only, and Adam's normalised step turns a gradient that is
@@ -6,11 +6,21 @@ rounding noise into a step of full size. Two such differences are PyTorch's own 
 another implementation of the optimizer (`unreplayable_update`), and ops on the step counters only (a GradScaler
 hands a fused optimizer ``found_inf``, and its step takes back the count of a step it skipped: ``_foreach_sub_``
 on single values, which golden's unscaled run does not run).
+
+A forward module call that runs other ops than golden's in a 16-bit run and departs far beyond its inputs, but
+within its dtype's rounding floor, is not judged from statistics either: another implementation's rounding and
+another function look alike there (a hand-written GELU under float16: 0.74 % from golden, its inputs within
+2.3e-5, the floor 0.78 %). Diagnosis names it as a none that points there (`unjudged_rewrite`), for `zoom` to
+collect its tensors, which tell the two apart.
 """
 
 from __future__ import annotations
 
+from precision_tool.analysis.results import Verdict
+from precision_tool.defaults import INTRODUCED_EXCESS
 from precision_tool.dump.records import OpRecord
+
+REWRITE_FLOOR = 1e-3  # relative error below which another implementation of a module is never judged
 
 
 def _implementation(ops) -> str:
@@ -65,3 +75,20 @@ def _on_counters_only(rewrite, members, golden_members) -> str:
         if any(t.stats.count > 1 for r in side if r.type == op_type for t in r.tensors):
             return ""
     return ", ".join(sorted(t.removeprefix("aten.") for t in differ))
+
+
+def unjudged_rewrite(rewrite, record: OpRecord, observed: float, inherited: float, floor: float,
+                     dtype: str) -> Verdict | None:
+    """A verdict of none naming a forward module call ``record`` of a statistics dump (`structure.Rewritten`:
+    other ops than golden's) whose output departs at least ``observed`` from golden's, from REWRITE_FLOOR up
+    and more than INTRODUCED_EXCESS times its inputs' ``inherited``, but under ``floor``, its ``dtype``'s
+    rounding (as far as statistics show); else None. Its tensors, run again on golden's inputs, judge it."""
+    if not REWRITE_FLOOR <= observed < floor or observed <= INTRODUCED_EXCESS * inherited:
+        return None
+    evidence = (f"in module {rewrite.name}, {rewrite.describe()}",
+                f"its output is at least {observed:.3g} from golden while its inputs are within {inherited:.3g}, as "
+                f"far as their statistics show: under the {floor:.3g} that {dtype} rounding can account for, where "
+                "statistics cannot tell another implementation's rounding from another function")
+    return Verdict(rewrite.name, "none", record.step, "forward", record.type, evidence,
+                   f"collect step {record.step} with tensors (`precision-tool zoom`, or ptt.dump(..., mode=\"dump\", "
+                   f"steps=[{record.step}])): run again on golden's inputs, its ops tell which", module=rewrite.name)

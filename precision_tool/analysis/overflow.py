@@ -150,9 +150,9 @@ def as_in_golden(golden, records: list[OpRecord]) -> set[tuple[int, int]]:
 def asked_constants(records: list[OpRecord], shared: set) -> set[tuple[int, int]]:
     """(step, exec index) of the ``records`` (op executions that raised the float status, in execution order)
     that write an infinite constant the model asked for, reading no float tensor (``scalar_tensor(-inf)``,
-    ``full(-inf)``: a mask value) or filling finite ones (`_FILLS`), or that inherit their inf/NaN only from such values or from those golden's
-    ops make too (``shared``), followed by their statistics (`structure.fingerprint`): the mask added to the
-    attention scores."""
+    ``full(-inf)``: a mask value) or filling finite ones (`_FILLS`), or that inherit their inf/NaN only from
+    such values or from those golden's ops make too (``shared``), followed by their statistics
+    (`structure.fingerprint`): the mask added to the attention scores."""
     own_values: set = set()
     asked = set()
     for record in records:

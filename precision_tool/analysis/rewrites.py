@@ -15,9 +15,9 @@ Mixed into `scan.Scanner` (it reads the scan's step records, partner lookups and
 
 From a stats-mode dump the errors are `errors.stats_split`'s lower bounds. A rewritten backward group is then
 judged as a forward op is from statistics: SIGNIFICANT_ERROR at least, on the gradients it computes that hold as
-many values as the gradient it reads (a reduced one, a weight's or a bias's, can lose to cancellation what that
-gradient's noise carries unseen); in a 16-bit run from GROUP_FLOOR_16, where its noise can surface. A rewritten
-call whose input changed on its way in (a forward pre-hook) is named from statistics too (`changed_on_entry`).
+many values as the gradient it reads (a reduced one can lose to cancellation what that gradient's noise carries
+unseen); in a 16-bit run from GROUP_FLOOR_16. A call whose input changed on its way in (a forward pre-hook) is
+named from statistics too (`changed_on_entry`); one under its dtype's floor becomes a suspect (`unjudged_rewrite`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from precision_tool.analysis.randomness import unequal_draws
 from precision_tool.analysis.reductions import amplification, incoming_size
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.scaling import loss_scale_ratios
-from precision_tool.analysis.implementations import unjudged_update
+from precision_tool.analysis.implementations import REWRITE_FLOOR, unjudged_rewrite, unjudged_update
 from precision_tool.analysis.updates import (backward_departs, introduced_by_group, module_on_golden_inputs,
                                              permuted, relaid)
 from precision_tool.analysis.structure import (Consumers, Rewritten, fingerprint, forward_writers, group_results,
@@ -50,7 +50,6 @@ from precision_tool.compare.judged import gradient_scale
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 
-REWRITE_FLOOR = 1e-3  # relative error below which another implementation of a module is never judged
 EXACT_FLOOR = 4e-6  # in a float32 run, what a module's ops replayed in float64 on golden's inputs depart from its
 # outputs by (and half what they depart by) to compute another function: 64 units of float32, beyond golden's own
 # rounding (1e-7 to 1e-6)
@@ -100,17 +99,16 @@ class RewriteJudge(MissingJudge):
             verdict = module_narrower_than_declared(rewrite, self._members(rewrite), observed)
             if verdict is not None:
                 return verdict
-        # A module that runs other ops than golden's is judged against what it inherits: INTRODUCED_EXCESS times
-        # its inputs' error is the margin for rounding. bfloat16's floor (16 units of its last place, 6 %) would
-        # pass a module that scales its output by 3 % while its inputs carry 0.3 %: above SIGNIFICANT_ERROR, the
-        # excess over its inputs decides (float16's and float32's floors are below it already). float32's floor (16
-        # units, 1e-6) is below what two right algorithms differ by (the math attention against a flash kernel's
-        # reductions: 1.5e-5 from inputs within 1e-7): another implementation is judged from REWRITE_FLOOR, where
-        # values are compared. From statistics, which show such differences at the second order only, 16 units
-        # stand while the parameters are golden's; once an update left training's rounding on them, the
-        # parameters a module reads carry error its inputs' does not count (a oneDNN LSTM in a mixed-precision
-        # target: 2.5e-5 at least from statistics, 1.5e-4 from values, its inputs within 1.2e-6): REWRITE_FLOOR;
-        # in a 16-bit run, not judged from statistics at all then.
+        # A module that runs other ops than golden's is judged against what it inherits: INTRODUCED_EXCESS times its
+        # inputs' error is the margin for rounding. bfloat16's floor (16 units of its last place, 6 %) would pass a
+        # module that scales its output by 3 % while its inputs carry 0.3 %: above SIGNIFICANT_ERROR, the excess over
+        # its inputs decides (float16's and float32's floors are below it already). float32's floor (16 units, 1e-6) is
+        # below what two right algorithms differ by (the math attention against a flash kernel's reductions: 1.5e-5 from
+        # inputs within 1e-7): another implementation is judged from REWRITE_FLOOR, where values are compared. From
+        # statistics, which show such differences at the second order only, 16 units stand while the parameters are
+        # golden's; once an update left training's rounding on them, the parameters a module reads carry error its
+        # inputs' does not count (a oneDNN LSTM in a mixed-precision target: 2.5e-5 at least from statistics, 1.5e-4
+        # from values, its inputs within 1.2e-6): REWRITE_FLOOR; in a 16-bit run, not judged from statistics.
         exact, forward_stats = stats_only(record) and self._parameters_as_golden(record.step), \
             rewrite.direction == "forward" and stats_only(record)  # (its input changed on entry: a pre-hook)
         entered = self.departures.changed_on_entry(record, self.views.get(id(record))) if forward_stats and \
@@ -167,6 +165,8 @@ class RewriteJudge(MissingJudge):
                 self._golden_group(rewrite), self.step_records, self._golden_of, self.target, self.golden,
                 self.golden_records, floor)
         if observed < floor or (introduced is None and observed <= INTRODUCED_EXCESS * inherited):
+            if forward_stats and exact and not self._float32 and self.result.suspect is None:  # (16-bit, from
+                self.result.suspect = unjudged_rewrite(rewrite, record, observed, inherited, floor, dtype)  # stats)
             return None
         where = {"forward": "module", "backward": "backward of"}.get(rewrite.direction, "the update of")
         shown = ("at least ", " as far as their statistics show") if stats_only(record) else ("", "")

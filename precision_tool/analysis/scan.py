@@ -87,6 +87,7 @@ class ScanResult:
     notes: list[str] = field(default_factory=list)
     first_module: str | None = None  # the first module whose output diverges beyond its inputs
     judged: set = field(default_factory=set)  # (step, name, direction) of stats-only ops judged against golden's
+    suspect: Verdict | None = None  # a none naming a module statistics cannot judge (`unjudged_rewrite`)
 
 
 class Scanner(RewriteJudge):

@@ -141,9 +141,10 @@ def zoom_region(report, golden_metadata: dict, target_metadata: dict, cosine_thr
 
 
 def _named_op(report, verdict):
-    """The compared op ``verdict`` names (its step and name), or None; an op only golden ran (a backward call
-    the target never made) as one without tensors. A none that names an op (other random draws than golden's:
-    `randomness`) names where the tensors are to confirm it."""
+    """The compared op ``verdict`` names (its step and name), or None; an op only one run ran (a backward call
+    the target never made, an op a hand-written replacement runs in the target alone: a sqrt in an activation)
+    as one without tensors, whose region is the module calling it. A none that names an op (other random draws
+    than golden's: `randomness`) names where the tensors are to confirm it."""
     if verdict is None or not verdict.op or verdict.step is None:
         return None
 
@@ -152,9 +153,10 @@ def _named_op(report, verdict):
                                                                                      op.direction)
     found = next((op for op in report.ops if named(op)), None)
     if found is None:
-        golden = next((op for op in report.unmatched_golden if not op.slot and named(op)), None)
-        if golden is not None:
-            found = OpComparison(golden.step, golden.exec_index, golden.name, golden.type, golden.direction, ())
+        alone = next((op for op in (*report.unmatched_golden, *report.unmatched_target) if not op.slot and named(op)),
+                     None)
+        if alone is not None:
+            found = OpComparison(alone.step, alone.exec_index, alone.name, alone.type, alone.direction, ())
     return found
 
 

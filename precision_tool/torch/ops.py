@@ -187,7 +187,8 @@ def _describe(func) -> AtenOp:
                   bool(func.is_view), passthrough, opname in _ALIASES, opname in _CASTS, mutated,
                   _FLOAT32_OUTPUTS.get(opname, ()), _FLOAT32_INPUTS.get(opname, ()), opname in _OVERWRITES,
                   opname in _SAME_VALUES, collective,
-                  tuple(i for i, arg in enumerate(func._schema.arguments) if arg.name in _HIDDEN_WRITES.get(opname, ())),
+                  tuple(i for i, arg in enumerate(func._schema.arguments)
+                        if arg.name in _HIDDEN_WRITES.get(opname, ())),
                   opname in _STEP_TAIL,
                   tuple((i, arg.name) for i, arg in enumerate(func._schema.arguments)
                         if str(arg.type) in ("bool", "Optional[bool]")), opname in _LOSS_SCALING,
@@ -359,3 +360,13 @@ def autocast_dtype() -> str:
         except (RuntimeError, TypeError):
             continue
     return ""
+
+
+AUTOCAST_STEP_WARNING = (
+    "optimizer.step() runs inside torch.autocast: autocast caches its low-precision copies of the weights "
+    "for the whole region, so later forwards in it use stale weights; end the autocast region before the "
+    "backward pass and the optimizer step")
+
+
+class AutocastOptimizerWarning(UserWarning):
+    """An optimizer step ran while torch.autocast was active."""

@@ -10,21 +10,39 @@ import torch
 
 class StepTailHook:
     """While the session runs, ``torch._amp_update_scale_`` (what torch.amp.GradScaler.update calls) tells it
-    each time it ran (`Session.step_tail_called`); removed like a hook handle."""
+    each time it ran (`Session.step_tail_called`), and ``torch._amp_foreach_non_finite_check_and_unscale_``
+    (GradScaler.unscale_) keeps the flag it sets where a gradient is inf or NaN (`found`, for `found_inf`): a
+    scaler that found one skips the optimizer's step, whether its update runs before the step ends or after
+    (``ptt.step(loss, scaler.get_scale())`` between ``scaler.step`` and ``scaler.update``). Removed like a hook
+    handle."""
 
     def __init__(self, session):
-        original = torch._amp_update_scale_
+        original, original_unscale = torch._amp_update_scale_, torch._amp_foreach_non_finite_check_and_unscale_
+        self.found: list = []  # the flags unscaling set in the open step (the session clears it at each step)
 
         def update_scale(*args, **kwargs):
             result = original(*args, **kwargs)
             session.step_tail_called()
             return result
 
-        self._original = original
+        def unscale(grads, found_inf, *args, **kwargs):
+            result = original_unscale(grads, found_inf, *args, **kwargs)
+            if session.step_open and isinstance(found_inf, torch.Tensor):
+                self.found.append(found_inf)
+            return result
+
+        self._original, self._original_unscale = original, original_unscale
         torch._amp_update_scale_ = update_scale
+        torch._amp_foreach_non_finite_check_and_unscale_ = unscale
+
+    def found_inf(self) -> bool:
+        """Whether a flag unscaling set in the open step says inf or NaN (the scaler read it before deciding to
+        skip: reading it again waits for nothing). Read outside the capture's dispatch mode."""
+        return any(bool(flag.detach().ne(0).any().item()) for flag in self.found)
 
     def remove(self) -> None:
         torch._amp_update_scale_ = self._original
+        torch._amp_foreach_non_finite_check_and_unscale_ = self._original_unscale
 
 
 def freeze_heap() -> bool:

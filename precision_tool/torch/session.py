@@ -34,8 +34,9 @@ from precision_tool.engine.hooks import BACKWARD
 from precision_tool.torch.modules import QUIET, ModuleGradients, float_leaves, trained, without_modes
 from precision_tool.torch.naming import Namer
 from precision_tool.torch.process import StepTailHook, compiled_code_eager, freeze_heap, run_eagerly
-from precision_tool.torch.ops import (AtenOp, autocast_dtype, complete_collective, dtype_name, encode_args,
-                                     flat_tensors, op_info, result_tensors)
+from precision_tool.torch.ops import (AUTOCAST_STEP_WARNING, AtenOp, AutocastOptimizerWarning, autocast_dtype,
+                                     complete_collective, dtype_name, encode_args, flat_tensors, op_info,
+                                     result_tensors)
 from precision_tool.torch.tensors import FORMAT_ATTR, logical_dtype
 
 _current_node = torch._C._current_autograd_node
@@ -264,8 +265,9 @@ class Session:
         self.step_open = self.pending_boundary = self.manual_steps = self.step_overflow = False
         self.namer.install()
         self.namer.on_leave = self._module_done
+        self._tail = StepTailHook(self)
         self._handles = [optimizer.register_optimizer_step_pre_hook(self._optimizer_begins),
-                         optimizer.register_optimizer_step_post_hook(self._optimizer_ends), StepTailHook(self)]
+                         optimizer.register_optimizer_step_post_hook(self._optimizer_ends), self._tail]
         self._started = True  # the dispatch mode is pushed by `attach` once a context needs ops
         self._froze = freeze_heap()
 
@@ -327,7 +329,8 @@ class Session:
         loss = _as_float(loss, math.nan)
         loss_scale = _as_float(loss_scale, 1.0)
         self._gradients.flush()
-        skipped = self.scaled and not self.stepped  # a loss scaler skipped the optimizer's step (inf/NaN gradients)
+        with without_modes():  # a loss scaler skipped the optimizer's step (inf/NaN gradients; its update may come
+            skipped = not self.stepped and (self.scaled or self._tail.found_inf())  # after the step's end)
         for recorder in self._watching:
             recorder.end_step(self.step, loss, loss_scale, self.step_overflow, skipped)
         self.namer.new_step()
@@ -339,6 +342,7 @@ class Session:
 
     def _open_step(self) -> None:
         self.step_open, self.scaled = True, False
+        self._tail.found.clear()
         self.stepped = self.optimizer is not None  # (a step opened by an optimizer's first op)
         self._told_autocast = False
         self._watching = [r for r in self.recorders if r.begin_step(self.step)]
@@ -450,16 +454,6 @@ class Session:
         call.input_dtypes = [describe(t) for t in call.inputs]
         for recorder in watching:
             recorder.before(call)
-
-
-AUTOCAST_STEP_WARNING = (
-    "optimizer.step() runs inside torch.autocast: autocast caches its low-precision copies of the weights "
-    "for the whole region, so later forwards in it use stale weights; end the autocast region before the "
-    "backward pass and the optimizer step")
-
-
-class AutocastOptimizerWarning(UserWarning):
-    """An optimizer step ran while torch.autocast was active."""
 
 
 def _torch_dtype(tensor: torch.Tensor) -> str:

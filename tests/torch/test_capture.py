@@ -388,6 +388,34 @@ def test_a_loss_scalers_update_ends_an_iteration_whose_optimizer_step_it_skipped
             assert not dump.ops(step=step, direction="optimizer")
 
 
+@pytest.mark.parametrize("level", ["op", "module"])
+def test_a_step_ended_before_the_scalers_update_is_marked_skipped_where_the_scaler_found_inf(tmp_path, level):
+    """``ptt.step(loss, scaler.get_scale())`` between ``scaler.step`` and ``scaler.update`` (to record the scale
+    the step used): the update runs after the step's end, and the step whose optimizer step the scaler skipped
+    was not marked skipped; a diagnosis of that step alone (zoom's region) then blamed the backward op that
+    overflowed in a clean run. The flag the scaler's unscaling sets says it, whichever comes first."""
+    model, optimizer, x, y = make_mlp()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 40)
+    with ptt.dump(tmp_path / "t.h5", mode="stats", level=level):
+        for _ in range(2):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            ptt.step(loss, scaler.get_scale())
+            scaler.update()
+        scaler = torch.amp.GradScaler("cpu", init_scale=1.0)  # finite gradients: the optimizer steps
+        optimizer.zero_grad()
+        scaler.scale(torch.nn.functional.cross_entropy(model(x), y)).backward()
+        scaler.step(optimizer)
+        ptt.step(None, 1.0)
+        scaler.update()
+    with open_dump(tmp_path / "t.h5") as dump:
+        assert [(s.step, s.loss_scale, s.skipped) for s in dump.steps()][:3] == [
+            (0, 2.0 ** 40, True), (1, 2.0 ** 39, True), (2, 1.0, False)]
+
+
 def test_an_undeclared_write_makes_earlier_statistics_of_that_tensor_stale(tmp_path):
     """An op that read the running mean before native_batch_norm updated it (a model.to() inside the dump, an
     EMA) left its statistics in the capture's cache under a version the update does not change: the backward's
