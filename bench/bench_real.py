@@ -275,6 +275,22 @@ def _ours(model: str, steps: int, repeats: int, workdir: Path, size: str = "tiny
             "raw_clock": os.environ.get("BENCH_REAL_CLOCK") or "wall"}
 
 
+def _float_leaves(value, found: list) -> list:
+    """``found`` with the floating-point tensors in nested tuples, lists and dicts appended, in order."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point():
+            found.append(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _float_leaves(item, found)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _float_leaves(item, found)
+    return found
+
+
 class _ModuleFloor:
     """The floor of module-level capture in Python: the global module hooks it installs, and a gradient hook on
     every float tensor in and out of a module call that takes part in autograd, doing nothing; one a tensor
@@ -284,17 +300,7 @@ class _ModuleFloor:
         import torch
         from torch.nn.modules import module
 
-        def leaves(value, found):
-            if isinstance(value, torch.Tensor):
-                if value.is_floating_point():
-                    found.append(value)
-            elif isinstance(value, (list, tuple)):
-                for item in value:
-                    leaves(item, found)
-            elif isinstance(value, dict):
-                for item in value.values():
-                    leaves(item, found)
-            return found
+        leaves = _float_leaves
 
         def nothing(grad):
             return None
@@ -347,17 +353,7 @@ class _ModuleRecorderFloor(_ModuleFloor):
                                                   _SMALL_STATS)
             return found
 
-        def leaves(value, found):
-            if isinstance(value, torch.Tensor):
-                if value.is_floating_point():
-                    found.append(value)
-            elif isinstance(value, (list, tuple)):
-                for item in value:
-                    leaves(item, found)
-            elif isinstance(value, dict):
-                for item in value.values():
-                    leaves(item, found)
-            return found
+        leaves = _float_leaves
 
         def gradient(grad):
             rows.append((None, [stats(grad)]))
