@@ -55,6 +55,7 @@ def main(argv=None) -> int:
     if args.speed:
         return speed(args.json)
     from precision_tool.analysis import diagnose
+    from precision_tool.analysis.zoom import zoomed_diagnosis
     from precision_tool.dump.reader import open_dump
 
     tally = {True: [0, 0], False: [0, 0]}  # clean? -> [right, cases]
@@ -88,10 +89,10 @@ def main(argv=None) -> int:
             with open_dump(golden) as g, open_dump(target) as t:
                 diagnosis = diagnose(g, t)
                 region = _zoom_region(g, t, diagnosis.verdict) if args.zoom else None
-            if region is not None:
+            if region is not None:  # as `precision-tool zoom` reports it (`zoomed_diagnosis`)
                 golden, target = collect(case, workdir / "zoom", selection=region.selection())
                 with open_dump(golden) as g, open_dump(target) as t:
-                    diagnosis = diagnose(g, t)
+                    diagnosis = zoomed_diagnosis(diagnosis.verdict, diagnose(g, t))
             took = time.perf_counter() - collected
             slowest = max(slowest, took)
             report(case.id, case.clean, diagnosis, *judge(case, diagnosis),

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from precision_tool.analysis.zoom import zoomed_diagnosis  # noqa: E402
 from tests.realmodels import cases as C  # noqa: E402
 from tests.realmodels.models import Run, _hf_loss, _quiet_transformers  # noqa: E402
 
@@ -241,8 +242,9 @@ def main(argv=None) -> int:
                 pair = C.collect(case, work / "case", mode=args.mode, level=args.level)
                 diagnosis = C.diagnosis_of(*pair)
                 region = _zoomed(pair, diagnosis) if args.zoom else None
-                if region is not None:
-                    diagnosis = C.diagnosis_of(*C.collect(case, work / "case" / "zoom", selection=region.selection()))
+                if region is not None:  # as `precision-tool zoom` reports it (`zoomed_diagnosis`)
+                    diagnosis = zoomed_diagnosis(diagnosis.verdict, C.diagnosis_of(
+                        *C.collect(case, work / "case" / "zoom", selection=region.selection())))
                 ok, said = C.judge(case, diagnosis)
             except RuntimeError as exc:  # torch's own kernel refuses the config on this CPU
                 if "primitive descriptor" not in str(exc):

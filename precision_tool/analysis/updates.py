@@ -39,6 +39,7 @@ from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.scaling import loss_scale_ratios
 from precision_tool.analysis.structure import Consumers, fingerprint, group_results, is_copy, module_path
 from precision_tool.dump.records import OpRecord
+from precision_tool.engine.formats import FORMATS
 
 _UNSCALING = frozenset({"aten._amp_foreach_non_finite_check_and_unscale_", "aten._amp_non_finite_check_and_unscale_"})
 
@@ -102,6 +103,11 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
             if sliced is not None:
                 inputs.append(sliced)
                 continue
+            rounded = _golden_leaf(record, tensor, pair, target_dump, golden_dump) if value is None and \
+                key is not None and tensor.has_data and writers.producer(record, tensor.slot) is None else None
+            if rounded is not None:  # golden's parameter, as the target rounded it (nothing else reads it here)
+                inputs.append(rounded)
+                continue
             if own_state and value is not None and writers.producer(record, tensor.slot) is None and \
                     not any(r.direction == "optimizer" for r, _ in readers.get(key, ())):
                 value = target_dump.tensor(record.step, record.exec_index, tensor.slot)  # what it carried
@@ -126,6 +132,29 @@ def replay_group(members: list[OpRecord], step_records: list[OpRecord], golden_o
             if tensor.stats.count:
                 written[fingerprint(tensor)] = (array, record, tensor.slot)
     return {key: array for key, (array, _, _) in written.items()}, exact
+
+
+def _golden_leaf(record: OpRecord, tensor, pair: "_Pairing", target_dump, golden_dump) -> np.ndarray | None:
+    """Golden's value of an input no op of the step wrote and no paired op reads (a LayerNorm's weight, which a
+    dump of the module alone records only where the target's own ops read it): the one float input of golden's
+    ops of that module and direction, of as many values, that the target's value is, rounded to its format bit
+    for bit (a simulated float16 run's copy of golden's float32 weight); None without exactly one."""
+    if not is_float(tensor.dtype) or not tensor.stats.count:
+        return None
+    own = np.asarray(target_dump.tensor(record.step, record.exec_index, tensor.slot), dtype=np.float32)
+    fmt = FORMATS.get(tensor.dtype)
+    found = []
+    for golden in pair.same_module(record):
+        for candidate in golden.inputs:
+            if candidate.stats.count != tensor.stats.count or not candidate.has_data or not is_float(candidate.dtype):
+                continue
+            value = np.asarray(golden_dump.tensor(golden.step, golden.exec_index, candidate.slot))
+            rounded = np.asarray(value, dtype=np.float32)
+            if fmt is not None and tensor.dtype not in ("float32", "float64"):
+                rounded = fmt.round(rounded)[0]
+            if np.array_equal(rounded.reshape(own.shape), own):
+                found.append(value.reshape(own.shape))
+    return found[0] if len(found) == 1 or found and all(np.array_equal(f, found[0]) for f in found) else None
 
 
 def _loss_scaling_slots(record: OpRecord) -> set[str]:
@@ -188,6 +217,10 @@ class _Pairing:
         # golden's widest float format where it holds no value in 16 bits (a float32 run), else None
         self.golden_float32 = bool(golden_records) and not any(
             t.dtype in ("float16", "bfloat16") for r in golden_records for t in r.tensors)
+
+    def same_module(self, record: OpRecord) -> list[OpRecord]:
+        """Golden's ops of ``record``'s module and direction."""
+        return self._by_module.get((record.direction, module_path(record.name)), [])
 
     def __call__(self, record: OpRecord, slot: str | None = None) -> OpRecord | None:
         partner = self.golden_of(record)

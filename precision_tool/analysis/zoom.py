@@ -29,6 +29,9 @@ the loss by 1e-4 and the gradients after it by 10 %.
 call only golden made: the module calling it is the region's module), for the tensors to confirm or
 overturn.
 
+`zoomed_diagnosis` is what a zoom reports: the region's diagnosis, or where its tensors name nothing, the
+statistics' verdict.
+
 `zoom_region` builds it with the commands that re-collect it: `precision-tool collect` command lines rebuilt
 from the ones the stats dumps recorded (``--mode dump --dump-steps N --ops ... --modules ...``), or the
 `precision_tool.torch.dump` arguments for torch dumps.
@@ -116,6 +119,9 @@ def zoom_region(report, golden_metadata: dict, target_metadata: dict, cosine_thr
     named = _named_op(report, verdict) if verdict is None or verdict.type != UPDATE_TYPE else None  # (an update:
     # where it first shows, and the step before with the optimizer's ops, as for a first departure)
     both_float32 = all(m.get("precision_mode") == FLOAT32_MODE for m in (golden_metadata, target_metadata))
+    whole = None
+    if named is None and verdict is not None and verdict.type != UPDATE_TYPE:
+        named = whole = _named_module(report, verdict)
     if named is not None:
         elsewhere = named is not first  # (the first divergent op as well: its flags say why)
         if elsewhere:
@@ -124,7 +130,7 @@ def zoom_region(report, golden_metadata: dict, target_metadata: dict, cosine_thr
         # is told from what is not; in float32 runs its backward too, where a departure under the threshold shows
         # more (a loss smoothed otherwise: 8e-5 in its value)
         region = _region(report, named, reasons, named.direction != "forward" or both_float32, False,
-                         golden_metadata, target_metadata, outputs, parent=not named.rows)
+                         golden_metadata, target_metadata, outputs, parent=not named.rows and whole is None)
         return dataclasses.replace(region, named=verdict.cls) if elsewhere else region
     float32 = False  # found beyond float32 rounding, under the threshold
     if both_float32:
@@ -138,6 +144,26 @@ def zoom_region(report, golden_metadata: dict, target_metadata: dict, cosine_thr
     # value, 10 % in its gradient): they are recorded too
     return _region(report, first, reasons, first.direction != "forward" or float32, first.step > 0,
                    golden_metadata, target_metadata, outputs)
+
+
+def zoomed_diagnosis(statistics, region):
+    """What a zoom reports: the diagnosis of the region's tensors (``region``, a `Diagnosis`), or, where it names
+    nothing while the statistics' diagnosis of the whole run (``statistics``, its `Verdict`) named a culprit, that
+    verdict, with a note saying why it stands.
+
+    The region holds the culprit's step and module, not what the statistics saw it do beyond them: the ops after
+    it that read what it wrote, the optimizer step, the loss. A fault the statistics named from the structure of
+    the whole step (an op golden does not run writing the gradient it reads 1.05 times, noise a hook adds to a
+    weight's gradient that the optimizer then reads) harms nothing the region records, and its tensors, departing
+    under the cosine threshold, flag nothing: they neither confirm nor overturn it. Where the region's tensors
+    name an op, they are the answer."""
+    if statistics is None or statistics.cls == "none" or not statistics.op or region.verdict.cls != "none":
+        return region
+    why = region.verdict.evidence[0] if region.verdict.evidence else "nothing departs there"
+    note = (f"the region's tensors name no culprit ({why}); it does not record what the statistics saw "
+            f"{statistics.op} cause beyond it (the ops after it, the optimizer's step, the loss): the statistics' "
+            "verdict stands")
+    return dataclasses.replace(region, verdict=statistics, notes=[*region.notes, note])
 
 
 def _named_op(report, verdict):
@@ -158,6 +184,23 @@ def _named_op(report, verdict):
         if alone is not None:
             found = OpComparison(alone.step, alone.exec_index, alone.name, alone.type, alone.direction, ())
     return found
+
+
+def _named_module(report, verdict):
+    """The module call ``verdict`` names where no record of it was compared (a backward call only golden made, in
+    an op-level dump that keeps no module records: a Linear whose parameters the target froze, no gradient
+    reaching it), as a compared op of a module type: its region is that module, whose ops one run runs and the
+    other does not; None where no op of either run lies in it at that step and direction."""
+    if not verdict.op or verdict.step is None or verdict.op != verdict.module:
+        return None
+    inside = next((op for op in (*report.unmatched_golden, *report.unmatched_target)
+                   if not op.slot and op.step == verdict.step and op.name.startswith(verdict.op + "/")
+                   and op.direction == (verdict.direction or op.direction)), None)
+    if inside is None:
+        return None
+    call = next((op.type for op in report.ops if op.name == verdict.op and op.type.startswith(MODULE_TYPE_PREFIX)),
+                MODULE_TYPE_PREFIX.rstrip("."))
+    return OpComparison(inside.step, inside.exec_index, verdict.op, call, inside.direction, ())
 
 
 def _region(report, first, reasons: tuple, backward: bool, step_before: bool, golden_metadata: dict,

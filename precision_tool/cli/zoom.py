@@ -38,6 +38,7 @@ class ZoomRun:
     zoom: dict[str, str] = field(default_factory=dict)
     region: object = None  # ZoomRegion, None when nothing diverges
     diagnosis: object = None  # AutoCheck
+    statistics: object = None  # the statistics' Verdict (`zoom.zoomed_diagnosis`)
 
     def sizes(self) -> dict[str, int]:
         return {path: os.path.getsize(path) for path in (*self.stats.values(), *self.zoom.values())}
@@ -171,14 +172,14 @@ def _zoom_model(model, ctx, stats, zooms, force, cosine) -> ZoomRun:
     for role in ROLES:
         click.echo(_result_line(run_with_progress(plans[role])))
     run = ZoomRun(stats)
-    run.region = _region(stats, zooms, cosine)
+    run.region, run.statistics = _region(stats, zooms, cosine)
     if run.region is None:
         return run
     plans = {side.role: _plan(shlex.split(side.command)[2:], force) for side in run.region.recollect}
     for role in ROLES:
         click.echo(_result_line(run_with_progress(plans[role])))
     run.zoom = zooms
-    run.diagnosis = _diagnose(zooms)
+    run.diagnosis = _diagnose(zooms, run.statistics)
     return run
 
 
@@ -193,14 +194,14 @@ def _zoom_script(script, stats, zooms, force, cosine, folder) -> ZoomRun:
     for role in ROLES:
         _run_script(script, {**base, PHASE: "stats", ROLE: role}, stats[role])
     run = ZoomRun(stats)
-    run.region = _region(stats, zooms, cosine)
+    run.region, run.statistics = _region(stats, zooms, cosine)
     if run.region is None:
         return run
     region = json.dumps({**run.region.selection(), "float32": _runs_float32(stats["target"])})
     for role in ROLES:
         _run_script(script, {**base, PHASE: "tensors", ROLE: role, REGION: region}, zooms[role])
     run.zoom = zooms
-    run.diagnosis = _diagnose(zooms)
+    run.diagnosis = _diagnose(zooms, run.statistics)
     return run
 
 
@@ -257,6 +258,7 @@ def _stamp(path: str):
 
 # -- both -------------------------------------------------------------------------------------------------------
 def _region(stats, zooms, cosine):
+    """(the region around where the statistics diverge, or None; the statistics' verdict)."""
     from precision_tool.analysis import diagnose
     from precision_tool.analysis.zoom import zoom_region
     from precision_tool.compare.comparator import compare_dumps
@@ -268,12 +270,17 @@ def _region(stats, zooms, cosine):
         verdict = diagnose(golden, target, comparison=report).verdict  # where the statistics alone point, for
         # the tensors to judge (the comparison is the report's: the dumps are read once)
         return zoom_region(report, golden.metadata, target.metadata,
-                           COSINE_THRESHOLD if cosine is None else cosine, outputs=zooms, verdict=verdict)
+                           COSINE_THRESHOLD if cosine is None else cosine, outputs=zooms, verdict=verdict), verdict
 
 
-def _diagnose(zooms):
+def _diagnose(zooms, statistics):
+    """The region's diagnosis, or the statistics' verdict where its tensors name nothing (`zoomed_diagnosis`)."""
+    from precision_tool.analysis.zoom import zoomed_diagnosis
     from precision_tool.commands.handlers import diagnose
     from precision_tool.commands.sources import DumpFiles
 
     with DumpFiles({"golden": zooms["golden"], "target": zooms["target"]}) as source:
-        return diagnose(source)
+        check = diagnose(source)
+    full = check.full or check.diagnosis
+    return replace(check, diagnosis=zoomed_diagnosis(statistics, check.diagnosis),
+                   full=zoomed_diagnosis(statistics, full))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from precision_tool.analysis.zoom import (ZoomRegion, op_module, recollect_command, torch_call, zoom_path,
-                                         zoom_region)
+                                         zoom_region, zoomed_diagnosis)
 from precision_tool.compare.report import CompareReport, DumpInfo, OpComparison, TensorRow
 from precision_tool.compare.stats import StatsDelta
 
@@ -117,6 +117,24 @@ def test_a_backward_call_only_golden_made_zooms_into_the_module_that_calls_it():
         "M/block/attn", "backward", ("M/block",), True)  # its parent's backward, which the target does run
 
 
+def test_a_module_whose_backward_only_golden_runs_in_an_op_level_dump_is_the_region_itself():
+    """The statistics' diagnosis names a Linear no gradient reaches in the target (its parameters frozen): an
+    op-level dump keeps no record of the call, only golden's backward ops inside it. The region was the first
+    flagged op, the LayerNorm's backward after it, whose missing input gradient its tensors then blamed."""
+    from precision_tool.analysis.results import Verdict
+    from precision_tool.compare.matching import Unmatched
+
+    report = _stats_report(_module_call(0, 0, "M/fc1"), _module_call(0, 1, "M/norm", norm_diff=0.03,
+                                                                          direction="backward"))
+    report.unmatched_golden.append(Unmatched("golden", 0, 9, "M/fc1/aten.addmm_0/aten.mm_0", "aten.mm", "backward"))
+    frozen = Verdict("M/fc1", "kernel_bug", 0, "backward", "aten.mm", module="M/fc1")
+    region = zoom_region(report, FLOAT32, FLOAT32, verdict=frozen)
+    assert (region.op, region.type, region.direction, region.modules, region.backward, region.named) == (
+        "M/fc1", "module.Linear", "backward", ("M/fc1",), True, "kernel_bug")
+    elsewhere = Verdict("M/fc3", "kernel_bug", 0, "backward", "aten.mm", module="M/fc3")  # (no op of it at all)
+    assert zoom_region(report, FLOAT32, FLOAT32, verdict=elsewhere).op == "M/norm"
+
+
 def test_a_departure_first_seen_after_the_first_step_zooms_into_the_step_before_and_the_optimizer():
     report = _stats_report(_module_call(0, 0, "M/block/fc2"), _module_call(1, 0, "M/fc1"),
                            _module_call(1, 1, "M/block/fc2", norm_diff=0.05))
@@ -210,3 +228,33 @@ def test_a_module_that_departs_in_forward_brings_its_callers_own_ops_into_the_re
     backward = zoom_region(_stats_report(_module_call(0, 0, "M/attn/out", norm_diff=0.05, direction="backward")),
                            BF16, BF16)
     assert (backward.modules, backward.ops) == (("M/attn/out",), ())
+
+
+def test_where_the_regions_tensors_name_nothing_the_statistics_verdict_stands():
+    from precision_tool.analysis.results import Diagnosis, Verdict
+
+    statistics = Verdict("M/fc2/weight/aten.add_0", "kernel_bug", 0, "backward", "aten.add",
+                         ("M/fc2/weight/aten.add_0 (aten.add), an op golden does not run, wrote the value it read",),
+                         "check M/fc2/weight")
+    nothing = ("no op at or below cosine 0.98 and no unhandled overflow",)
+    region = Diagnosis(Verdict(None, "none", None, evidence=nothing),
+                       notes=["precision mode golden_float32, overflow mode inf_nan"], flagged=0)
+    zoomed = zoomed_diagnosis(statistics, region)
+    assert zoomed.verdict is statistics and zoomed.flagged == 0
+    assert zoomed.notes == [
+        "precision mode golden_float32, overflow mode inf_nan",
+        "the region's tensors name no culprit (no op at or below cosine 0.98 and no unhandled overflow); it does not "
+        "record what the statistics saw M/fc2/weight/aten.add_0 cause beyond it (the ops after it, the optimizer's "
+        "step, the loss): the statistics' verdict stands"]
+    assert region.verdict.cls == "none"  # (a copy: the region's own diagnosis is left as it was)
+
+
+def test_where_the_regions_tensors_name_a_culprit_or_the_statistics_none_the_region_is_the_answer():
+    from precision_tool.analysis.results import Diagnosis, Verdict
+
+    statistics = Verdict("M/block", "kernel_bug", 0, "forward", "module.Block")
+    named = Diagnosis(Verdict("M/block/aten.mean_0", "precision_loss", 0, "forward", "aten.mean"))
+    nothing = Diagnosis(Verdict(None, "none", None))
+    assert zoomed_diagnosis(statistics, named) is named
+    assert zoomed_diagnosis(Verdict(None, "none", None), nothing) is nothing
+    assert zoomed_diagnosis(None, nothing) is nothing
