@@ -178,6 +178,7 @@ class Verdict:
     evidence: tuple[str, ...] = ()
     action: str = ""
     module: str | None = None  # the module path the op ran in (torch dumps), or the rewritten module
+    departure_only: bool = False  # named from how far its statistics depart, for tensors to confirm (not in JSON)
 
     def to_dict(self) -> dict:
         return {"op": self.op, "class": self.cls, "step": self.step, "direction": self.direction,

@@ -390,4 +390,4 @@ def statistics_verdict(record: OpRecord, a: Attribution, measured: bool = False,
     action = (f"confirm with tensors: collect step {record.step} again with ptt.dump(path, mode=\"dump\", "
               f"steps=[{record.step}]{where}) on both runs (or `precision-tool zoom`) and diagnose that pair")
     return Verdict(record.name, cls, record.step, record.direction, record.type, tuple(evidence), action,
-                   module=module)
+                   module=module, departure_only=not measured)

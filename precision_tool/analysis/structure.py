@@ -261,7 +261,9 @@ def missing_backward(golden: list[OpRecord], target: list[OpRecord]) -> list[Mis
     has_backward = {p for r in target if r.direction == "backward" and r.is_module == modules_only
                     and (not modules_only or any(t.stats.count for t in r.inputs))  # (a call no gradient reached
                     for p in _prefixes(owning_module(r))}  # at its outputs, recorded for its inputs' gradients)
-    ran_forward = {p for r in target if r.direction == "forward" for p in _prefixes(owning_module(r))}
+    # a module ran forward where the target holds its call's record or an op of its own: a dump of some modules
+    # only (a zoom region) holds no record of the modules around them, and their backward records are absent too
+    ran_forward = {owning_module(r) for r in target if r.direction == "forward"}
     groups: dict[str, list[OpRecord]] = defaultdict(list)
     for record in golden:
         if record.direction != "backward" or record.is_module != modules_only or "/" not in record.name or \

@@ -156,8 +156,10 @@ def zoomed_diagnosis(statistics, region):
     the whole step (an op golden does not run writing the gradient it reads 1.05 times, noise a hook adds to a
     weight's gradient that the optimizer then reads) harms nothing the region records, and its tensors, departing
     under the cosine threshold, flag nothing: they neither confirm nor overturn it. Where the region's tensors
-    name an op, they are the answer."""
-    if statistics is None or statistics.cls == "none" or not statistics.op or region.verdict.cls != "none":
+    name an op, they are the answer; and so is their none for a verdict named from how far the statistics depart
+    alone (`Verdict.departure_only`), which is what tensors confirm or overturn."""
+    if statistics is None or statistics.cls == "none" or not statistics.op or statistics.departure_only or \
+            region.verdict.cls != "none":
         return region
     why = region.verdict.evidence[0] if region.verdict.evidence else "nothing departs there"
     note = (f"the region's tensors name no culprit ({why}); it does not record what the statistics saw "

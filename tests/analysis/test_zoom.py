@@ -258,3 +258,5 @@ def test_where_the_regions_tensors_name_a_culprit_or_the_statistics_none_the_reg
     assert zoomed_diagnosis(statistics, named) is named
     assert zoomed_diagnosis(Verdict(None, "none", None), nothing) is nothing
     assert zoomed_diagnosis(None, nothing) is nothing
+    departed = Verdict("M/block", "kernel_bug", 0, "forward", "module.Block", departure_only=True)  # (its outputs
+    assert zoomed_diagnosis(departed, nothing) is nothing  # at least 0.1 from golden: the tensors say how far)
