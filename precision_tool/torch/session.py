@@ -129,7 +129,9 @@ class Session:
         self._gradients = ModuleGradients(self._module_gradients)
         self._froze = False
         self._told_autocast = False  # the recorders of the open step know autocast is active
-        self._trains: dict[int, dict] = {}  # id(module) -> its forward records' attrs, this step (`modules.trained`)
+        # id(module) -> (module, its forward records' attrs) this step (`modules.trained`); the module is kept to
+        # tell it from one freed since at its address (a model built after the last context's last step)
+        self._trains: dict[int, tuple] = {}
 
     @property
     def simulator(self):
@@ -287,6 +289,7 @@ class Session:
             self.namer.on_enter = None
             self.optimizer = None
             self._watching = []
+            self._trains.clear()  # (its modules, held no longer than the session)
             if self._froze:
                 self._froze = False
                 gc.unfreeze()
@@ -378,9 +381,10 @@ class Session:
             exec_index = self.exec_index
             self.exec_index += 1
             module_type = f"{MODULE_TYPE_PREFIX}{type(module).__name__}"
-            attrs = self._trains.get(id(module))
-            if attrs is None:
-                attrs = self._trains[id(module)] = trained(module)
+            known = self._trains.get(id(module))
+            if known is None or known[0] is not module:
+                known = self._trains[id(module)] = (module, trained(module))
+            attrs = known[1]
             for recorder in watching:
                 recorder.module(exec_index, path, module_type, list(enumerate(inputs)), list(enumerate(outputs)),
                                 attrs=attrs)
