@@ -54,7 +54,7 @@ def _optimizer(kind: str, params):
 
 def gpt2(layers, width, heads, seq, batch, act, opt, attn) -> Run:
     tf = _quiet_transformers()
-    config = tf.GPT2Config(n_layer=layers, n_embd=width, n_head=heads, vocab_size=VOCAB, n_positions=32,
+    config = tf.GPT2Config(n_layer=layers, n_embd=width, n_head=heads, vocab_size=VOCAB, n_positions=max(32, seq),
                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function=act,
                            attn_implementation=attn)
     model, ids = tf.GPT2LMHeadModel(config), torch.randint(0, VOCAB, (batch, seq))
@@ -64,7 +64,7 @@ def gpt2(layers, width, heads, seq, batch, act, opt, attn) -> Run:
 def bert(layers, width, heads, seq, batch, act, opt, attn) -> Run:
     tf = _quiet_transformers()
     config = tf.BertConfig(vocab_size=VOCAB, hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,
-                           intermediate_size=2 * width, max_position_embeddings=32, num_labels=3,
+                           intermediate_size=2 * width, max_position_embeddings=max(32, seq), num_labels=3,
                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                            hidden_act="gelu" if act == "gelu_new" else act, attn_implementation=attn)
     model, ids = tf.BertForSequenceClassification(config), torch.randint(0, VOCAB, (batch, seq))
@@ -74,13 +74,15 @@ def bert(layers, width, heads, seq, batch, act, opt, attn) -> Run:
 
 def vit(layers, width, heads, seq, batch, act, opt, attn) -> Run:
     tf = _quiet_transformers()
-    config = tf.ViTConfig(image_size=16, patch_size=max(seq // 4, 2), num_channels=3, hidden_size=width,
+    image, patch = (16, max(seq // 4, 2)) if seq <= 16 else (32, 4)  # (`--larger`: 64 patches)
+    config = tf.ViTConfig(image_size=image, patch_size=patch, num_channels=3, hidden_size=width,
                           num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=2 * width,
                           num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, hidden_act=act,
                           attn_implementation=attn)
     model = tf.ViTForImageClassification(config)
     return Run(model, _optimizer(opt, model.parameters()),
-               {"pixel_values": torch.randn(batch, 3, 16, 16), "labels": torch.randint(0, 3, (batch,))}, _hf_loss)
+               {"pixel_values": torch.randn(batch, 3, image, image), "labels": torch.randint(0, 3, (batch,))},
+               _hf_loss)
 
 
 def resnet(layers, width, heads, seq, batch, act, opt, attn) -> Run:
@@ -171,12 +173,15 @@ FIXED = {
 _CLASS = {"sqrt_act": "invalid_operation"}
 
 
-def draw(rng: random.Random, index: int, faults: bool, wider: bool = False) -> C.Case:
-    """One random case, registered in the suite's MODELS under a name of its own."""
+def draw(rng: random.Random, index: int, faults: bool, wider: bool = False, larger: bool = False) -> C.Case:
+    """One random case, registered in the suite's MODELS under a name of its own; ``larger``: widths 128-256,
+    sequences of 32-64 and up to 4 layers instead of the suite's tiny sizes."""
     family = rng.choice(list(FAMILIES))
     builder, role, kinds = FAMILIES[family]
-    config = dict(layers=rng.choice([1, 2, 3]), width=rng.choice([32, 48, 64]), heads=rng.choice([2, 4]),
-                  seq=rng.choice([8, 12, 16]), batch=rng.choice([2, 4, 8]),
+    sizes = dict(layers=[2, 3, 4], width=[128, 192, 256], seq=[32, 48, 64], batch=[4, 8]) if larger else \
+        dict(layers=[1, 2, 3], width=[32, 48, 64], seq=[8, 12, 16], batch=[2, 4, 8])
+    config = dict(layers=rng.choice(sizes["layers"]), width=rng.choice(sizes["width"]), heads=rng.choice([2, 4]),
+                  seq=rng.choice(sizes["seq"]), batch=rng.choice(sizes["batch"]),
                   act=rng.choice(["gelu", "relu", "gelu_new"]) if family != "resnet" else "relu",
                   opt=rng.choice(["adamw", "adam", "sgd"]), attn=rng.choice(["eager", "sdpa"]))
     name = f"random{index}-{family}"
@@ -219,6 +224,8 @@ def main(argv=None) -> int:
     parser.add_argument("--faults", action="store_true", help="planted faults instead of clean ports")
     parser.add_argument("--wider", action="store_true",
                         help="with --faults: faults at any layer, in activations, LayerNorms, Linears, attention")
+    parser.add_argument("--larger", action="store_true",
+                        help="widths 128-256, sequences of 32-64, 2-4 layers (the families' own configs stay)")
     parser.add_argument("--mode", choices=("dump", "stats"), default="dump",
                         help="what both runs record (stats: statistics only, the mode to leave on)")
     parser.add_argument("--level", choices=("op", "module"), default="op",
@@ -234,7 +241,7 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="random_configs_"))
     try:
         for index in range(args.cases):
-            case = draw(rng, index, args.faults, args.wider)
+            case = draw(rng, index, args.faults, args.wider, args.larger)
             config = C.MODELS[case.model][1]
             shutil.rmtree(work / "case", ignore_errors=True)
             start = time.perf_counter()
@@ -258,7 +265,8 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     kind = "named" if args.faults else "clean"
-    print(f"{kind} {right}/{right + wrong} (seed {args.seed}, {args.mode} mode, {args.level} level"
+    print(f"{kind} {right}/{right + wrong} (seed {args.seed}{', larger' if args.larger else ''}, {args.mode} mode, "
+          f"{args.level} level"
           f"{', then zoom' if args.zoom else ''}; {skipped} skipped: "
           "torch cannot run them here)")
     return 0
