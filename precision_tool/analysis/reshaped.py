@@ -22,17 +22,17 @@ import numpy as np
 
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
-from precision_tool.analysis.structure import fingerprint, is_copy, module_path
+from precision_tool.analysis.structure import Consumers, fingerprint, is_copy, module_path
 from precision_tool.defaults import SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
 
 
-def another_part(record: OpRecord, partner: OpRecord | None, step_records: list[OpRecord], golden_of,
-                 dumps=None) -> Verdict | None:
+def another_part(record: OpRecord, partner: OpRecord | None, writers: Consumers, golden_consumers: dict,
+                 golden_of, dumps=None) -> Verdict | None:
     """kernel_bug at forward op ``record`` when an input of it is the whole output of an earlier op whose golden
     partner agrees, while ``partner`` (golden's op) reads fewer values there, or (with ``dumps``, golden's and the
-    target's, holding values) as many in another order (`_reordered`); else None. ``step_records``: the step's
-    records of the target, in order."""
+    target's, holding values) as many in another order (`_reordered`); else None. ``writers``: the step's
+    forward records of the target; ``golden_consumers``: golden's of each direction (the scan's)."""
     if partner is None or partner.type != record.type or record.direction != "forward" or record.is_module \
             or is_copy(record.type):  # (autocast adds and removes casts: their names pair other calls)
         return None
@@ -42,11 +42,12 @@ def another_part(record: OpRecord, partner: OpRecord | None, step_records: list[
         if golden is None or not is_float(tensor.dtype) or not tensor.stats.count:
             continue
         if golden.stats.count == tensor.stats.count:
-            verdict = _reordered(record, partner, tensor, golden, step_records, golden_of, dumps)
+            verdict = _reordered(record, partner, tensor, golden, writers, golden_consumers["forward"], golden_of,
+                                 dumps)
             if verdict is not None:
                 return verdict
             continue
-        writer, slot = _writer(record, tensor, step_records)
+        writer, slot = _writer(record, tensor, writers)
         if writer is None:
             continue
         golden_writer = golden_of(writer)
@@ -66,7 +67,8 @@ def another_part(record: OpRecord, partner: OpRecord | None, step_records: list[
     return None
 
 
-def _reordered(record: OpRecord, partner: OpRecord, tensor, golden, step_records, golden_of, dumps) -> Verdict | None:
+def _reordered(record: OpRecord, partner: OpRecord, tensor, golden, writers: Consumers, golden_writers: Consumers,
+               golden_of, dumps) -> Verdict | None:
     """kernel_bug at ``record`` when its input ``tensor`` is the whole output of an earlier op that agrees with
     golden's, and holds the values golden's op reads there (``golden``), sorted, within SIGNIFICANT_ERROR, in
     another order, SIGNIFICANT_ERROR apart value for value: a view between them that golden's run takes otherwise
@@ -74,13 +76,13 @@ def _reordered(record: OpRecord, partner: OpRecord, tensor, golden, step_records
     the order."""
     if dumps is None or not (tensor.has_data and golden.has_data) or not _near(golden, tensor):
         return None
-    writer, slot = _writer(record, tensor, step_records)
+    writer, slot = _writer(record, tensor, writers)
     golden_writer = golden_of(writer) if writer is not None else None
     written = golden_writer.tensor(slot) if golden_writer is not None else None
     if written is None or written.stats.count != tensor.stats.count or not _near(written, tensor):
         return None
     golden_dump, target_dump = dumps
-    golden_read, _ = _writer(partner, golden, golden_dump.ops(step=partner.step))
+    golden_read, _ = _writer(partner, golden, golden_writers)
     if golden_read is None or golden_read.exec_index == golden_writer.exec_index:
         return None  # golden's op reads that writer's output too: no copy golden makes in its own order (a clone
         # after a transpose) stands between them; the values are not read (they cost a diagnosis a second)
@@ -111,19 +113,14 @@ def _reordered(record: OpRecord, partner: OpRecord, tensor, golden, step_records
         f"golden's reads it as shape {_shape(golden)}, its elements in golden's order", module=module)
 
 
-def _writer(record: OpRecord, tensor, step_records: list[OpRecord]) -> tuple[OpRecord | None, str]:
-    """The last op of ``record``'s step and direction before it that wrote ``tensor``'s values whole."""
+def _writer(record: OpRecord, tensor, writers: Consumers) -> tuple[OpRecord | None, str]:
+    """The last op before ``record`` that wrote ``tensor``'s values whole (``writers``: the records of its step
+    and direction), and the slot of that output."""
+    writer = writers.producer(record, tensor.slot)
+    if writer is None:
+        return None, ""
     key = fingerprint(tensor)
-    found = (None, "")
-    for other in step_records:
-        if other is record:
-            break
-        if other.direction != record.direction or other.is_module:
-            continue
-        for output in other.outputs:
-            if fingerprint(output) == key:
-                found = (other, output.slot)
-    return found
+    return writer, [t.slot for t in writer.outputs if t.stats.count and fingerprint(t) == key][-1]
 
 
 def _near(golden, target) -> bool:

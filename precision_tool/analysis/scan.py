@@ -95,7 +95,7 @@ class Scanner(RewriteJudge):
 
     def __init__(self, golden, target, report: OverflowReport, fusion_off=None, handled: set[str] = frozenset(),
                  overflow_verdict=None, until_step: int | None = None):
-        self.golden, self.target = golden, target
+        self.golden, self.target, self.dumps = golden, target, (golden, target)
         self.report, self.fusion_off, self.handled = report, fusion_off, handled
         self.overflow_verdict = overflow_verdict  # (entry, record, extra evidence) -> Verdict
         self.until_step = until_step  # the last step scanned (a boost change makes later steps differ anyway)
@@ -142,8 +142,8 @@ class Scanner(RewriteJudge):
         self.views = golden_views(self.golden, target)
         self._measured: dict[int, Attribution] = {}
         self.consumers = {d: Consumers([r for r in golden if r.direction == d]) for d in ("forward", "backward")}
-        self.consumers["any"] = Consumers(golden)  # every direction: what the training loop's ops read after
-        # backward (a clipping norm of the gradients) was written in the step, though by no forward op
+        self.consumers["any"] = Consumers(golden)  # every direction (the loop's ops read a clipping norm of gradients)
+        self.forward_writers = Consumers([r for r in target if r.direction == "forward"])  # (the target's)
         self.golden_key = _occurrence_keys(golden)
         self.golden_by_key = {self.golden_key[id(r)]: r for r in golden}
         self.target_key = _occurrence_keys(target)
@@ -243,7 +243,7 @@ class Scanner(RewriteJudge):
     def _judge_op(self, record: OpRecord) -> Verdict | None:
         partner = self._golden_of(record)  # (then: an input that is another part of an output agreeing)
         verdict = fewer_gradients(record, partner, self.step_records, self.golden_records, self.consumers["backward"]) \
-            or another_part(record, partner, self.step_records, self._golden_of, (self.golden, self.target))
+            or another_part(record, partner, self.forward_writers, self.consumers, self._golden_of, self.dumps)
         if verdict is not None:
             return verdict
         if not any(t.has_data and is_float(t.dtype) for t in record.outputs) or writes_dtype_constant(record):

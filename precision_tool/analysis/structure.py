@@ -409,20 +409,26 @@ _INFINITE = (math.inf, -math.inf)
 
 
 class Consumers:
-    """Which records of one step and direction read each tensor (by statistics fingerprint)."""
+    """Which records of one step and direction read and write each tensor (by statistics fingerprint), indexed on
+    first use."""
 
     def __init__(self, records: list[OpRecord]):
-        self._readers: dict[tuple, list[OpRecord]] = defaultdict(list)
-        self._writers: dict[tuple, list[OpRecord]] = defaultdict(list)
-        for record in records:
-            if record.is_module:
-                continue
-            for tensor in record.inputs:
-                if tensor.stats.count:
-                    self._readers[fingerprint(tensor)].append(record)
-            for tensor in record.outputs:
-                if tensor.stats.count:
-                    self._writers[fingerprint(tensor)].append(record)
+        self._records = records
+        self._built: tuple[dict, dict] | None = None
+
+    def _index(self) -> tuple[dict[tuple, list[OpRecord]], dict[tuple, list[OpRecord]]]:
+        """(readers, writers) of each fingerprint, in the records' order."""
+        if self._built is None:
+            readers: dict[tuple, list[OpRecord]] = defaultdict(list)
+            writers: dict[tuple, list[OpRecord]] = defaultdict(list)
+            for record in self._records:
+                if not record.is_module:
+                    for index, tensors in ((readers, record.inputs), (writers, record.outputs)):
+                        for tensor in tensors:
+                            if tensor.stats.count:
+                                index[fingerprint(tensor)].append(record)
+            self._built, self._records = (readers, writers), []
+        return self._built
 
     def producer(self, record: OpRecord, slot: str) -> OpRecord | None:
         """The latest earlier record whose output is ``record``'s input ``slot``."""
@@ -430,7 +436,7 @@ class Consumers:
             tensor = record.tensor(slot)
         except KeyError:
             return None
-        writers = [w for w in self._writers.get(fingerprint(tensor), ()) if w.exec_index < record.exec_index]
+        writers = [w for w in self._index()[1].get(fingerprint(tensor), ()) if w.exec_index < record.exec_index]
         return writers[-1] if writers else None
 
     def rewriter(self, record: OpRecord, slot: str) -> OpRecord | None:
@@ -444,7 +450,7 @@ class Consumers:
 
     def written_before(self, record: OpRecord):
         """(writer, output tensor) of every output written before ``record``, the latest first."""
-        found = [(writer, tensor) for writers in self._writers.values() for writer in writers
+        found = [(writer, tensor) for writers in self._index()[1].values() for writer in writers
                  if writer.exec_index < record.exec_index for tensor in writer.outputs if tensor.stats.count]
         return sorted(found, key=lambda item: -item[0].exec_index)
 
@@ -454,7 +460,7 @@ class Consumers:
         for tensor in record.outputs:
             if not tensor.stats.count or (slots is not None and tensor.slot not in slots):
                 continue
-            for reader in self._readers.get(fingerprint(tensor), ()):
+            for reader in self._index()[0].get(fingerprint(tensor), ()):
                 if reader.exec_index > record.exec_index:
                     found.setdefault(id(reader), reader)
         return sorted(found.values(), key=lambda r: r.exec_index)
