@@ -227,14 +227,21 @@ def _what_was_kept(output: str, finished: int, total: int, started: float) -> st
     is kept and this run's is ``output.partial`` (None when this run wrote neither)."""
     from precision_tool.dump.partial import partial_path
 
+    from precision_tool.dump.runs import rank_path
+
     steps = f"the {finished} of {total} steps it finished" if finished else f"none of its {total} steps"
-    partial = partial_path(output)
+    run = os.path.isdir(output)  # (--ranks: rank 0's dump says what the run kept)
+    dump = rank_path(output, 0) if run else output
+    partial = partial_path(dump)
     try:
         if os.path.exists(partial) and os.stat(partial).st_mtime >= started - 1:  # (a run does not leave its
             # .partial but over a previous dump, kept: --force over a complete one)
+            if run:
+                return (f"{printable(output)} keeps the previous run; its rank<R>.h5.partial files keep {steps}, "
+                        "marked incomplete")
             return (f"{printable(output)} keeps the previous dump; {printable(partial)} keeps {steps}, marked "
                     "incomplete")
-        if os.stat(output).st_mtime >= started - 1:
+        if os.stat(dump).st_mtime >= started - 1:
             return f"{printable(output)} keeps {steps}, marked incomplete"
     except OSError:
         return None

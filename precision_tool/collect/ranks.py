@@ -15,13 +15,14 @@ gradient, as if it had skipped the collective, so its weights leave the others' 
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from precision_tool.engine.hooks import BACKWARD
-from precision_tool.errors import ConfigError
+from precision_tool.errors import ConfigError, InputError
 
 ALLREDUCE_TYPE = "AllReduce"
 ALLREDUCE_PREFIX = "allreduce/"
@@ -183,13 +184,12 @@ def collect_ranks(plan, hooks=()) -> tuple[list, list]:
 
     ``hooks`` (progress, Ctrl-C) go to rank 0 only: it stops, or counts, for every rank.
     """
-    import os
-
     from precision_tool.collect.collector import Collector
-    from precision_tool.dump.runs import rank_path, write_manifest
+    from precision_tool.dump.runs import rank_path
     from precision_tool.session import Session
 
     req, world_size = plan.request, plan.request.ranks
+    check_run_dir(req.output, world_size, req.overwrite)
     collectors = [Collector(rank_path(req.output, rank), plan.modes, steps=plan.selection.steps,
                             ops=plan.selection.ops, op_types=plan.selection.op_types,
                             backward=plan.selection.backward, command=req.command, overwrite=req.overwrite)
@@ -204,6 +204,47 @@ def collect_ranks(plan, hooks=()) -> tuple[list, list]:
         session.data_parallel = group.rank(rank)
         sessions.append(session)
     os.makedirs(req.output, exist_ok=True)
-    write_manifest(req.output, world_size, model=req.model, command=req.command)
-    summaries = run_ranks(sessions, group, lambda rank: [collectors[rank]])
+    try:
+        summaries = run_ranks(sessions, group, lambda rank: [collectors[rank]])
+    finally:
+        _conclude_run(req, collectors)
     return collectors, summaries
+
+
+def check_run_dir(output: str, world_size: int, overwrite: bool) -> None:
+    """InputError unless a run of ``world_size`` ranks can be written to the directory ``output`` now, before any
+    work: without ``overwrite`` it holds no run (no ``run.json``, no rank dump); with it, every rank dump could
+    be replaced, as the collector will check (`check_target`)."""
+    from precision_tool.dump.partial import check_target
+    from precision_tool.dump.runs import MANIFEST, rank_files, rank_path, read_manifest
+    from precision_tool.outputs import make_folder
+
+    if os.path.lexists(output) and not os.path.isdir(output):  # a file, a dangling link: says why, naming it
+        make_folder(output, "the run directory")
+    manifest = os.path.join(output, MANIFEST)
+    if not overwrite and (os.path.lexists(manifest) or rank_files(output)):
+        raise InputError(output, "holds a run already (run.json, rank dumps); write elsewhere, or replace it with "
+                                 "--force")
+    if os.path.lexists(manifest):  # (--force) replaced only when it is a run's manifest, never a file of the user's
+        try:
+            read_manifest(output)
+        except InputError as exc:
+            raise InputError(manifest, f"{exc.problem}: not replaced, --force or not") from None
+    for rank in range(world_size if os.path.isdir(output) else 0):
+        check_target(rank_path(output, rank), overwrite)
+
+
+def _conclude_run(req, collectors: list) -> None:
+    """After the ranks stopped: where every rank's dump is in place (finished, or cut short where no earlier dump
+    had its name), the run's ``run.json``, and no rank dump of an earlier, larger run left beside them; else the
+    directory's earlier run stays whole (its dumps were kept, this run's are ``rank<R>.h5.partial``)."""
+    from precision_tool.dump.runs import rank_files, rank_path, write_manifest
+
+    placed = [c.writer is not None and c.closed and os.path.realpath(c.writer.path) ==
+              os.path.realpath(rank_path(req.output, rank)) for rank, c in enumerate(collectors)]
+    if not all(placed):
+        return
+    write_manifest(req.output, len(collectors), model=req.model, command=req.command)
+    for rank, path in rank_files(req.output):
+        if rank >= len(collectors):  # (only with --force: without it a directory holding a run is refused)
+            os.remove(path)

@@ -58,6 +58,16 @@ def is_run_dir(path) -> bool:
         return False
 
 
+def rank_files(run_dir) -> list[tuple[int, str]]:
+    """(rank, path) of every rank dump (``rank<R>.h5``) in ``run_dir``, by name; none where it cannot be listed."""
+    text = os.fspath(run_dir)
+    try:
+        names = sorted(os.listdir(text))
+    except OSError:
+        return []
+    return [(int(m.group(1)), os.path.join(text, name)) for name in names if (m := _RANK_FILE.match(name))]
+
+
 def find_run(path) -> RunLayout:
     """The run at ``path``; InputError (one line naming it) when it holds no rank dumps or lacks a rank."""
     text = os.fspath(path)

@@ -100,6 +100,8 @@ def test_a_run_whose_rank_and_manifest_are_links_keeps_them(run_cli, tmp_path):
     for name in ("rank0.h5", "run.json"):
         links[name] = _linked(tmp_path, name)
     rank0, manifest = links["rank0.h5"], links["run.json"]
+    manifest[1].write_text('{"format": "precision-tool-run", "version": 1, "world_size": 1}')  # (a run's: --force
+    # never replaces a run.json of the user's, `test_collect_ranks`)
     result = run_cli("collect", "mlp", "--steps", "1", "--ranks", "2", "-o", run, "--force")
     assert result.status == 0, result.stderr
     for link, target in (rank0, manifest):

@@ -178,7 +178,8 @@ def test_collect_to_a_name_that_is_not_utf8(run_cli, tmp_path):
     (("demo", "--steps", "1", "--workdir"), "{file}/sub", "cannot create the demo's directory: not a directory"),
     (("demo", "--steps", "1", "--workdir"), "{dangling}", "a symbolic link to {target}, which does not exist"),
     (("collect", "mlp", "--steps", "1", "--ranks", "2", "-o"), "{file}/sub", "cannot create the run directory"),
-    (("collect", "mlp", "--steps", "1", "--ranks", "2", "-o"), "{dangling}", "dangling: file exists"),
+    (("collect", "mlp", "--steps", "1", "--ranks", "2", "-o"), "{dangling}",
+     "cannot create the run directory: it is a symbolic link to {target}, which does not exist"),
 ], ids=["zoom-under-a-file", "zoom-dangling-link", "demo-under-a-file", "demo-dangling-link",
         "collect-ranks-under-a-file", "collect-ranks-dangling-link"])
 def test_a_folder_that_cannot_be_made_is_one_line(run_cli, pair, tmp_path, args, bad, says):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -138,3 +140,40 @@ def test_a_stats_run_is_checked_by_its_statistics(tmp_path, run_cli):
     first = json.loads(result.stdout)["first"]
     assert (first["step"], first["op"], first["departing"], first["max_abs_diff"]) == \
         (0, "allreduce/fc1/weight", [0, 1], None)  # statistics alone cannot tell which of two ranks is wrong
+
+
+def test_a_directory_holding_a_run_is_refused_before_anything_is_written(tmp_path, run_cli):
+    run = tmp_path / "results"
+    run.mkdir()
+    (run / "run.json").write_text('{"my": "results"}')  # a file of the user's, named as a manifest is
+    result = run_cli("collect", "mlp", "--ranks", "2", "--steps", "1", "-o", run)
+    assert (result.status, result.stderr) == (2, f"precision-tool: error: {run}: holds a run already (run.json, rank "
+                                                 "dumps); write elsewhere, or replace it with --force\n")
+    forced = run_cli("collect", "mlp", "--ranks", "2", "--steps", "1", "-o", run, "--force")
+    assert (forced.status, forced.stderr) == (2, f"precision-tool: error: {run / 'run.json'}: not a run manifest (no "
+                                                 "\"format\": \"precision-tool-run\"): not replaced, --force or not\n")
+    assert sorted(p.name for p in run.iterdir()) == ["run.json"] and (run / "run.json").read_text() == \
+        '{"my": "results"}'
+
+
+def test_force_over_a_larger_run_leaves_the_smaller_run_alone_readable(tmp_path, run_cli):
+    run = tmp_path / "run"
+    assert run_cli("collect", "mlp", "--ranks", "4", "--steps", "1", "-o", run).status == 0
+    assert run_cli("collect", "mlp", "--ranks", "2", "--steps", "1", "-o", run, "--force").status == 0
+    assert sorted(p.name for p in run.iterdir()) == ["rank0.h5", "rank1.h5", "run.json"]
+    assert json.loads((run / "run.json").read_text())["world_size"] == 2
+    assert run_cli("ranks", run).status == 0
+
+
+def test_an_interrupted_run_over_a_finished_one_keeps_that_run_whole(tmp_path, run_cli):
+    from precision_tool.collect.run import CollectRequest, plan_collect, run_collect
+
+    run = tmp_path / "run"
+    assert run_cli("collect", "mlp", "--ranks", "2", "--steps", "1", "-o", run).status == 0
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    plan = plan_collect(CollectRequest(model="mlp", output=str(run), steps=4, ranks=2, overwrite=True))
+    with pytest.raises(KeyboardInterrupt):
+        run_collect(plan, hooks=[_StopAt(2)])
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.suffix != ".partial"} == before
+    assert sorted(p.name for p in run.iterdir() if p.suffix == ".partial") == ["rank0.h5.partial", "rank1.h5.partial"]
+    assert run_cli("ranks", run).status == 0
