@@ -44,6 +44,20 @@ def check_modes(path: str, metadata: dict) -> None:
         raise InputError(path, f"/ attribute modes: {modes!r} is not a list of mode names")
 
 
+def check_evaluations(path: str, metadata: dict) -> None:
+    """The ``evaluations`` root attribute, when present: a JSON list of objects (one a held-out evaluation)."""
+    evaluations = metadata.get("evaluations")
+    if evaluations is not None and not (isinstance(evaluations, list) and all(isinstance(e, dict)
+                                                                               for e in evaluations)):
+        raise InputError(path, f"/ attribute evaluations: {_short(evaluations)} is not a list of evaluations "
+                               "(JSON objects)")
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
 def check_schema(path: str, metadata: dict) -> int:
     """The schema version, once it is one this reader reads."""
     version = metadata.get("schema_version")

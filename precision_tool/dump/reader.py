@@ -40,7 +40,8 @@ from typing import Iterator
 import numpy as np
 
 from precision_tool.dump import layout
-from precision_tool.dump.attributes import check_modes, check_schema, check_seed, count, decode_attrs, flag
+from precision_tool.dump.attributes import (check_evaluations, check_modes, check_schema, check_seed, count,
+                                           decode_attrs, flag)
 from precision_tool.dump.integrity import check_read
 from precision_tool.dump.links import member
 from precision_tool.dump.records import DumpSummary, OpRecord, StepRecord
@@ -90,6 +91,7 @@ class Dump:
             self.steps_complete = count(self.path, self.metadata, "steps_complete")
             check_modes(self.path, self.metadata)
             check_seed(self.path, self.metadata)
+            check_evaluations(self.path, self.metadata)
             # index rows describe the stored values: compare checks one against the other (`dump.integrity`)
             self.stats_match_data = flag(self.path, self.metadata, layout.STATS_MATCH_DATA)
             self._read_checked: set[tuple[int, int]] = set()  # (step, index row) `tensor` has checked

@@ -101,6 +101,18 @@ def test_modes_that_are_not_a_list(tmp_path, run_cli):
     _outcome(run_cli("compare", golden, target), target, "/ attribute modes: '5' is not a list of mode names")
 
 
+@pytest.mark.parametrize("value, shown", [('{"a": null}', "{'a': None}"), ("1", "1"), ('["accuracy"]', "['accuracy']")])
+@pytest.mark.parametrize("command", ["inspect", "diagnose", "shell"])
+def test_evaluations_that_are_not_a_list_of_objects(tmp_path, run_cli, value, shown, command):
+    golden, target = _pair(tmp_path)
+    with h5py.File(target, "r+") as f:  # valid JSON, listed among the JSON attributes, of another shape
+        f.attrs["evaluations"] = value
+        f.attrs["json_keys"] = json.dumps(sorted({*json.loads(f.attrs.get("json_keys", "[]")), "evaluations"}))
+    args = {"inspect": ("inspect", target), "diagnose": ("diagnose", golden, target),
+            "shell": ("shell", golden, target, "-c", "inspect")}[command]
+    _outcome(run_cli(*args), target, f"/ attribute evaluations: {shown} is not a list of evaluations (JSON objects)")
+
+
 def test_a_pack_that_is_a_link_loop(tmp_path, run_cli):
     golden, target = _pair(tmp_path)
     with h5py.File(target, "r+") as f:
