@@ -157,7 +157,7 @@ def output_target(path) -> str:
     return os.path.realpath(text) if os.path.islink(text) else text
 
 
-def _mode_for(target: Path) -> int:
+def mode_for(target) -> int:
     """The permission bits a new output gets: the old file's, else 0666 less the umask."""
     try:
         return stat.S_IMODE(os.stat(target).st_mode)
@@ -204,7 +204,7 @@ def replacing(path, inputs=()) -> Iterator[Path]:
         handle, temporary = tempfile.mkstemp(prefix=f".{target.name[:TEMPORARY_STEM]}.", suffix=".tmp",
                                              dir=target.parent or ".")
         os.close(handle)
-        os.chmod(temporary, _mode_for(target))
+        os.chmod(temporary, mode_for(target))
     except OSError as exc:
         raise InputError(path, f"cannot write: {problem(exc)}") from None
     try:

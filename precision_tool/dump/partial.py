@@ -30,7 +30,7 @@ from pathlib import Path
 
 from precision_tool.dump.guarded import GuardedFile
 from precision_tool.errors import InputError
-from precision_tool.outputs import output_target, problem
+from precision_tool.outputs import mode_for, output_target, problem
 
 try:
     import fcntl
@@ -77,6 +77,8 @@ class PartialFile:
                 raise InputError(self.partial, LEFT_BEHIND)
             _check_target(self.path, overwrite)  # a writer that held the lock may have finished meanwhile
             os.ftruncate(self._fd, 0)
+            if hasattr(os, "fchmod"):  # a dump replaced keeps its permissions (a private one stays private)
+                os.fchmod(self._fd, mode_for(self.path))
         except InputError:
             if not os.fstat(self._fd).st_size:
                 _remove(self.partial)

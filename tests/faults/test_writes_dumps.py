@@ -2,6 +2,7 @@
 
 import errno
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,19 @@ def test_an_existing_dump_is_kept_without_force(run_cli, tmp_path):
     result = run_cli("collect", "mlp", "--steps", "1", "-o", path)
     assert_outcome(result.status, result.stderr, 2, before, says="already exists")
     assert no_leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640])
+def test_force_keeps_the_permissions_of_the_dump_it_replaces(run_cli, tmp_path, mode):
+    path = build(tmp_path / "old.h5")
+    os.chmod(path, mode)
+    old = os.umask(0o022)
+    try:
+        assert run_cli("collect", "mlp", "--steps", "1", "-o", path, "--force").status == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == mode  # (0644 before: a private dump became world-readable)
+    assert _steps(path) == (True, 1)
 
 
 def test_force_replaces_a_dump_a_reader_holds_open_and_the_reader_keeps_its_file(run_cli, tmp_path):
