@@ -167,8 +167,18 @@ def option(*decls, **attrs) -> click.Option:
     return click.Option(list(decls), **attrs)
 
 
+def _scheduler_callback(ctx, param, value):
+    from precision_tool.compare.cluster import check_address
+    from precision_tool.errors import ConfigError
+
+    try:
+        return None if value is None else check_address(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--scheduler ")) from None
+
+
 def scheduler_param() -> click.Option:
-    return option("--scheduler", metavar="ADDRESS", default=None,
+    return option("--scheduler", metavar="ADDRESS", default=None, callback=_scheduler_callback,
                   help="Score the tensor pairs on the dask.distributed cluster at ADDRESS (e.g. tcp://host:8786); "
                        "the dumps must sit on storage every worker sees at the same path.")
 

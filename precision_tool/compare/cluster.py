@@ -17,7 +17,7 @@ import os
 import threading
 from typing import Callable
 
-from precision_tool.errors import ConfigError, InputError
+from precision_tool.errors import ConfigError, InputError, printable
 
 BATCH_ELEMENTS = 1 << 24  # about 64 MB of float32 per side and batch
 BATCHES_PER_WORKER = 4  # enough to even out uneven batches without drowning the scheduler
@@ -81,16 +81,34 @@ def batches(items: list, sizes: list[int], workers: int) -> list[list[int]]:
     return out
 
 
+_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx", "inproc")  # distributed's transports
+
+
+def check_address(address: str) -> str:
+    """``address`` when it is a scheduler's address (``tcp://HOST:PORT``); else ConfigError, before Dask is asked:
+    given one it cannot parse, its client fails, then waits 40 s to close and prints a traceback."""
+    scheme, separator, rest = str(address).partition("://")
+    if not separator:  # HOST:PORT, which Dask reads as tcp://HOST:PORT
+        scheme, rest = "tcp", str(address)
+    host, colon, port = rest.rpartition(":")
+    if scheme not in _SCHEMES or not rest or scheme != "inproc" and not (
+            colon and host and port.isdigit() and 0 < int(port) < 65536):
+        raise ConfigError(f"--scheduler {printable(address)!r} is not a Dask scheduler's address: give "
+                          "tcp://HOST:PORT (scheme one of " + ", ".join(_SCHEMES) + ")")
+    return address
+
+
 def connect(address: str):
     """A ``distributed.Client`` for ``address``; a clear error when Dask is missing or nothing answers."""
+    check_address(address)
     try:
         from distributed import Client
     except ImportError:
         raise ConfigError("--scheduler needs dask.distributed: pip install 'precision-tool[cluster]'") from None
     try:
         return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-    except (OSError, TimeoutError) as exc:
-        raise ConfigError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ConfigError(f"cannot reach the Dask scheduler at {printable(address)}: {exc}") from None
 
 
 def score_on_cluster(address, score_pair: Callable, pairs: list, scales: list[float], golden, target,

@@ -103,3 +103,20 @@ def test_an_unreachable_scheduler_is_one_line_with_exit_2(pair, run_cli, monkeyp
     lines = result.stderr.strip().splitlines()
     assert result.status == 2 and len(lines) == 1
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in lines[0]
+
+
+@pytest.mark.parametrize("address", ["bogus", "", "tcp://127.0.0.1:notaport", "tcp://:8786", "http://host:8786",
+                                     "tcp://host:70000"])
+def test_an_address_that_is_none_is_a_usage_error_before_any_work(pair, run_cli, address):
+    result = run_cli("compare", *pair, "--scheduler", address)
+    assert (result.status, result.stdout) == (2, "")  # (exit 3, then a 40 s wait and Dask's traceback before)
+    assert result.stderr == (f"precision-tool: error: Invalid value for '--scheduler': {address!r} is not a Dask "
+                             "scheduler's address: give tcp://HOST:PORT (scheme one of tcp, tls, ws, wss, ucx, "
+                             "inproc) (see 'precision-tool compare --help')\n")
+
+
+@pytest.mark.parametrize("address", ["tcp://10.0.0.7:8786", "10.0.0.7:8786", "tls://sched.example:443", "inproc://x"])
+def test_scheduler_addresses_dask_reads_are_taken(address):
+    from precision_tool.compare.cluster import check_address
+
+    assert check_address(address) == address
