@@ -78,20 +78,26 @@ def demo(workdir, steps, force):
 
 
 def _partials_left(paths, started: float) -> str | None:
-    """After Ctrl-C: the dumps this run left as NAME.partial beside a previous NAME, which is kept."""
+    """After Ctrl-C: where this run's dumps are, when earlier dumps were kept (a run replacing them writes its own
+    in the work directory's `STAGING` folder until all four are done; an earlier version, NAME.partial beside)."""
+    from precision_tool.collect.demo import STAGING
     from precision_tool.dump.partial import partial_path
     from precision_tool.errors import printable
 
     left = []
     for path in paths:
-        partial = partial_path(str(path))
-        try:
-            if os.stat(partial).st_mtime >= started - 1:
-                left.append(partial)
-        except OSError:
-            continue
+        for candidate in (Path(path).parent / STAGING / Path(path).name, Path(path).parent / STAGING /
+                          Path(partial_path(str(path))).name, Path(partial_path(str(path)))):
+            try:
+                if os.stat(candidate).st_mtime >= started - 1:
+                    left.append(candidate)
+            except OSError:
+                continue
     if not left:
         return None
+    if any(p.parent.name == STAGING for p in left):
+        return (f"the previous dumps are kept; this run's, incomplete, are in {printable(left[0].parent)} ("
+                + ", ".join(p.name for p in left) + ")")
     return "the previous dumps are kept; " + ", ".join(printable(p) for p in left) + \
         (" keeps" if len(left) == 1 else " keep") + " this run's, incomplete"
 

@@ -50,26 +50,47 @@ def demo_paths(workdir) -> list[Path]:
     return [Path(workdir) / name for name in FILE_NAMES.values()]
 
 
+STAGING = ".demo-next"  # in the work directory: a run replacing earlier dumps writes here until all four are done
+
+
 def collect_demo(workdir, steps: int = DEMO_STEPS, seed: int = 0, on_run=None,
                  overwrite: bool = True) -> list[DemoRun]:
     """Run the four collections into ``workdir``; ``on_run(DemoRun)`` is called after each.
 
-    With ``overwrite=False`` nothing is run when one of the four dumps exists (InputError).
+    With ``overwrite=False`` nothing is run when one of the four dumps exists (InputError). A run that
+    replaces dumps writes its four in ``workdir/.demo-next`` and moves them onto the earlier ones once the
+    last is done: stopped before (Ctrl-C), it leaves the earlier four as they were, not a mix of two runs.
     """
+    import os
+    import shutil
+
+    from precision_tool.outputs import mode_for, output_target
     from precision_tool.session import Session, SessionConfig
 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     for path in demo_paths(workdir):  # all four checked before the first run writes anything
         check_target(path, overwrite)
+    replacing = any(os.path.lexists(path) for path in demo_paths(workdir))
+    folder = workdir / STAGING if replacing else workdir
+    if replacing:  # (the folder is the demo's own: what an earlier, stopped run left in it goes)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
     runs = []
     for role, description, device, mode in _plan(workdir):
-        path = workdir / FILE_NAMES[role]
+        path = folder / FILE_NAMES[role]
         config = SessionConfig(model=DEMO_MODEL, steps=steps, seed=seed, device=device)
         with collect_to(path, mode=mode, overwrite=overwrite) as collector:
             summary = Session(config, hooks=[collector]).run()
-        run = DemoRun(role, description, path, tuple(summary.losses), tuple(summary.overflow_steps))
+        run = DemoRun(role, description, workdir / FILE_NAMES[role], tuple(summary.losses),
+                      tuple(summary.overflow_steps))
         runs.append(run)
         if on_run is not None:
             on_run(run)
+    if replacing:
+        for run in runs:
+            target = output_target(run.path)  # (a link at the name is kept: the file it names is replaced)
+            os.chmod(folder / run.path.name, mode_for(target))
+            os.replace(folder / run.path.name, target)
+        folder.rmdir()
     return runs

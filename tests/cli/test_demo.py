@@ -40,3 +40,33 @@ def test_a_second_demo_in_the_same_workdir_says_how_to_go_on(run_cli, tmp_path):
     assert (result.status, result.stdout) == (2, "")
     assert result.stderr == (f"precision-tool: error: {tmp_path}: golden.h5 already exists there, under the names "
                              "the demo writes; --force replaces it, or give another --workdir\n")
+
+
+def _digests(folder: Path) -> dict:
+    import hashlib
+
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_a_demo_replacing_dumps_stopped_midway_leaves_the_earlier_four_as_they_were(run_cli, tmp_path):
+    import pytest
+
+    from precision_tool.collect.demo import collect_demo
+
+    assert run_cli("demo", "--workdir", tmp_path, "--steps", "2").status == 0
+    before = _digests(tmp_path)
+
+    def stop_after_two(run):
+        if run.role == "target":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        collect_demo(tmp_path, steps=3, on_run=stop_after_two)
+    assert _digests(tmp_path) == before  # (golden.h5 and npu.h5 were replaced, beside the earlier two)
+    assert sorted(p.name for p in (tmp_path / ".demo-next").iterdir()) == ["golden.h5", "npu.h5"]
+    runs = collect_demo(tmp_path, steps=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fusion_off.h5", "golden.h5", "npu.h5", "overflow.h5"]
+    assert [run.path for run in runs] == [tmp_path / n for n in ("golden.h5", "npu.h5", "overflow.h5", "fusion_off.h5")]
+    after = _digests(tmp_path)
+    assert all(after[name] != before[name] for name in before)
+    assert run_cli("inspect", tmp_path / "npu.h5").status == 0
