@@ -30,6 +30,7 @@ from precision_tool.compare.report import CompareReport, TensorRow
 from precision_tool.defaults import (BASELINE_COSINE_DROP_ABS, BASELINE_COSINE_DROP_REL, BASELINE_ERROR_GROWTH_ABS,
                                      BASELINE_ERROR_GROWTH_REL)
 from precision_tool.errors import InputError
+from precision_tool.outputs import problem
 
 BASELINE_FORMAT = "precision-tool-baseline"
 BASELINE_VERSION = 1
@@ -132,6 +133,19 @@ def save_baseline(baseline: Baseline, path) -> None:
     Path(path).write_text(json.dumps(document, indent=1) + "\n")
 
 
+def _why_unread(exc: BaseException) -> str:
+    """Why a baseline file could not be read, in words."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON ({exc.msg.lower()} at line {exc.lineno}, column {exc.colno})"
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply"
+    if isinstance(exc, OSError):
+        return f"cannot be read: {problem(exc)}"
+    return f"not JSON ({str(exc).split(';')[0]})"  # (a number of 5,000 digits)
+
+
 def load_baseline(path) -> Baseline:
     """Read a baseline file; InputError when it is missing or not a precision-tool baseline."""
     try:
@@ -141,7 +155,7 @@ def load_baseline(path) -> Baseline:
     except FileNotFoundError:
         raise InputError(path, "no such baseline file") from None
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, text or a 5000-digit number
-        raise InputError(path, f"not a baseline file ({exc.__class__.__name__})") from None
+        raise InputError(path, f"not a baseline file: {_why_unread(exc)}") from None
     if not isinstance(document, dict) or document.get("format") != BASELINE_FORMAT:
         raise InputError(path, "not a precision-tool baseline (run `precision-tool baseline` to make one)")
     if document.get("version") != BASELINE_VERSION:

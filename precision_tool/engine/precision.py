@@ -125,6 +125,8 @@ def load_mixlist(path: str | Path, known_types) -> MixLists:
         if not isinstance(body, dict) or set(body) - {"to-add", "to-remove"}:
             raise InputError(path, f"{key} must be an object with 'to-add' and/or 'to-remove' lists")
         for action, op_types in body.items():
+            if not isinstance(op_types, list) or not all(isinstance(t, str) for t in op_types):
+                raise InputError(path, f"{key}.{action} must be a list of op type names, got {op_types!r:.60}")
             for op_type in op_types:
                 if op_type not in known_types:
                     raise InputError(path, f"unknown op type {op_type!r} in {key}.{action}")

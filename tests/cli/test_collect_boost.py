@@ -15,7 +15,7 @@ def test_invalid_boost_mode_is_one_line_exit_2(run_cli, tmp_path):
     out = tmp_path / "x.h5"
     result = run_cli("collect", "cnn", "-o", out, "--boost-config", config)
     assert result.status == 2 and result.stdout == ""
-    assert result.stderr == ("precision-tool: error: unknown boost mode 'fast'; "
+    assert result.stderr == (f"precision-tool: error: {config}: unknown boost mode 'fast'; "
                              "valid: auto, manual, enable_all, disable_all\n")
     assert not out.exists()
 

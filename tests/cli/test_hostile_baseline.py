@@ -29,9 +29,10 @@ def _damaged(document: dict, change) -> str:
 
 
 DAMAGES = {
-    "nested too deeply": (lambda d: "[" * 100000 + "]" * 100000, "not a baseline file (RecursionError)"),
+    "nested too deeply": (lambda d: "[" * 100000 + "]" * 100000, "not a baseline file: JSON nested too deeply"),
     "a 5000-digit number": (lambda d: json.dumps(d).replace('"step": 0', '"step": ' + "9" * 5000, 1),
-                            "not a baseline file (ValueError)"),
+                            "not a baseline file: not JSON (Exceeds the limit (4300 digits) for integer string "
+                            "conversion: value has 5000 digits)"),
     "a step of 1e400": (lambda d: json.dumps(d).replace('"step": 0', '"step": 1e400', 1),
                         "malformed baseline entry (cannot convert float infinity to integer)"),
     "golden as a list": (lambda d: d.__setitem__("golden", [1, 2]), "malformed baseline entry"),

@@ -135,3 +135,17 @@ def test_bad_baseline_files_are_input_errors(tmp_path, text, problem):
         path.write_text(text)
     with pytest.raises(InputError, match=problem):
         load_baseline(path)
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"not json", "not a baseline file: not JSON (expecting value at line 1, column 1)"),
+    (b"\x89HDF\r\n\x1a\n\xff\xfe", "not a baseline file: not UTF-8 text"),
+])
+def test_a_baseline_that_is_not_json_says_why(tmp_path, content, says):
+    from precision_tool.compare.baseline import load_baseline
+
+    path = tmp_path / "base.json"
+    path.write_bytes(content)  # (before: "not a baseline file (JSONDecodeError)", an exception's class)
+    with pytest.raises(InputError) as raised:
+        load_baseline(path)
+    assert str(raised.value) == f"{path}: {says}"

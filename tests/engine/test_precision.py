@@ -87,6 +87,9 @@ def test_mixlist_errors_name_the_file(tmp_path):
         npu(precision_mode="allow_mix_precision", modify_mixlist=path)
     with pytest.raises(InputError, match="missing.json: no such file"):
         npu(modify_mixlist=tmp_path / "missing.json")
+    path.write_text(json.dumps({"black-list": {"to-add": "MatMul"}}))  # (read letter by letter: "unknown op type 'M'")
+    with pytest.raises(InputError, match="bad.json: black-list.to-add must be a list of op type names, got 'MatMul'"):
+        npu(precision_mode="allow_mix_precision", modify_mixlist=path)
 
 
 def test_unknown_modes_list_the_valid_ones():

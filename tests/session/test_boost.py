@@ -303,3 +303,12 @@ def test_a_model_file_whose_name_is_not_utf8_loads(tmp_path):
     path = tmp_path / os.fsdecode(b"model\xff.py")
     path.write_text("def make():\n    return 42\n")
     assert _load_factory(path, "make")() == 42
+
+
+def test_a_boost_config_files_errors_name_the_file(tmp_path):
+    path = tmp_path / "boost.json"
+    path.write_text(json.dumps({"boost_mode": "O9"}))  # (the message named no file before)
+    with pytest.raises(InputError) as raised:
+        resolve_boost("O1", path)
+    assert str(raised.value) == (f"{path}: unknown boost config section 'boost_mode'; valid: boost, common, less_bn, "
+                                 "grad_freeze, grad_accumulation, dim_reduce, loss_scale_group")

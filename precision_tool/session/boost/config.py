@@ -34,7 +34,7 @@ import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from precision_tool.errors import ConfigError
+from precision_tool.errors import ConfigError, InputError
 from precision_tool.inputs import read_json
 
 BOOST_LEVELS = ("O0", "O1", "O2")
@@ -81,6 +81,22 @@ def resolve_boost(level: str = "O0", config: dict | str | Path | None = None) ->
     if level not in BOOST_LEVELS:
         raise ConfigError(f"unknown boost level {level!r}; valid: {', '.join(BOOST_LEVELS)}")
     given = load_boost_config(config)
+    try:
+        sections = _sections(given)
+        mode = sections["boost"]["mode"]
+        if mode not in BOOST_MODES:
+            raise ConfigError(f"unknown boost mode {mode!r}; valid: {', '.join(BOOST_MODES)}")
+    except ConfigError as exc:  # a file's content: the error names the file
+        if isinstance(config, (str, Path)):
+            raise InputError(config, str(exc)) from None
+        raise
+    enabled = _enabled(mode, level, sections["boost"])
+    active, notes = active_algorithms(enabled)
+    return BoostConfig(level, sections, enabled, active, notes)
+
+
+def _sections(given: dict) -> dict:
+    """The defaults with ``given``'s sections and keys, checked."""
     sections = copy.deepcopy(DEFAULTS)
     for name, values in given.items():
         if name not in DEFAULTS:
@@ -92,12 +108,7 @@ def resolve_boost(level: str = "O0", config: dict | str | Path | None = None) ->
                 raise ConfigError(f"unknown key {key!r} in boost config section {name!r}; "
                                   f"valid: {', '.join(DEFAULTS[name])}")
             sections[name][key] = _checked(name, key, value)
-    mode = sections["boost"]["mode"]
-    if mode not in BOOST_MODES:
-        raise ConfigError(f"unknown boost mode {mode!r}; valid: {', '.join(BOOST_MODES)}")
-    enabled = _enabled(mode, level, sections["boost"])
-    active, notes = active_algorithms(enabled)
-    return BoostConfig(level, sections, enabled, active, notes)
+    return sections
 
 
 def load_boost_config(config) -> dict:
