@@ -150,7 +150,7 @@ class DumpFiles:
             else:  # compare shows whatever it is given; two dumps given the wrong way round, or of two models,
                 # are worth a word
                 for problem in run_problems(golden, target, True):
-                    if problem.code in ("swapped", "different-model"):
+                    if problem.code in ("swapped", "different-model", "same-file"):
                         self.warn(problem.message)
             self._preflighted = True
         return golden, target

@@ -66,7 +66,7 @@ _SETTINGS = (("seed", "seed"), ("data", "data"), ("batch_size", "batch size"), (
 def run_problems(golden, target, allow_incomplete: bool = False) -> list[Problem]:
     """What is wrong with comparing ``target`` against ``golden`` (opened dumps), errors first."""
     g, t = _meta(golden), _meta(target)
-    found = [*_model_problems(golden, target, g, t), *_role_problems(golden, target, g, t)]
+    found = [*_model_problems(golden, target, g, t), *_role_problems(golden, target, g, t), *_same_file(golden, target)]
     for side, dump in (("target", target), ("golden", golden)):
         found.extend(_completeness(side, dump, allow_incomplete))
         found.extend(_replacement(side, dump, allow_incomplete))
@@ -121,6 +121,21 @@ def boost_rewritten_modules(meta: dict) -> set[str]:
     boost = meta.get("boost")
     changes = boost.get("changes") if isinstance(boost, dict) else None
     return {m for c in changes or () if isinstance(c, dict) for m in c.get("modules", ()) if isinstance(m, str)}
+
+
+def _same_file(golden, target) -> list[Problem]:
+    """The one file given as both golden and target (by name, or through a link): it agrees with itself."""
+    import os
+
+    paths = getattr(golden, "path", None), getattr(target, "path", None)
+    try:
+        same = None not in paths and os.path.samefile(*paths)
+    except (OSError, TypeError, ValueError):
+        same = False
+    if not same:
+        return []
+    return [Problem("same-file", WARNING, f"golden and target are the same file ({_path(target)}): every tensor "
+                                          "agrees with itself; give the target run's dump")]
 
 
 def _role_problems(golden, target, g: dict, t: dict) -> list[Problem]:

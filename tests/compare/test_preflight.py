@@ -107,3 +107,16 @@ def test_raise_for_errors_raises_the_first_error_and_returns_the_warnings():
     with pytest.raises(RunMismatch) as info:
         raise_for_errors([Problem("swapped", ERROR, "swapped!"), warning])
     assert str(info.value) == "swapped!" and info.value.exit_status == ExitStatus.USAGE
+
+
+@pytest.mark.parametrize("command", ["compare", "check", "diagnose"])
+def test_one_file_given_as_golden_and_target_is_warned_of(run_cli, tmp_path, command):
+    from pathlib import Path
+
+    golden = Path(__file__).resolve().parents[2] / "sample_dumps" / "golden.h5"
+    link = tmp_path / "target.h5"
+    link.symlink_to(golden)  # (the same file under another name: passed silently before)
+    result = run_cli(command, golden, link)
+    assert result.status == 0
+    assert result.stderr == (f"precision-tool: warning: golden and target are the same file ({link}): every tensor "
+                             "agrees with itself; give the target run's dump\n")
