@@ -126,14 +126,17 @@ def replay(request: ReplayRequest, hooks=()) -> ReplayResult:
     accelerate = recorded.get("accelerate_train_mode") if target.kind == "npu" else None
     configs = {"golden": dataclasses.replace(base, device=reference),
                "target": dataclasses.replace(base, device=target, accelerate_train_mode=accelerate)}
-    _make_output(out, paths, request.overwrite)
-    results = {}
-    for role in ("golden", "target"):
+    runs = {}
+    for role in ("golden", "target"):  # the checkpoint checked against both runs before anything is written
         collector = Collector(str(paths[role]), modes, command=request.command, overwrite=request.overwrite)
         session = Session(configs[role], hooks=[collector, *hooks])
         session.restore(checkpoint)
         if checkpoint.inputs:  # (none stored: the step regenerates its batch)
             check_batch(str(path), checkpoint.inputs, *_batch_form(session.data, checkpoint.step))
+        runs[role] = collector, session
+    _make_output(out, paths, request.overwrite)
+    results = {}
+    for role, (collector, session) in runs.items():
         try:
             session.hooks.on_run_begin({**session.metadata(), "replay_of": str(path)})
             session.step(batch=checkpoint.inputs or None)

@@ -343,6 +343,7 @@ def test_a_damaged_checkpoint_is_one_line(run_cli, checkpoints, tmp_path, cmd, n
     result = run_cli(*args)
     assert_outcome(result.status, result.stderr, 2, before, says=f"{folder}/ckpt-0000000")
     assert says in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "run.h5").exists()  # (replay left an empty out/)
 
 
 @pytest.mark.parametrize("source, says", [
