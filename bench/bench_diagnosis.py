@@ -24,6 +24,7 @@ verdict is the case's (the workflow of a run left in module-level stats).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
@@ -48,12 +49,15 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", choices=("dump", "stats"), default="dump", help="capture mode of both runs")
     parser.add_argument("--zoom", action="store_true",
                         help="then collect zoom's region with tensors at op level and judge that verdict")
+    parser.add_argument("--only", default=None,
+                        help="with --speed: only the pairs whose label contains this; --json then keeps the other "
+                             "pairs of that file, each with the date it was measured")
     parser.add_argument("--speed", action="store_true",
                         help="instead: time diagnose on a 2-step GPT-2 pair of a few hundred MB (clean and planted)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     if args.speed:
-        return speed(args.json)
+        return speed(args.json, only=args.only)
     from precision_tool.analysis import diagnose
     from precision_tool.analysis.zoom import zoomed_diagnosis
     from precision_tool.dump.reader import open_dump
@@ -119,11 +123,14 @@ def _zoom_region(golden, target, verdict):
     return zoom_region(compare_dumps(golden, target), golden.metadata, target.metadata, verdict=verdict)
 
 
-def speed(json_path: Path | None = None, repeats: int = 3) -> int:
-    """diagnose on a larger GPT-2 (2 layers, width 128, batch 4 x 64 tokens, 1000 words), two steps, full dumps.
+def speed(json_path: Path | None = None, repeats: int = 3, only: str | None = None) -> int:
+    """diagnose on a larger GPT-2 (2 layers, width 128, batch 4 x 64 tokens, 1000 words), two steps, full dumps;
+    and on a pair of many ops: a 4-layer GRU language model (width 128, batch 8 x 48 tokens), whose kernel runs
+    cell by cell, ~6,000 ops a step, its head's weight gradient scaled in the target.
 
     Each pair is diagnosed ``repeats`` times in this process (the first pays torch's replay set-up); the
-    median is printed, and with ``json_path`` written with the date for the README's table.
+    median is printed, and with ``json_path`` written with the date for the README's table. ``only``: the pairs
+    whose label contains it; the file's other pairs are kept, with their dates.
     """
     import datetime
     import json
@@ -136,10 +143,11 @@ def speed(json_path: Path | None = None, repeats: int = 3) -> int:
     from precision_tool.analysis import diagnose
     from precision_tool.dump.reader import open_dump
     from tests.realmodels.cases import Run, _hf_loss, scale_output, train
+    from tests.realmodels.plant import weight_gradient
 
     transformers.logging.set_verbosity_error()
 
-    def build():
+    def gpt2():
         torch.manual_seed(0)
         config = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=64,
                                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
@@ -149,18 +157,31 @@ def speed(json_path: Path | None = None, repeats: int = 3) -> int:
         return Run(model, torch.optim.AdamW(model.parameters(), lr=1e-3), {"input_ids": ids, "labels": ids},
                    _hf_loss)
 
+    def gru():
+        from bench_random_configs import recurrent
+
+        torch.manual_seed(0)
+        return recurrent(4, 128, 4, 48, 8, "gelu", "sgd", "sdpa")  # (heads 4: a GRU)
+
+    pairs = (("clean mix", gpt2, None, lambda: ptt.simulate_npu("allow_mix_precision")),
+             ("scaled act", gpt2, lambda run: scale_output(run, "transformer.h.1.mlp.act"),
+              lambda: ptt.simulate_npu("must_keep_origin_dtype")),
+             ("many ops: GRU, scaled weight gradient", gru, lambda run: weight_gradient(run, "head"), None))
+    pairs = tuple(pair for pair in pairs if only is None or only in pair[0])
     figures = {}
     with tempfile.TemporaryDirectory() as tmp:
-        golden = Path(tmp) / "golden.h5"
-        with ptt.dump(golden):
-            train(build())
-        for label, fault, context in (("clean mix", False, lambda: ptt.simulate_npu("allow_mix_precision")),
-                                      ("scaled act", True, lambda: ptt.simulate_npu("must_keep_origin_dtype"))):
-            target = Path(tmp) / f"{label.replace(' ', '_')}.h5"
+        goldens = {}
+        for label, build, plant, context in pairs:
+            golden = goldens.get(build)
+            if golden is None:
+                golden = goldens[build] = Path(tmp) / f"golden_{build.__name__}.h5"
+                with ptt.dump(golden):
+                    train(build())
+            target = Path(tmp) / f"{label.split(':')[0].replace(' ', '_')}.h5"
             run = build()
-            if fault:
-                scale_output(run, "transformer.h.1.mlp.act")
-            with context(), ptt.dump(target):
+            if plant is not None:
+                plant(run)
+            with context() if context else contextlib.nullcontext(), ptt.dump(target, role="target"):
                 train(run)
             size = (golden.stat().st_size + target.stat().st_size) / 1e6
             times = []
@@ -168,15 +189,18 @@ def speed(json_path: Path | None = None, repeats: int = 3) -> int:
                 start = time.perf_counter()
                 with open_dump(golden) as g, open_dump(target) as t:
                     verdict = diagnose(g, t).verdict
+                    ops = sum(1 for _ in t.ops())
                 times.append(time.perf_counter() - start)
             took = statistics.median(times)
-            figures[label] = {"pair_mb": round(size), "median_s": took, "times_s": times, "verdict": verdict.cls,
-                              "op": verdict.op}
-            print(f"{label}: pair {size:.0f} MB, diagnose {took:.1f} s (median of {repeats}, "
+            figures[label] = {"pair_mb": round(size), "ops": ops, "median_s": took, "times_s": times,
+                              "verdict": verdict.cls, "op": verdict.op, "date": datetime.date.today().isoformat()}
+            print(f"{label}: pair {size:.0f} MB, {ops} ops a side, diagnose {took:.1f} s (median of {repeats}, "
                   f"{min(times):.1f}-{max(times):.1f}): {verdict.cls} at {verdict.op}")
     if json_path is not None:
+        earlier = json.loads(json_path.read_text()) if only is not None and json_path.exists() else {"pairs": {}}
+        kept = {label: {"date": earlier.get("date"), **pair} for label, pair in earlier["pairs"].items()}
         json_path.write_text(json.dumps({"date": datetime.date.today().isoformat(), "repeats": repeats,
-                                         "pairs": figures}, indent=1) + "\n")
+                                         "pairs": {**kept, **figures}}, indent=1) + "\n")
     return 0
 
 

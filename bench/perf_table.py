@@ -9,7 +9,7 @@ wrote, with that file's date; nothing is typed in by hand. The files live in
 * ``many-20000.json``, ``many-50000.json``: ``bench_many.py --ops N --json``
   (compare, check and vcs on many small tensors, against reading the bytes);
 * ``diagnosis-speed.json``: ``bench_diagnosis.py --speed --json`` (diagnose
-  on a 2-step GPT-2 pair);
+  on 2-step GPT-2 pairs and on a GRU pair of many ops);
 * ``native-floor.json``, ``native-floor-small.json``: ``bench_native_floor.py
   [--size small] --json`` (aten-level capture floors: the Python dispatch
   mode's against a C++ observer's).
@@ -187,12 +187,14 @@ def table() -> str:
                   "|---|---|---|---|---|---|---|", *[many_row(d) for d in many], ""]
     speed = load("diagnosis-speed.json")
     if speed:
-        lines += [f"**Diagnosis** (`bench_diagnosis.py --speed`, {speed['date']}): `diagnose` on a 2-step GPT-2 "
-                  f"pair with full dumps, median of {speed['repeats']} in one process (target ≤ 3 s).", "",
-                  "| pair | dumps | diagnose | verdict |", "|---|---|---|---|"]
+        lines += ["**Diagnosis** (`bench_diagnosis.py --speed`): `diagnose` on two-step pairs with "
+                  f"full dumps, median of {speed['repeats']} in one process: a GPT-2 (target ≤ 3 s), and a 4-layer GRU "
+                  "whose kernel runs cell by cell (many ops).", "",
+                  "| pair | dumps | ops a side | diagnose | verdict | measured |", "|---|---|---|---|---|---|"]
         for label, pair in speed["pairs"].items():
-            lines.append(f"| {label} | {pair['pair_mb']} MB | {pair['median_s']:.1f} s | {pair['verdict']}"
-                         f"{' at ' + pair['op'] if pair['op'] else ''} |")
+            ops = f"{pair['ops']:,}" if "ops" in pair else ""
+            lines.append(f"| {label} | {pair['pair_mb']} MB | {ops} | {pair['median_s']:.1f} s | {pair['verdict']}"
+                         f"{' at ' + pair['op'] if pair['op'] else ''} | {pair.get('date', speed['date'])} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
