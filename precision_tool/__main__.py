@@ -1,3 +1,3 @@
-from precision_tool.cli.main import entry_point
+from precision_tool.cli.entry import entry_point
 
 entry_point()

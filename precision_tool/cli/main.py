@@ -369,8 +369,9 @@ def entry_point() -> None:
         if sys.stderr is not None:
             sys.stderr.write("precision-tool: interrupted\n")
         status = ExitStatus.INTERRUPTED
-    try:  # the command is done and its status decided: a SIGTERM while the interpreter shuts down (which puts
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Python's handlers back to the default, but keeps an
-    except (ValueError, OSError):  # ignored signal ignored) would end it as 143 with no word
+    try:  # the command is done and its status decided: a SIGTERM or Ctrl-C while the interpreter shuts down
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # (which puts Python's handlers back to the default, but
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # keeps an ignored signal ignored) would end it as 143 or
+    except (ValueError, OSError):  # 130 with no word, whatever the command's status
         pass
     sys.exit(status)

@@ -97,10 +97,29 @@ def test_once_the_command_is_done_a_sigterm_is_ignored_while_the_interpreter_shu
     # it shuts down, and a SIGTERM then ended the process as 143 with no word (audit F5: 10 of 30 runs timed
     # to the end of a `baseline`); an ignored signal it leaves ignored
     script = ("import atexit, signal, sys\n"
-              "atexit.register(lambda: print(signal.getsignal(signal.SIGTERM) == signal.SIG_IGN, file=sys.stderr))\n"
+              "atexit.register(lambda: print(signal.getsignal(signal.SIGTERM) == signal.SIG_IGN,\n"
+              "                              signal.getsignal(signal.SIGINT) == signal.SIG_IGN, file=sys.stderr))\n"
               "from precision_tool.cli.main import entry_point\n"
               f"sys.argv = ['precision-tool', 'inspect', {str(build(tmp_path / 'run.h5'))!r}]\n"
               "entry_point()\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert (result.returncode, result.stderr) == (0, "True\n")
+    assert (result.returncode, result.stderr) == (0, "True True\n")  # (Ctrl-C then: exit 130, 1 run in 12)
     assert "steps" in result.stdout
+
+
+def test_the_console_scripts_module_loads_nothing_before_ctrl_c_is_one_line():
+    # a Ctrl-C while precision_tool.cli.main imported click printed Python's traceback, and the process died by the
+    # signal; the console script's module imports nothing else before it can turn one into a line
+    script = ("import builtins, sys\n"
+              "loaded = set(sys.modules)\n"
+              "import precision_tool.cli.entry\n"
+              "print(sorted(m for m in set(sys.modules) - loaded if not m.startswith('precision_tool')))\n"
+              "real = builtins.__import__\n"
+              "def stopped(name, *args, **kwargs):\n"
+              "    if name == 'precision_tool.cli.main':\n"
+              "        raise KeyboardInterrupt\n"
+              "    return real(name, *args, **kwargs)\n"
+              "builtins.__import__ = stopped\n"
+              "precision_tool.cli.entry.entry_point()\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stdout, result.stderr) == (130, "[]\n", "precision-tool: interrupted\n")
