@@ -76,6 +76,8 @@ def diagnose(source, compare_first=False, limit=None, show_all=False, scheduler=
 
     golden, target = source.dump("golden"), source.dump("target")
     overflow, fusion_off = source.optional("overflow"), source.optional("fusion-off")
+    for option, dump in (("--overflow", overflow), ("--fusion-off", fusion_off)):
+        _check_extra_dump(option, dump, golden, target)
     comparison = source.compare(compare_options(scheduler=scheduler))
     full = run_diagnosis(golden, target, overflow=overflow, fusion_off=fusion_off, comparison=comparison)
     limit = defaults.OVERFLOW_LIMIT if limit is None else limit
@@ -85,6 +87,27 @@ def diagnose(source, compare_first=False, limit=None, show_all=False, scheduler=
         diagnosis = dataclasses.replace(full, overflow=cut)
     flagged = compare(source) if compare_first else None
     return AutoCheck(diagnosis, flagged, limit, show_all, full=full)
+
+
+def _check_extra_dump(option: str, dump, golden, target) -> None:
+    """An --overflow or --fusion-off dump is another run of the target's model: InputError when it is the golden
+    or target file itself, or a golden run (it was taken as one, and said nothing)."""
+    import os
+
+    if dump is None:
+        return
+    path = str(getattr(dump, "path", ""))
+    for role, other in (("golden", golden), ("target", target)):
+        try:
+            same = bool(path) and os.path.samefile(path, str(getattr(other, "path", "")))
+        except (OSError, ValueError):
+            same = False
+        if same:
+            raise InputError(path, f"is the {role} dump given again; {option} takes another run of the target's "
+                                   f"model ({'in overflow mode' if option == '--overflow' else 'with fusion off'})")
+    if (getattr(dump, "metadata", None) or {}).get("role") == "golden":
+        raise InputError(path, f"is a golden run; {option} takes a run of the target's device "
+                               f"({'in overflow mode' if option == '--overflow' else 'with fusion off'})")
 
 
 def check(source, min_cosine=None, max_abs_err=None, baseline_file=None, judge_inputs=False, steps=None,
