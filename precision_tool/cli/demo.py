@@ -28,7 +28,8 @@ def demo(workdir, steps, force):
     simulated NPU (force_fp16, saturation, fusion on), in overflow mode and
     with fusion off. Then it compares the NPU run with golden and prints the
     diagnosis. The dumps stay in --workdir for `precision-tool shell`; dumps
-    of those names already there are kept (nothing runs) unless --force.
+    of those names already there are kept (nothing runs) unless --force,
+    which replaces the four together once the last run is done.
     """
     from rich.text import Text
 
