@@ -238,11 +238,16 @@ def _conclude_run(req, collectors: list) -> None:
     """After the ranks stopped: where every rank's dump is in place (finished, or cut short where no earlier dump
     had its name), the run's ``run.json``, and no rank dump of an earlier, larger run left beside them; else the
     directory's earlier run stays whole (its dumps were kept, this run's are ``rank<R>.h5.partial``)."""
+    from precision_tool.dump.partial import partial_path
     from precision_tool.dump.runs import rank_files, rank_path, write_manifest
 
     placed = [c.writer is not None and c.closed and os.path.realpath(c.writer.path) ==
               os.path.realpath(rank_path(req.output, rank)) for rank, c in enumerate(collectors)]
-    if not all(placed):
+    if not all(placed):  # a rank dump this run put where none was (a world grown past the earlier run's) goes back
+        if any(placed) and not all(p for p, c in zip(placed, collectors) if c.writer is not None):
+            for rank, here in enumerate(placed):  # to NAME.partial, beside the others: the earlier run stays whole
+                if here:
+                    os.replace(rank_path(req.output, rank), partial_path(rank_path(req.output, rank)))
         return
     write_manifest(req.output, len(collectors), model=req.model, command=req.command)
     for rank, path in rank_files(req.output):

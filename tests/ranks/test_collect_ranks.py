@@ -165,15 +165,17 @@ def test_force_over_a_larger_run_leaves_the_smaller_run_alone_readable(tmp_path,
     assert run_cli("ranks", run).status == 0
 
 
-def test_an_interrupted_run_over_a_finished_one_keeps_that_run_whole(tmp_path, run_cli):
+@pytest.mark.parametrize("ranks", [2, 4])  # (4: ranks 2 and 3 had no earlier dump to keep: theirs go back too)
+def test_an_interrupted_run_over_a_finished_one_keeps_that_run_whole(tmp_path, run_cli, ranks):
     from precision_tool.collect.run import CollectRequest, plan_collect, run_collect
 
     run = tmp_path / "run"
     assert run_cli("collect", "mlp", "--ranks", "2", "--steps", "1", "-o", run).status == 0
     before = {p.name: p.read_bytes() for p in run.iterdir()}
-    plan = plan_collect(CollectRequest(model="mlp", output=str(run), steps=4, ranks=2, overwrite=True))
+    plan = plan_collect(CollectRequest(model="mlp", output=str(run), steps=4, ranks=ranks, overwrite=True))
     with pytest.raises(KeyboardInterrupt):
         run_collect(plan, hooks=[_StopAt(2)])
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.suffix != ".partial"} == before
-    assert sorted(p.name for p in run.iterdir() if p.suffix == ".partial") == ["rank0.h5.partial", "rank1.h5.partial"]
+    assert sorted(p.name for p in run.iterdir() if p.suffix == ".partial") == \
+        [f"rank{r}.h5.partial" for r in range(ranks)]
     assert run_cli("ranks", run).status == 0
