@@ -179,8 +179,8 @@ def run_ranks(sessions: list, group: RankGroup, hooks_of_rank) -> list:
 
 
 def collect_ranks(plan, hooks=()) -> tuple[list, list]:
-    """`run_collect` of a plan with ``ranks``: ``run.json``, then every rank's dump under the run directory;
-    (collectors, run summaries) in rank order.
+    """`run_collect` of a plan with ``ranks``: every rank's dump under the run directory, then ``run.json``
+    (`_conclude_run`); (collectors, run summaries) in rank order.
 
     ``hooks`` (progress, Ctrl-C) go to rank 0 only: it stops, or counts, for every rank.
     """
