@@ -168,11 +168,13 @@ def option(*decls, **attrs) -> click.Option:
 
 
 def _scheduler_callback(ctx, param, value):
+    if value is None:
+        return None
     from precision_tool.compare.cluster import check_address
     from precision_tool.errors import ConfigError
 
     try:
-        return None if value is None else check_address(value)
+        return check_address(value)
     except ConfigError as exc:
         raise click.BadParameter(str(exc).removeprefix("--scheduler ")) from None
 
