@@ -151,6 +151,14 @@ def json_safe(value: Any) -> Any:
     return repr(value)
 
 
+class JsonReady(dict):
+    """A dict its maker built JSON-safe (str keys; lists, str, int, finite or non-finite floats, bools, None):
+    `dumps` encodes it as it is, without `json_safe`'s walk (the torch capture's op attrs, some of which, an
+    optimizer's step-dependent scalars, are encoded again every step)."""
+
+    __slots__ = ()
+
+
 def dumps(value: Any) -> str:
-    """Compact JSON of ``value`` after `json_safe`."""
-    return json.dumps(json_safe(value), separators=(",", ":"))
+    """Compact JSON of ``value`` after `json_safe` (a `JsonReady` dict as it is)."""
+    return json.dumps(value if type(value) is JsonReady else json_safe(value), separators=(",", ":"))

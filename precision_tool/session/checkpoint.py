@@ -154,8 +154,13 @@ def load_checkpoint(path) -> Checkpoint:
 
 def _read(h5, path: Path) -> Checkpoint:
     attrs = h5.attrs
-    if attrs.get("format") != FORMAT:
-        raise InputError(path, "not a precision-tool checkpoint (no format attribute)")
+    found = attrs.get("format")
+    if found != FORMAT:
+        if isinstance(found, bytes):
+            found = found.decode("utf-8", "replace")
+        said = "no format attribute" if found is None else \
+            f"its format attribute is {str(found)[:60]!r}, not {FORMAT!r}"
+        raise InputError(path, f"not a precision-tool checkpoint ({said})")
     version = int(attrs.get("version", 0))
     if version != VERSION:
         raise InputError(path, f"checkpoint version {version}; this precision-tool reads version {VERSION}")

@@ -29,6 +29,7 @@ import warnings
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from precision_tool.dump.layout import JsonReady
 from precision_tool.dump.records import MODULE_TYPE_PREFIX
 from precision_tool.engine.hooks import BACKWARD
 from precision_tool.torch.modules import QUIET, ModuleGradients, float_leaves, trained, without_modes
@@ -76,7 +77,7 @@ class OpCall:
         """The op's arguments for replay, tensors as input slots (in `inputs` order); built on first use."""
         if self._attrs is None:
             encoded_args, encoded_kwargs, _ = encode_args(self.args, self.kwargs)
-            self._attrs = {"overload": self.info.overload, "args": encoded_args, "kwargs": encoded_kwargs}
+            self._attrs = JsonReady(overload=self.info.overload, args=encoded_args, kwargs=encoded_kwargs)
             if self.info.flags:  # what the analysis compares as flags (`analysis.arguments.flag_paths`)
                 self._attrs["flags"] = [list(flag) for flag in self.info.flags]
             if encoded_args:  # what its evidence calls them (`analysis.arguments.argument_changes`)

@@ -220,6 +220,16 @@ def test_layout_helpers():
     TensorRecord("input_0", "float32", (1,), tensor_stats(np.ones(1)))
 
 
+def test_a_json_ready_dict_is_encoded_as_it_is():
+    """`JsonReady` skips `json_safe`'s walk: the same bytes for what it may hold, non-finite floats included."""
+    ready = layout.JsonReady(overload="Tensor", args=[{"tensor": 0, "dtype": "float32"}, -0.001, None, True, [1, 2]],
+                             kwargs={"value": -1e-08, "fill": float("-inf")}, names=["self", "other"])
+    assert layout.dumps(ready) == ('{"overload":"Tensor","args":[{"tensor":0,"dtype":"float32"},-0.001,null,true,'
+                                   '[1,2]],"kwargs":{"value":-1e-08,"fill":-Infinity},"names":["self","other"]}')
+    assert layout.dumps(ready) == layout.dumps(dict(ready))
+    assert layout.dumps({1: (2,)}) == '{"1":[2]}'  # (a plain dict is still made safe first)
+
+
 def _zero_size_dump(path):
     """Step 0's only tensors hold no values; step 1 has a packed tensor besides one."""
     from precision_tool.compare.memory import MemoryDump

@@ -149,3 +149,18 @@ def test_loading_what_is_not_there_or_not_a_checkpoint_names_the_file(tmp_path):
         Session(SessionConfig(model="mlp", steps=4, optimizer="adam", checkpoint_dir=tmp_path, if_load=True))
     with pytest.raises(ConfigError, match="the state after 4 steps, beyond this run's 3"):
         Session(SessionConfig(model="mlp", steps=3, checkpoint_dir=tmp_path, if_load=True))
+
+
+def test_a_format_attribute_of_another_value_is_said_as_it_is(tmp_path):
+    """A file whose format attribute names something else is not said to lack one."""
+    import h5py
+
+    other, bare = tmp_path / "other.h5", tmp_path / "bare.h5"
+    with h5py.File(other, "w") as h5:
+        h5.attrs["format"] = "precision-tool checkpoint v0"
+    h5py.File(bare, "w").close()
+    with pytest.raises(InputError, match="its format attribute is 'precision-tool checkpoint v0', not "
+                                         "'precision-tool checkpoint'"):
+        load_checkpoint(other)
+    with pytest.raises(InputError, match=r"not a precision-tool checkpoint \(no format attribute\)"):
+        load_checkpoint(bare)
