@@ -43,6 +43,7 @@ from dataclasses import replace
 
 from precision_tool.analysis.attribution import GoldenView, pair_errors
 from precision_tool.analysis.errors import noise_floor, stats_only
+from precision_tool.analysis.gradient_scale import judge_gradient_scale
 from precision_tool.analysis.grid import extremes_grid_of, grid_of
 from precision_tool.analysis.module_updates import judge_update
 from precision_tool.analysis.omissions import declares_float32, narrower_than_declared
@@ -65,7 +66,10 @@ EXACT_INPUTS_FLOOR = 2.0 ** -14  # a float32 call's departure that counts on inp
 def judge_module(scan, record: OpRecord) -> Verdict | None:
     """The verdict on a module call of a module-level dump, or None; ``scan`` is the running `Scanner`."""
     if record.step == scan._first_step and record.direction == "backward" and not _runs_float32(scan):
-        return _judge_loss_code(scan, record)  # (the gradient a loss hands back: its own rounding only)
+        return _judge_loss_code(scan, record) or (  # (the gradient a loss hands back: its own rounding only)
+            judge_gradient_scale(scan, record, _forward_error(scan, record), _descendants(scan, record),
+                                 lambda r, least: _harmful(scan, r, least))
+            if _own_input_gradients(scan, record) else None)  # (a scale rounding cannot make)
     if record.step != scan._first_step or record.direction not in ("forward", "backward"):  # after the first
         # update, parameters (not a call's inputs) differ by rounding too, but for float32 runs agreeing to the
         # last bit so far (`module_updates`); a 16-bit backward reads forward values rounding moved (a ReLU's mask
@@ -200,15 +204,14 @@ def _judge_output(scan, record: OpRecord) -> Verdict | None:
     a = scan._attribute(record, replay=False)
     if _unsized(scan, record, a.inherited):
         return None
-    forward = [max(f.observed, f.inherited) for f in (scan._attribute(c, replay=False)
-                                                      for c in _forward_calls(scan, record))]
-    if any(error > 0.0 for error in forward):
+    forward = _forward_error(scan, record)
+    if forward > 0.0:
         return None  # a backward that reads forward values rounding moved: a ReLU's mask flips near 0 (one
         # float32 unit of other kernels' rounding, 8.7e-7, moved a ResNet ReLU's input gradient by 0.8 %)
     if record.direction == "backward" and not _own_input_gradients(scan, record):
         return None
     carried = [scan._attribute(c, replay=False).observed for c in _descendants(scan, record)]
-    a = replace(a, inherited=max([a.inherited] + carried + forward))
+    a = replace(a, inherited=max([a.inherited, forward] + carried))
     if (a.overflowed or a.new_nan) and not a.inputs_off and a.inherited < SIGNIFICANT_ERROR:
         return scan._judge_overflow(record, a, harmful=lambda r: _harmful(scan, r))
     # golden's output times another constant counts from SIGNIFICANT_ERROR on, below a 16-bit dtype's noise too;
@@ -424,6 +427,12 @@ def _forward_calls(scan, record: OpRecord) -> list[OpRecord]:
                 calls.setdefault(r.name, []).append(r)
         known = scan._forward_calls = (scan.step_records, calls)
     return known[1].get(record.name, [])
+
+
+def _forward_error(scan, record: OpRecord) -> float:
+    """The largest departure (observed or inherited) of the forward calls of a backward call's module."""
+    return max((max(f.observed, f.inherited) for f in (scan._attribute(c, replay=False)
+                                                       for c in _forward_calls(scan, record))), default=0.0)
 
 
 def _own_input_gradients(scan, record: OpRecord) -> bool:

@@ -373,7 +373,8 @@ def statistics_verdict(record: OpRecord, a: Attribution, measured: bool = False,
                         "combine, here")
     if scale is not None:
         alike = "its norm, spread, extremes and mean alike" if stats_only(record) else "value by value"
-        evidence.append(f"its output is golden's times {scale:.4g} ({alike}): rounding moves values both ways and "
+        shown = "the gradients it passes back are" if record.direction == "backward" else "its output is"
+        evidence.append(f"{shown} golden's times {scale:.4g} ({alike}): rounding moves values both ways and "
                         "scales none; the code multiplies by another constant")
         cls = "kernel_bug"
     elif wide:

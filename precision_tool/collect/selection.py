@@ -8,6 +8,7 @@ An op is picked by name when it matches an ``--ops`` glob or lies in a module ma
 from __future__ import annotations
 
 import fnmatch
+import numbers
 from dataclasses import dataclass
 
 from precision_tool.engine.hooks import BACKWARD, OpEvent
@@ -18,14 +19,20 @@ MAX_SELECTED_STEPS = 1_000_000  # a selection is a set of step numbers: "0-10000
 
 
 def parse_steps(spec) -> frozenset[int] | None:
-    """``"0,5-7"`` -> {0, 5, 6, 7}; None, "" and "all" -> None (every step). ConfigError when malformed."""
+    """``"0,5-7"`` -> {0, 5, 6, 7}; None, "" and "all" -> None (every step); a whole number or an iterable of them
+    (``3``, ``[0, 5]``, ``range(4)``) -> those steps. ConfigError when malformed (``1.5``, ``True``)."""
     if spec is None:
         return None
+    if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):  # one step
+        spec = (spec,)
     if not isinstance(spec, str):
         try:
-            steps = frozenset(int(s) for s in spec)
-        except (TypeError, ValueError):
-            raise ConfigError(f"bad step selection {spec!r}; expected {STEPS_FORM}") from None
+            items = list(spec)
+        except TypeError:
+            items = None
+        if items is None or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in items):
+            raise ConfigError(f"bad step selection {spec!r}; expected whole step numbers, or {STEPS_FORM}")
+        steps = frozenset(int(s) for s in items)
         if any(s < 0 for s in steps):
             raise ConfigError(f"bad step selection {sorted(steps)}: steps are numbered from 0")
         return steps

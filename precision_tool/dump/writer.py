@@ -71,8 +71,8 @@ class DumpWriter:
         ``stats_match_data``: every tensor's statistics given are those of the values given, and the dump says
         so: readers then check one against the other (`precision_tool.dump.integrity`); False: no such mark.
         ``keep_previous``: an incomplete dump does not replace a previous file of its name but stays
-        ``NAME.partial`` (`collect`: Ctrl-C loses no finished dump); else it replaces it (a torch script's failed
-        run: its failing step is the evidence)."""
+        ``NAME.partial`` (`collect`: Ctrl-C loses no finished dump); else it replaces it once it holds a step (a
+        torch script's failed run: its failing step is the evidence; one that failed before any leaves it)."""
         import h5py
 
         self.path = str(path)
@@ -467,8 +467,12 @@ class DumpWriter:
         finally:
             self._file.close()  # after a failed write every write is dropped: the file stays as it was
             self._io.commit()
-            if not self._target.finish(complete or not self._keep_previous):  # renamed onto its name (over a
-                self.path = self._target.partial  # previous dump, with keep_previous, only complete: else it stays)
+            # renamed onto its name: over a previous dump only complete, or (without keep_previous) holding a step
+            # at least; else it stays NAME.partial, or without keep_previous, holding nothing, goes
+            if not complete and not self._keep_previous and not self.steps_complete and os.path.lexists(self.path):
+                self._target.abandon()  # (a run that failed before committing a step: the previous dump stays)
+            elif not self._target.finish(complete or (not self._keep_previous and self.steps_complete > 0)):
+                self.path = self._target.partial
         self._check_io()
 
     def _check_io(self) -> None:

@@ -82,7 +82,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                  model: str | None = None, seed: int | None = None, record_views: bool = False,
                  modules=True, metadata: dict | None = None, level: str = "op", ops=None, op_types=None,
                  backward: bool = True):
-        from precision_tool.collect.selection import Selection
+        from precision_tool.collect.selection import Selection, parse_steps
         from precision_tool.collect.zoom_env import zoom_settings
 
         module_globs = () if isinstance(modules, bool) else modules  # True/False: module records on or off
@@ -103,7 +103,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             raise choice_error("role", role, ROLES)
         self.path = os.fspath(path)
         self.mode = mode
-        self.steps = None if steps is None else frozenset(int(s) for s in steps)
+        self.steps = parse_steps(steps)
         self.selection = Selection.build(self.steps, ops, op_types, backward, module_globs)
         self._every_op = self.selection.every_op  # (a property: asked once, not per op)
         self._wanted: dict[tuple, bool] = {}

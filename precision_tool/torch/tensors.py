@@ -84,7 +84,8 @@ def in_memory(tensor: torch.Tensor) -> bool:
     """Whether ``tensor``'s values lie in strided memory the capture reads and stores as they are; a sparse
     tensor's (an ``nn.Embedding(sparse=True)`` gradient) lie in index and value tensors of its own, and a dump
     keeps only their statistics (`stats_of`), as it does of an 8-bit float's (no format of the dump holds it)."""
-    return tensor.layout is _STRIDED and not tensor.is_nested and tensor.dtype not in _FLOAT8
+    return tensor.layout is _STRIDED and not tensor.is_nested and tensor.dtype not in _FLOAT8 \
+        and not tensor.is_complex() and not tensor.is_quantized
 
 
 def stored_values(tensor: torch.Tensor) -> np.ndarray | None:
@@ -275,7 +276,7 @@ def _sparse_stats(tensor: torch.Tensor, dtype: str) -> tuple:
 def _stats_elsewhere(values: torch.Tensor, dtype: str) -> tuple:
     """Statistics the C pass does not take: numpy's of a CPU tensor's values; a device tensor's reduced on the
     device (`device_stats`), where copying every value to the host would cost more than the op."""
-    if values.is_complex():
+    if values.is_complex() or values.is_quantized:  # (no number format of a dump holds them)
         return EMPTY_STATS
     if values.is_cpu:
         return array_stats(to_numpy(values), dtype)

@@ -536,3 +536,24 @@ def test_a_module_record_refers_to_the_values_its_ops_stored(tmp_path):
                                       dump.tensor(0, dump.op(0, "MLP/fc1/aten.addmm_0").exec_index, "output_0"))
         assert _stored_at(dump, "MLP/fc1", "output_0") == _stored_at(dump, "MLP/fc1/aten.addmm_0", "output_0")
         assert _stored_at(dump, "MLP/fc1", "input_0") == _stored_at(dump, "MLP/fc1/aten.addmm_0", "input_1")
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor")
+def test_complex_and_quantized_tensors_keep_statistics_only_and_the_dump_reads(tmp_path, run_cli):
+    """A spectrogram front end (stft: complex values) and a quantized tensor in dump mode: no number format of a
+    dump holds them, so their rows keep no values (they used to be written as complex64 data the reader
+    refused: "a tensor with data of dtype 'complex64', not a number format")."""
+    torch.manual_seed(0)
+    fc = torch.nn.Linear(9, 2)
+    with ptt.dump(tmp_path / "spec.h5", mode="dump"):
+        wave = torch.randn(2, 64)
+        spec = torch.stft(wave, n_fft=16, hop_length=4, window=torch.hann_window(16), return_complex=True)
+        fc(spec.abs().pow(2).transpose(1, 2)).mean().backward()
+        torch.quantize_per_tensor(wave, 0.1, 0, torch.qint8).dequantize()
+    with open_dump(tmp_path / "spec.h5") as dump:
+        tensors = [(op.type, t) for op in dump.ops(0) for t in op.tensors]
+    odd = [(kind, t.dtype, t.has_data) for kind, t in tensors if t.dtype.startswith(("complex", "qint"))]
+    assert ("aten._fft_r2c", "complex64", False) in odd and ("aten.quantize_per_tensor", "qint8", False) in odd
+    assert all(not has_data for *_, has_data in odd)
+    assert any(t.has_data for _, t in tensors)  # (the float tensors keep theirs)
+    assert run_cli("inspect", tmp_path / "spec.h5").status == 0

@@ -129,3 +129,23 @@ def test_a_golden_run_that_overflows_as_the_target_does_is_told_not_nothing_to_d
     _run(healthy, None)
     assert json.loads(run_cli("diagnose", healthy, healthy, "--format", "json").stdout)["verdict"]["action"] == \
         "nothing to do"
+
+
+@pytest.mark.parametrize("same_path_again", [False, True])
+def test_a_run_that_fails_before_committing_a_step_leaves_the_previous_dump(tmp_path, same_path_again):
+    """A run that raises before its first step is committed (a shape error at the first float op, after an
+    integer op opened the step; or the same path given to a second dump inside the first) keeps nothing worth the
+    dump of that name: the previous one stays as it was, and no .partial is left."""
+    path = tmp_path / "run.h5"
+    _run(path, None)
+    before = path.read_bytes()
+    model, _, x, _ = make_mlp()
+    with pytest.raises(Exception):
+        with ptt.dump(path, mode="dump"):
+            if same_path_again:
+                with ptt.dump(path, mode="dump"):
+                    model(x)
+            torch.tensor([0, 1, 2])  # an integer op: the step opens, nothing is recorded
+            model(x[:, :-1])  # the first float op fails
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.h5"]

@@ -28,6 +28,24 @@ def test_a_module_glob_records_the_ops_inside_and_the_module_call(tmp_path):
                                      "backward": False}
 
 
+@pytest.mark.parametrize("steps, chosen", [("10", [10]), ("0,5-7", [0, 5, 6, 7]), (2, [2]), (range(3), [0, 1, 2]),
+                                           ([4, 1], [1, 4]), ("all", None)])
+def test_steps_take_the_forms_collect_takes(steps, chosen, tmp_path):
+    """A string is read as `collect --dump-steps` reads it ("10" used to be steps 1 and 0), a number as one step."""
+    selected = ptt.dump(tmp_path / "s.h5", steps=steps).steps
+    assert (sorted(selected) if selected is not None else None) == chosen
+
+
+@pytest.mark.parametrize("steps", [[1.5], ["a"], [True], 1.5, object()])
+def test_steps_that_are_not_step_numbers_are_refused(steps, tmp_path):
+    from precision_tool.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="bad step selection .*; expected whole step numbers, or step numbers and "
+                                          "ranges"):
+        ptt.dump(tmp_path / "s.h5", steps=steps)
+    assert not (tmp_path / "s.h5").exists()
+
+
 def test_op_globs_and_module_globs_add_up_and_types_narrow(tmp_path):
     with ptt.dump(tmp_path / "o.h5", ops=["MLP/act/*"], modules=["MLP/fc2"], op_types=["aten.relu", "aten.addmm"],
                   steps=[1]):
