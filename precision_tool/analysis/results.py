@@ -87,10 +87,11 @@ class OverflowReport:
         return self.as_in_golden + self.asked
 
     def cut(self, limit: int | None) -> list[OverflowEntry]:
-        """At most ``limit`` entries (None: all) in execution order, those holding the model's own inf/NaN
-        (`OverflowEntry.models_own`) only where room is left: a run's every step repeats its attention mask's
-        -inf before an overflow of its own shows."""
-        return self.entries if limit is None else preferring_ours(self.entries, lambda e: e.models_own, limit)
+        """At most ``limit`` entries (None or 0: all, as ``-l 0`` says) in execution order, those holding the model's
+        own inf/NaN (`OverflowEntry.models_own`) only where room is left: a run's every step repeats its attention
+        mask's -inf before an overflow of its own shows."""
+        return self.entries if not limit or limit < 0 else preferring_ours(self.entries, lambda e: e.models_own,
+                                                                           limit)
 
 
 def preferring_ours(items: list, in_golden, limit: int) -> list:

@@ -108,7 +108,10 @@ def stats_tuple(array, dtype: str = "") -> StatsTuple:
         if max(high, -low) < _SQUARE_SAFE.get(flat.dtype, 0.0):
             squares = float(np.add.reduce(np.square(flat), dtype=_F64))
         else:  # squares would overflow the array's dtype: square in float64
-            squares = float(np.einsum("i,i->", flat, flat, dtype=_F64))
+            with np.errstate(over="ignore"):
+                squares = float(np.einsum("i,i->", flat, flat, dtype=_F64))
+    if squares == math.inf:  # finite values near float64's largest: their squares are not
+        return _scaled_stats(flat, dtype)
     mean = total / count
     variance = squares / count - mean * mean
     if variance < _CANCELLATION * mean * mean:
@@ -139,8 +142,10 @@ def _small_stats(values: list, dtype: str) -> StatsTuple:
     total = math.fsum(values)
     low, high = min(values), max(values)
     squares = math.fsum([v * v for v in values])
+    if squares == math.inf:  # finite values near float64's largest: their squares are not
+        return _scaled_stats(np.array(values, dtype=_F64), dtype)
     mean = total / count
-    variance = math.fsum([(v - mean) ** 2 for v in values]) / count
+    variance = math.fsum([(v - mean) * (v - mean) for v in values]) / count
     limit = _LIMITS.get(dtype)
     saturated = sum(1 for v in values if abs(v) >= limit) if limit is not None and \
         (high >= limit or -low >= limit) else 0
@@ -150,9 +155,27 @@ def _small_stats(values: list, dtype: str) -> StatsTuple:
 def _nonfinite_stats(flat: np.ndarray, dtype: str) -> StatsTuple:
     nan = np.isnan(flat)
     inf = np.isinf(flat)
+    if not nan.any() and not inf.any():  # every value finite, their sum not (float64 values near its largest)
+        return _scaled_stats(flat, dtype)
     finite = flat[~(nan | inf)]
     base = stats_tuple(finite, dtype) if finite.size else _EMPTY
     return (flat.size, *base[1:6], int(np.count_nonzero(nan)), int(np.count_nonzero(inf)), base[8])
+
+
+def _scaled_stats(flat: np.ndarray, dtype: str) -> StatsTuple:
+    """`stats_tuple` of finite values whose float64 sums or squares overflow (1e308 twice): summed divided by a
+    power of two at least their largest magnitude, and multiplied back; a mean or spread beyond float64's range,
+    and the norm, then read inf."""
+    wide = flat.astype(_F64)
+    count = wide.size
+    low, high = float(wide.min()), float(wide.max())
+    scale = math.ldexp(1.0, math.frexp(max(high, -low))[1] - 1)  # exact (a power of two), the values within 2
+    scaled = wide / scale
+    mean = math.fsum(scaled.tolist()) / count if count <= _SMALL else float(np.add.reduce(scaled)) / count
+    squares = float(np.add.reduce(np.square(scaled)))
+    variance = float(np.add.reduce(np.square(scaled - mean))) / count
+    return (count, low, high, mean * scale, math.sqrt(variance) * scale, math.sqrt(squares) * scale, 0, 0,
+            _saturated(flat, low, high, dtype))
 
 
 class StatsCache:

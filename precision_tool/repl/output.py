@@ -6,6 +6,7 @@ from rich.console import Console
 
 from precision_tool.commands.results import Delivered, JsonDocument, TextDocument
 from precision_tool.render.shell_views import render
+from precision_tool.errors import printable
 
 
 class Printer:
@@ -29,12 +30,14 @@ class Printer:
             self.err.print(f"error: {outcome.error}", style="red", markup=False, highlight=False, soft_wrap=True)
             return
         result = outcome.result
+        wrote = result.wrote if isinstance(result, Delivered) else ()
         text = result.shown if isinstance(result, Delivered) else result
-        if isinstance(text, (JsonDocument, TextDocument)) or (isinstance(result, Delivered) and text is None):
-            # for machines (JSON, CSV, the files written): whole lines, never wrapped or styled
-            self.out.print(render(outcome.result), soft_wrap=True, markup=False, highlight=False)
-        elif outcome.result is not None:
-            self.out.print(render(outcome.result))
+        if isinstance(text, (JsonDocument, TextDocument)):  # for machines (JSON, CSV): whole lines, never wrapped
+            self.out.print(render(text), soft_wrap=True, markup=False, highlight=False)  # or styled
+        elif text is not None:
+            self.out.print(render(text))
+        for path in wrote:  # said on stderr, as the batch commands say them: what stdout holds parses
+            self.err.print(f"wrote {printable(path)}", soft_wrap=True, markup=False, highlight=False)
 
     def show_all(self, outcomes) -> bool:
         """Show every outcome; True when one of them asked to quit."""

@@ -116,8 +116,23 @@ def test_vcs_writes_the_files_compare_writes(run_cli, tmp_path):
     assert shell.status == 0 and all(b.status == 0 for b in batch), shell.stderr
     for suffix in ("txt", "svg", "json"):
         assert (tmp_path / f"shell.{suffix}").read_text() == (tmp_path / f"batch.{suffix}").read_text()
-    assert f"wrote {tmp_path / 'shell.svg'}" in shell.stdout and f"wrote {tmp_path / 'shell.json'}" in shell.stdout
+    # the files written are said on stderr, as compare says them
+    assert f"wrote {tmp_path / 'shell.svg'}" in shell.stderr and f"wrote {tmp_path / 'shell.json'}" in shell.stderr
+    assert "wrote" not in shell.stdout
     assert "compared " in shell.stdout  # the summary line of a table written to a file, as compare prints it
+
+
+def test_the_shells_json_and_csv_parse_when_a_file_is_written_too(run_cli, tmp_path):
+    """`shell -c "check --format json --junit F"` put "wrote F" after the JSON on stdout: it no longer parsed."""
+    import csv
+    import json
+
+    checked = run_cli("shell", *SAMPLES, "-c", f"check --format json --junit {tmp_path / 'j.xml'}")
+    listed = run_cli("shell", *SAMPLES, "-c", f"vcs --format csv --plot {tmp_path / 'p.svg'}")
+    assert json.loads(checked.stdout)["passed"] is False
+    rows = list(csv.reader(listed.stdout.splitlines()))
+    assert rows[0][:2] == ["status", "step"] and all(len(row) == len(rows[0]) for row in rows)
+    assert checked.stderr == f"wrote {tmp_path / 'j.xml'}\n" and listed.stderr == f"wrote {tmp_path / 'p.svg'}\n"
 
 
 def test_vcs_refuses_to_write_over_a_loaded_dump(run_cli):

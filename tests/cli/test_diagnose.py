@@ -71,3 +71,13 @@ def test_diagnose_is_acs_twin_with_c_l_and_all(run_cli):
         assert text.startswith("┏━ root cause")  # the verdict first
         assert "showing 1 of 2, in execution order" in text and "Flagged ops (first 10 of 13)" in text
     assert " ".join(batch.stdout.split()) == " ".join(shell.stdout.split())
+
+
+def test_l_0_shows_every_overflow_entry(run_cli):
+    """-l 0 says "0: all"; it showed none ("showing 0 of 2"), in the shell's ac too."""
+    samples = [Path(__file__).resolve().parents[2] / "sample_dumps" / n for n in ("golden.h5", "npu.h5")]
+    batch = run_cli("diagnose", *samples, "-l", "0")
+    shell = run_cli("shell", *samples, "-c", "ac -l 0")
+    for result in (batch, shell):
+        assert result.status == 0, result.stderr
+        assert "showing 2 of 2, in execution order" in " ".join(result.stdout.split())

@@ -74,6 +74,19 @@ def test_huge_values_square_in_float64():
     assert s.norm == pytest.approx(5e20, rel=1e-6)
 
 
+@pytest.mark.parametrize("values, expected", [
+    ([1e308, 1e308], (2, 1e308, 1e308, 1e308, 0.0, math.sqrt(2.0) * 1e308)),  # the sum overflows (was a recursion)
+    ([1e200, -1e200], (2, -1e200, 1e200, 0.0, 1e200, math.sqrt(2.0) * 1e200)),  # squares do (was OverflowError)
+    ([1e308] * 300, (300, 1e308, 1e308, 1e308, 0.0, math.inf)),  # the norm itself is beyond float64
+])
+def test_finite_float64_values_whose_sums_overflow_have_their_statistics(values, expected):
+    count, low, high, mean, std, norm, nan, inf, saturated = stats_tuple(np.array(values))
+    assert (count, low, high, nan, inf, saturated) == (*expected[:3], 0, 0, 0)
+    assert mean == pytest.approx(expected[3], rel=1e-15) and norm == pytest.approx(expected[5], rel=1e-15)
+    assert std == pytest.approx(expected[4], rel=1e-15, abs=1e-15 * abs(expected[3]))
+    assert stats_tuple(np.array(values + [math.inf]))[1:8] == (low, high, mean, std, norm, 0, 1)
+
+
 def test_float64_accumulation_matches_exact_sum():
     rng = np.random.default_rng(2)
     x = rng.standard_normal(1 << 16).astype(np.float32) + np.float32(3)
