@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import tempfile
 import time
 from pathlib import Path
@@ -72,10 +73,12 @@ def demo(workdir, steps, force):
         console.print(Text("\nDiagnosis (the shell's `ac`)", style="bold underline"))
         result = diagnose(golden, target, overflow=overflow, fusion_off=fusion_off, comparison=report)
         console.print(diagnosis_view(result, overflow_limit=3))
-    files = " ".join(str(runs[role]) for role in ("golden", "target", "overflow", "fusion-off"))
+    quoted = {role: shlex.quote(str(path)) for role, path in runs.items()}  # commands to paste: one line each,
+    files = " ".join(quoted[role] for role in ("golden", "target", "overflow", "fusion-off"))  # paths quoted
     console.print(Text("\nExplore it:", style="bold"))
-    console.print(f"  precision-tool shell {files}")
-    console.print(f"  precision-tool compare {runs['golden']} {runs['target']} --all")
+    for command in (f"precision-tool shell {files}", f"precision-tool compare {quoted['golden']} "
+                                                     f"{quoted['target']} --all"):
+        console.print(Text(f"  {command}", no_wrap=True, overflow="ignore"), soft_wrap=True)
 
 
 def _partials_left(paths, started: float) -> str | None:

@@ -93,7 +93,9 @@ def _zoom(**params):
     script = ctx.meta.get("zoom_script")
     model = params.pop("model")
     directory, force, cosine = params.pop("directory"), params.pop("force"), params.pop("cosine")
-    if (model is None) == (script is None) or script == []:
+    if model is None and not script:
+        raise click.UsageError("give MODEL, or a script command after --")
+    if model is not None and script is not None:
         raise click.UsageError("give MODEL, or a script command after --, not both")
     given = [p for p in ctx.command.params if p.name in params and ctx.get_parameter_source(p.name).name != "DEFAULT"]
     if script is not None and given:
@@ -267,6 +269,10 @@ def _region(stats, zooms, cosine):
 
     with open_dump(stats["golden"]) as golden, open_dump(stats["target"]) as target:
         report = compare_dumps(golden, target)
+        if not report.compared_ops:  # (not "no op diverges": nothing was compared)
+            raise InputError(stats["target"], f"no op of the statistics phase pairs with one of golden's "
+                                              f"({stats['golden']}): nothing to zoom into; does the selection "
+                                              "(--dump-steps, --ops, --modules, --op-types) pick ops the run has?")
         verdict = diagnose(golden, target, comparison=report).verdict  # where the statistics alone point, for
         # the tensors to judge (the comparison is the report's: the dumps are read once)
         return zoom_region(report, golden.metadata, target.metadata,

@@ -77,7 +77,7 @@ def diagnose(source, compare_first=False, limit=None, show_all=False, scheduler=
     golden, target = source.dump("golden"), source.dump("target")
     overflow, fusion_off = source.optional("overflow"), source.optional("fusion-off")
     for option, dump in (("--overflow", overflow), ("--fusion-off", fusion_off)):
-        _check_extra_dump(option, dump, golden, target)
+        check_extra_dump(option, dump, golden, target)
     comparison = source.compare(compare_options(scheduler=scheduler))
     full = run_diagnosis(golden, target, overflow=overflow, fusion_off=fusion_off, comparison=comparison)
     limit = defaults.OVERFLOW_LIMIT if limit is None else limit
@@ -89,7 +89,7 @@ def diagnose(source, compare_first=False, limit=None, show_all=False, scheduler=
     return AutoCheck(diagnosis, flagged, limit, show_all, full=full)
 
 
-def _check_extra_dump(option: str, dump, golden, target) -> None:
+def check_extra_dump(option: str, dump, golden, target) -> None:
     """An --overflow or --fusion-off dump is another run of the target's model: InputError when it is the golden
     or target file itself, or a golden run (it was taken as one, and said nothing)."""
     import os

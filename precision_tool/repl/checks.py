@@ -3,6 +3,7 @@ twins' handlers: `precision_tool.commands.handlers`)."""
 
 from __future__ import annotations
 
+from precision_tool.commands.handlers import check_extra_dump
 from precision_tool.commands.results import Candidates
 from precision_tool.repl.ops import find_op, pick_direction
 
@@ -12,7 +13,10 @@ def overflow(session, limit: int | None):
     from precision_tool.analysis import overflow_report
 
     role = "overflow" if session.has("overflow") else "target"
-    return overflow_report(session.dump(role, "of"), limit=limit or None,  # 0: all, as compare -l 0
+    dump = session.dump(role, "of")
+    if role == "overflow":  # (the golden or target dump given again, or a golden run: refused, as `ac` does)
+        check_extra_dump("--overflow", dump, session.dumps.get("golden"), session.dumps.get("target"))
+    return overflow_report(dump, limit=limit or None,  # 0: all, as compare -l 0
                            golden=session.dumps.get("golden"))
 
 
@@ -21,7 +25,9 @@ def fusion(session):
     from precision_tool.analysis import fusion_report
 
     target = session.dump("target", "fu")
-    return fusion_report(target, golden=session.dumps.get("golden"), fusion_off=session.dumps.get("fusion-off"))
+    fusion_off = session.dumps.get("fusion-off")
+    check_extra_dump("--fusion-off", fusion_off, session.dumps.get("golden"), target)
+    return fusion_report(target, golden=session.dumps.get("golden"), fusion_off=fusion_off)
 
 
 def rerun(session, query: str, device: str, step: int | None, direction: str | None):

@@ -72,6 +72,9 @@ def parse_tensor(text: str) -> TensorRef:
     if direction is not None and direction not in DIRECTIONS:
         valid = ", ".join(DIRECTIONS)
         raise TensorSyntaxError(f"unknown direction {match['direction']!r} in {text!r}; valid: {valid}")
+    if match["step"] is not None and len(match["step"].lstrip("0")) > 18:  # (int() refuses over 4,300 digits)
+        raise TensorSyntaxError(f"step {match['step'][:20]}... ({len(match['step'])} digits) is beyond any step a "
+                                "dump holds")
     step = int(match["step"]) if match["step"] is not None else None
     return TensorRef(op=match["op"], slot=match["slot"] or "output_0", side=match["side"], step=step,
                      direction=DIRECTIONS.get(direction))

@@ -16,6 +16,21 @@ def test_demo_diagnoses_the_fused_layer_norm(run_cli, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SAMPLE_FILES)
 
 
+def test_the_commands_to_explore_it_paste_as_they_are(run_cli, tmp_path):
+    """Each on one line, whatever the width, its paths quoted: a work directory with spaces used to give
+    commands wrapped at 80 columns, their paths split at the spaces."""
+    import shlex
+
+    workdir = tmp_path / "d ü 2"
+    result = run_cli("demo", "--workdir", workdir, "--steps", "2")
+    assert result.status == 0, result.stderr
+    lines = result.stdout.splitlines()
+    shell, compare = lines[lines.index("Explore it:") + 1:lines.index("Explore it:") + 3]
+    assert shlex.split(shell) == ["precision-tool", "shell", *(str(workdir / name) for name in SAMPLE_FILES)]
+    assert shlex.split(compare) == ["precision-tool", "compare", str(workdir / "golden.h5"), str(workdir / "npu.h5"),
+                                    "--all"]
+
+
 def test_sample_dumps_are_small_and_hold_the_demo_fault(run_cli):
     paths = [SAMPLES / name for name in SAMPLE_FILES]
     assert sum(p.stat().st_size for p in paths) < 2_000_000

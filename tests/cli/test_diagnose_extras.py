@@ -30,3 +30,15 @@ def test_the_overflow_and_fusion_off_runs_of_the_target_are_taken(run_cli):
     result = run_cli("diagnose", SAMPLES / "golden.h5", SAMPLES / "npu.h5", "--overflow", SAMPLES / "overflow.h5",
                      "--fusion-off", SAMPLES / "fusion_off.h5", "--format", "json")
     assert result.status == 0 and result.stderr == ""
+
+
+@pytest.mark.parametrize("option, command", [("--overflow", "of"), ("--fusion-off", "fu")])
+def test_the_shells_of_and_fu_refuse_them_as_ac_does(run_cli, option, command):
+    """`of` read golden.h5 given as --overflow ("No op raised the float status") and `fu` golden as the fusion-off
+    run (an unfused error of 0), while `ac` in the same shell refused them."""
+    result = run_cli("shell", "--golden", SAMPLES / "golden.h5", "--target", SAMPLES / "npu.h5", option,
+                     SAMPLES / "golden.h5", "-c", command)
+    assert result.status == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[0] == (f"error: {SAMPLES / 'golden.h5'}: is the golden dump given again; "
+                                             f"{option} takes another run of the target's model "
+                                             f"({'in overflow mode' if command == 'of' else 'with fusion off'})")

@@ -54,12 +54,25 @@ def test_zoom_stops_after_phase_one_when_nothing_diverges(run_cli, tmp_path):
     assert sorted(p.name for p in (tmp_path / "z").iterdir()) == ["stats-golden.h5", "stats-target.h5"]
 
 
+@pytest.mark.parametrize("selection", [["--dump-steps", "5"], ["--op-types", "Nope"]])
+def test_a_selection_that_records_nothing_is_no_all_clear(run_cli, tmp_path, selection):
+    """Statistics of no op (steps beyond the run's, a type it has not) compare nothing: that is an input error,
+    not "no op diverges ... nothing to zoom into" with exit 0."""
+    result = run_cli("zoom", "sensor", "--steps", "2", "--precision-mode", "force_fp16", *selection,
+                     "-o", tmp_path / "z")
+    assert result.status == 2 and "nothing to zoom into" not in result.stdout
+    assert result.stderr == (f"precision-tool: error: {tmp_path / 'z' / 'stats-target.h5'}: no op of the statistics "
+                             f"phase pairs with one of golden's ({tmp_path / 'z' / 'stats-golden.h5'}): nothing to "
+                             "zoom into; does the selection (--dump-steps, --ops, --modules, --op-types) pick ops "
+                             "the run has?\n")
+
+
 @pytest.mark.parametrize("args, message", [
     (["sensor", "--device", "npu"], "No such option '--device'"),
     (["sensor", "--steps", "0"], "Invalid value for '--steps'"),
     (["nosuchmodel"], "unknown model"),
-    ([], "give MODEL, or a script command after --"),
-    (["sensor", "--", "python", "x.py"], "give MODEL, or a script command after --"),
+    ([], "give MODEL, or a script command after -- (see"),  # (it said "not both")
+    (["sensor", "--", "python", "x.py"], "give MODEL, or a script command after --, not both"),
     (["--steps", "2", "--", "python", "x.py"], "--steps is a collect option"),
     (["sensor", "--fusion-switch", "nofile.json"], "nofile.json"),
 ])

@@ -24,6 +24,13 @@ def test_unknown_direction_names_the_valid_ones():
         parse_tensor("a:output_0#sideways")
 
 
+def test_a_step_of_thousands_of_digits_is_a_syntax_error():
+    """int() refuses strings of over 4,300 digits: it was an internal error (exit 3) in pt and cp."""
+    with pytest.raises(TensorSyntaxError, match=r"step 9{20}\.\.\. \(5000 digits\) is beyond any step a dump holds"):
+        parse_tensor("a@" + "9" * 5000)
+    assert parse_tensor("a@" + "0" * 30 + "12").step == 12
+
+
 def test_empty_op_is_rejected():
     with pytest.raises(TensorSyntaxError, match="cannot read tensor"):
         parse_tensor("golden:")
