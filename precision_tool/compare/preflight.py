@@ -17,6 +17,9 @@ Errors (comparing would give an answer that means nothing):
   (``complete`` false, or fewer steps committed than planned), or that another
   process is still writing. The steps it lacks would go unchecked, so a gate
   that passed would be lying. ``allow_incomplete=True`` makes this a warning.
+* ``different-capture-level``: torch dumps of which one holds every aten op and
+  the other module calls only (``level=``): a diagnosis would read the ops one
+  side lacks as ops the other does not run;
 * ``being-replaced``: a new run is being written to ``PATH.partial``, to
   replace the dump given: that dump is the previous run, and checking it would
   pass or fail the wrong run. ``allow_incomplete=True`` makes this a warning.
@@ -66,7 +69,8 @@ _SETTINGS = (("seed", "seed"), ("data", "data"), ("batch_size", "batch size"), (
 def run_problems(golden, target, allow_incomplete: bool = False) -> list[Problem]:
     """What is wrong with comparing ``target`` against ``golden`` (opened dumps), errors first."""
     g, t = _meta(golden), _meta(target)
-    found = [*_model_problems(golden, target, g, t), *_role_problems(golden, target, g, t), *_same_file(golden, target)]
+    found = [*_model_problems(golden, target, g, t), *_role_problems(golden, target, g, t), *_same_file(golden, target),
+             *_level_problems(golden, target, g, t)]
     for side, dump in (("target", target), ("golden", golden)):
         found.extend(_completeness(side, dump, allow_incomplete))
         found.extend(_replacement(side, dump, allow_incomplete))
@@ -113,6 +117,19 @@ def _model_problems(golden, target, g: dict, t: dict) -> list[Problem]:
         return [Problem("different-model-name", WARNING, f"the dumps name different models: golden "
                                                          f"{cut(names[0])!r}, target {cut(names[1])!r}")]
     return []
+
+
+def _level_problems(golden, target, g: dict, t: dict) -> list[Problem]:
+    """Torch dumps captured at different levels: one holds every aten op, the other module calls only. Their
+    module calls pair, but a diagnosis reads the ops one side lacks as ops the other does not run."""
+    levels = g.get("capture_level"), t.get("capture_level")
+    if None in levels or levels[0] == levels[1] or not all(isinstance(level, str) for level in levels):
+        return []
+    said = {"op": "op level (every aten op)", "module": "module level (module calls only)"}
+    return [Problem("different-capture-level", ERROR, f"the dumps were captured at different levels: golden "
+                                                      f"{_path(golden)} at {said.get(levels[0], cut(levels[0]))}, "
+                                                      f"target {_path(target)} at {said.get(levels[1], cut(levels[1]))}"
+                                                      "; collect both at one level (ptt.dump(..., level=...))")]
 
 
 def boost_rewritten_modules(meta: dict) -> set[str]:

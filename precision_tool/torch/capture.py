@@ -32,7 +32,7 @@ from precision_tool.dump.records import StepRecord
 from precision_tool.dump.writer import REPEAT
 from precision_tool.engine.formats import FORMATS
 from precision_tool.engine.hooks import BACKWARD
-from precision_tool.errors import choice_error
+from precision_tool.errors import ConfigError, choice_error
 from precision_tool.torch.modules import GradientSummary
 from precision_tool.torch.ops import args_signature, autocast_dtype, flat_tensors
 from precision_tool.torch.session import SESSION, OpCall
@@ -131,10 +131,15 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self.run_dir: str | None = None  # under torch.distributed: the run directory ``path`` names
         self.rank: int | None = None
         self.world_size: int | None = None
+        self._entered = False
 
     # -- context ---------------------------------------------------------------
 
     def __enter__(self) -> "dump":
+        if self._entered:  # (its writer committed its steps and closed: a second run would find step 0 written)
+            raise ConfigError(f"this ptt.dump({self.path!r}) recorded a run already: make a new ptt.dump for each "
+                              "run (one with block; several epochs inside it are one run)")
+        self._entered = True
         self._join_run()
         if self._writer is None:  # a file that cannot be written is said at the ``with``, not at the first op
             check_target(self.path, overwrite=True, only_dumps=True)

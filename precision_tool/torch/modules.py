@@ -64,16 +64,18 @@ def without_modes():
 
 
 def float_leaves(value) -> list:
-    """The distinct floating-point tensors in nested tuples, lists and dicts (model outputs are dicts)."""
+    """The distinct floating-point tensors in nested tuples, lists and dicts (model outputs are dicts), but those
+    a torch.func transform wraps (vmap's, grad's: no memory of their own to read; the ops on what they wrap are
+    recorded at op level)."""
     if isinstance(value, torch.Tensor):  # most modules return one tensor
-        return [value] if value.is_floating_point() else []
+        return [value] if value.is_floating_point() and not _wrapped(value) else []
     found: list = []
     seen: set[int] = set()
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, torch.Tensor):
-            if item.is_floating_point() and id(item) not in seen:
+            if item.is_floating_point() and id(item) not in seen and not _wrapped(item):
                 seen.add(id(item))
                 found.append(item)
         elif isinstance(item, (list, tuple)):
@@ -81,6 +83,9 @@ def float_leaves(value) -> list:
         elif isinstance(item, dict):
             stack.extend(reversed(list(item.values())))
     return found
+
+
+_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", lambda tensor: False)
 
 
 def trained(module) -> dict:

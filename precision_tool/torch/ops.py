@@ -217,6 +217,18 @@ def flat_tensors(values) -> list:
     return found
 
 
+def on_meta(args: tuple, kwargs: dict) -> bool:
+    """Whether an op runs on the meta device: its first tensor argument lies there (or the first of a list of
+    them: an op's tensors share a device), or a factory op is asked for it."""
+    first = args[0] if args else None
+    if type(first) in (list, tuple) and first:
+        first = first[0]
+    if isinstance(first, torch.Tensor):
+        return first.is_meta
+    device = kwargs.get("device") if kwargs else None
+    return device is not None and getattr(device, "type", device) == "meta"
+
+
 def complete_collective(info: AtenOp, result) -> None:
     """Wait for a collective's work to finish, so that its output tensors hold the result when recorded.
 

@@ -36,7 +36,7 @@ from precision_tool.torch.modules import QUIET, ModuleGradients, float_leaves, t
 from precision_tool.torch.naming import Namer
 from precision_tool.torch.process import StepTailHook, compiled_code_eager, freeze_heap, run_eagerly
 from precision_tool.torch.ops import (AUTOCAST_STEP_WARNING, AtenOp, AutocastOptimizerWarning, autocast_dtype,
-                                     complete_collective, dtype_name, encode_args, flat_tensors, op_info,
+                                     complete_collective, dtype_name, encode_args, flat_tensors, on_meta, op_info,
                                      result_tensors)
 from precision_tool.torch.tensors import FORMAT_ATTR, logical_dtype
 
@@ -410,7 +410,8 @@ class Session:
 
     def dispatch(self, func, args: tuple, kwargs: dict):
         info = op_info(func)
-        if info.passthrough:
+        if info.passthrough or on_meta(args, kwargs):  # (meta: shapes without values, a deferred init: nothing to
+            # simulate or record)
             result = func(*args, **kwargs)
             if info.alias and self.simulators and isinstance(result, torch.Tensor):
                 fmt = getattr(args[0], FORMAT_ATTR, None)

@@ -36,6 +36,7 @@ from precision_tool.torch.tensors import (FORMAT_ATTR, has_nonfinite, round_in_p
                                           saturate_in_place, set_logical_format)
 
 _FLOAT32 = torch.float32
+_STRIDED = torch.strided
 _TENSOR = torch.Tensor
 _ROUND16 = getattr(native.extension, "round16", None)  # None: `round_in_place` does every rounding
 _KINDS = {"float16": 0, "bfloat16": 1, "float32": 2} if _ROUND16 is not None else {}  # round16's kinds
@@ -346,7 +347,7 @@ def _outputs(call: OpCall, result) -> list:
 def _round_output(out: torch.Tensor, fmt, kind, overflow_mode: str) -> bool:
     """`round_in_place`, its common cases straight by the C extension: a contiguous float32 CPU tensor, and a
     matrix of rows inside wider ones (an LSTM's gates); in range, each is what `round_in_place` would do."""
-    if kind is not None and out.is_cpu and not out.is_neg():
+    if kind is not None and out.is_cpu and not out.is_neg() and out.layout is _STRIDED:
         if out.is_contiguous():
             address = out.data_ptr()
             if _ROUND16(address, address, out.numel(), kind):

@@ -81,7 +81,7 @@ class TensorStatsCache:
                 return entry[2]
             kind = _STATS_AT_KINDS.get(torch_dtype)
             stats = None
-            if kind is not None and _STATS_AT is not None and device.type == "cpu" and not tensor.is_neg():
+            if kind is not None and _STATS_AT is not None and device.type == "cpu" and not tensor.is_neg() and pointer:
                 stats = _STATS_AT(pointer, count, kind, _STATS_CANCELLATION, _LIMITS.get(dtype, 0.0), _SMALL_STATS)
             return self._store(tensor, key, version, dtype, stats or _stats_elsewhere(tensor, dtype))
         else:
@@ -146,8 +146,11 @@ class TensorStatsCache:
     def _store(self, tensor: torch.Tensor, key: tuple, version: int, dtype: str, stats: tuple) -> tuple:
         """File ``tensor``'s new statistics under its memory ``key`` and under the object itself."""
         stamp = self._stamp
-        storage = tensor.untyped_storage()
-        pointer = storage.data_ptr()
+        try:
+            storage = tensor.untyped_storage()
+            pointer = storage.data_ptr()
+        except (RuntimeError, NotImplementedError):  # no storage to key them by (a ZeroTensor): not kept
+            return stats
         self._entries[key] = (weakref.ref(storage), version, stats, stamp, pointer)  # see `_storage_ref`
         self._objects[id(tensor)] = (weakref.ref(tensor), version, dtype, tensor.data_ptr(), tensor.shape,
                                      tensor.stride(), stats, stamp, pointer)  # `_remember`

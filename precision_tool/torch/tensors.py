@@ -85,7 +85,7 @@ def in_memory(tensor: torch.Tensor) -> bool:
     tensor's (an ``nn.Embedding(sparse=True)`` gradient) lie in index and value tensors of its own, and a dump
     keeps only their statistics (`stats_of`), as it does of an 8-bit float's (no format of the dump holds it)."""
     return tensor.layout is _STRIDED and not tensor.is_nested and tensor.dtype not in _FLOAT8 \
-        and not tensor.is_complex() and not tensor.is_quantized
+        and not tensor.is_complex() and not tensor.is_quantized and not tensor._is_zerotensor()
 
 
 def stored_values(tensor: torch.Tensor) -> np.ndarray | None:
@@ -167,8 +167,12 @@ def round_in_place(tensor: torch.Tensor, fmt: Format, overflow_mode: str) -> boo
 
     Like `round_to`, the C extension writes in-range values in place (as the
     numpy path below does, without counting a write in the tensor's version):
-    a dense tensor's memory in any order, rows of a wider tensor row by row.
+    a dense tensor's memory in any order, rows of a wider tensor row by row; a sparse tensor's stored values
+    (an ``nn.Embedding(sparse=True)`` gradient), which the zeros it leaves out need not join.
     """
+    if tensor.layout is not _STRIDED:
+        values = _stored_values_view(tensor)
+        return round_in_place(values, fmt, overflow_mode) if values is not None else False
     kind = _native_kind(tensor, fmt, contiguous=False)
     if kind is not None:
         address = tensor.data_ptr()
@@ -240,6 +244,16 @@ def stats_of(tensor: torch.Tensor, dtype: str) -> tuple:
     return _stats_where_they_lie(values, dtype) or _stats_elsewhere(values, dtype)
 
 
+def _stored_values_view(tensor: torch.Tensor) -> torch.Tensor | None:
+    """The tensor of a sparse tensor's stored values, sharing its memory (COO uncoalesced: a write there is a
+    write into the sparse tensor); None for layouts without one (nested tensors)."""
+    if tensor.layout is torch.sparse_coo:
+        return tensor._values()
+    if tensor.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
+        return tensor.values()
+    return None
+
+
 def _sparse_values(tensor: torch.Tensor) -> torch.Tensor | None:
     """The stored values of a sparse tensor (COO coalesced: a repeated index is one value, their sum), as a
     strided tensor; None for other layouts (nested tensors)."""
@@ -276,13 +290,17 @@ def _sparse_stats(tensor: torch.Tensor, dtype: str) -> tuple:
 def _stats_elsewhere(values: torch.Tensor, dtype: str) -> tuple:
     """Statistics the C pass does not take: numpy's of a CPU tensor's values; a device tensor's reduced on the
     device (`device_stats`), where copying every value to the host would cost more than the op."""
-    if values.is_complex() or values.is_quantized:  # (no number format of a dump holds them)
-        return EMPTY_STATS
+    if values.is_complex() or values.is_quantized or values.is_meta or _wrapped(values):  # (no number format of a
+        return EMPTY_STATS  # dump holds them; no values; a torch.func transform's wrapper, without memory to read)
+    if values._is_zerotensor():  # (forward-mode AD's zero tangent: zeros, none stored)
+        count = values.numel()
+        return (count, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0) if count else EMPTY_STATS
     if values.is_cpu:
         return array_stats(to_numpy(values), dtype)
     return device_stats(values, dtype)
 
 
+_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", lambda tensor: False)
 _STATS_AT = getattr(native.extension, "stats_at", None)  # None: numpy's path for every tensor
 _STATS_AT_KINDS = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
 

@@ -58,6 +58,20 @@ def test_torch_scripts_of_other_names_are_only_a_warning():
     assert codes(problems) == [("different-model-name", WARNING)]
 
 
+def test_torch_dumps_of_other_capture_levels_are_an_error():
+    """An op-level golden against a module-level target diagnosed the ops the target lacks as a fault ("golden's
+    call draws random values where the target's draws none")."""
+    torch = {"framework": "torch"}
+    problems = run_problems(golden(metadata={**torch, "capture_level": "op"}),
+                            target(metadata={**torch, "capture_level": "module"}))
+    assert problems == [Problem("different-capture-level", ERROR, "the dumps were captured at different levels: "
+                                "golden g.h5 at op level (every aten op), target t.h5 at module level (module calls "
+                                "only); collect both at one level (ptt.dump(..., level=...))")]
+    assert run_problems(golden(metadata={**torch, "capture_level": "module"}),
+                        target(metadata={**torch, "capture_level": "module"})) == []
+    assert run_problems(golden(metadata=torch), target(metadata={**torch, "capture_level": "op"})) == []
+
+
 def test_swapped_roles_are_an_error():
     problems = run_problems(target(), golden())
     assert codes(problems) == [("swapped", ERROR)]

@@ -557,3 +557,61 @@ def test_complex_and_quantized_tensors_keep_statistics_only_and_the_dump_reads(t
     assert all(not has_data for *_, has_data in odd)
     assert any(t.has_data for _, t in tensors)  # (the float tensors keep theirs)
     assert run_cli("inspect", tmp_path / "spec.h5").status == 0
+
+
+def test_a_dump_entered_again_is_refused_at_the_with(tmp_path):
+    """The second ``with d:`` of one dump object failed at its first op, deep in the writer ("step 0 was already
+    written"); it is refused where it is written, the first run's dump kept."""
+    from precision_tool.errors import ConfigError
+
+    recorder = ptt.dump(tmp_path / "epochs.h5", mode="stats")
+    with recorder:
+        train(make_mlp(), steps=1)
+    kept = (tmp_path / "epochs.h5").read_bytes()
+    with pytest.raises(ConfigError, match=r"this ptt.dump\('.*epochs.h5'\) recorded a run already: make a new "
+                                          r"ptt.dump for each run"):
+        with recorder:
+            pass
+    assert (tmp_path / "epochs.h5").read_bytes() == kept
+
+
+def test_ops_on_the_meta_device_are_neither_recorded_nor_simulated(tmp_path):
+    """A deferred init (FSDP's, accelerate's init_empty_weights) inside a dump: shapes without values, which the
+    statistics used to try to read ("Cannot copy out of meta tensor"), under simulate_npu too."""
+    with ptt.simulate_npu("force_fp16", "saturation"), ptt.dump(tmp_path / "m.h5", mode="stats"):
+        with torch.device("meta"):
+            model = torch.nn.Linear(8, 4)
+        model = model.to_empty(device="cpu")
+        model.reset_parameters()
+        model(torch.randn(2, 8)).sum().backward()
+    with open_dump(tmp_path / "m.h5") as dump:
+        ops = [op.type for op in dump.ops(0)]
+    assert "aten.addmm" in ops and "aten.empty" not in ops  # (no op of the init on the meta device)
+
+
+@pytest.mark.parametrize("mode, level", [("dump", "op"), ("stats", "op"), ("stats", "module"), ("overflow", "op")])
+def test_torch_func_transforms_run_inside_a_dump(tmp_path, mode, level):
+    """Per-sample gradients (vmap of grad, as DP-SGD computes them) and a jvp: a module called on a transform's
+    wrapped tensors failed reading their memory ("Cannot access data pointer of Tensor that doesn't have
+    storage"), a jvp's zero tangent converting to numpy. Wrapped tensors make no module record; a zero tangent
+    has the statistics of its zeros."""
+    from torch.func import functional_call, grad, jvp, vmap
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss(p, x, y):
+        return torch.nn.functional.cross_entropy(functional_call(model, p, (x[None],)), y[None])
+
+    x, y = torch.randn(5, 8), torch.randint(0, 4, (5,))
+    with ptt.dump(tmp_path / "f.h5", mode=mode, level=level):
+        per_sample = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
+        jvp(lambda t: (t.sin() * 2).sum(), (torch.randn(4),), (torch.ones(4),))
+    assert per_sample["0.weight"].shape == (5, 16, 8)
+    with open_dump(tmp_path / "f.h5") as dump:
+        assert dump.complete and dump.steps_complete == 1
+        ops = dump.ops(0)
+    assert not any(op.type.startswith("module.") for op in ops)  # (every call's tensors were wrapped)
+    if mode != "overflow" and level == "op":
+        assert any(op.type in ("aten.addmm", "aten.mm") for op in ops)

@@ -243,3 +243,16 @@ def test_in_the_saturation_mode_an_overflow_in_any_micro_batch_skips_the_accumul
         scaler.update()
     assert sim.status and scaler.get_scale() == 2.0 ** 13
     assert np.array_equal(model.weight.detach().numpy(), before)
+
+
+def test_a_sparse_gradient_is_simulated_in_its_stored_values(tmp_path):
+    """An nn.Embedding(sparse=True) gradient under force_fp16: its stored values rounded to float16 where they lie
+    (it used to fail reading the data pointer of a tensor without storage)."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 4, sparse=True)
+    with ptt.simulate_npu("force_fp16", "saturation"), ptt.dump(tmp_path / "t.h5", mode="stats"):
+        (emb(torch.tensor([1, 2, 2, 3])) / 3.0).sum().backward()
+    values = emb.weight.grad.coalesce().values()
+    assert values.dtype == torch.float32 and values.numel() == 12
+    assert torch.equal(values, values.half().float())  # on float16's grid
+    assert not torch.equal(values, torch.full_like(values, 1 / 3))  # (1/3 itself is not)
