@@ -109,14 +109,18 @@ class MixLists:
 _LIST_KEYS = {"white-list": "white", "black-list": "black", "gray-list": "gray"}
 
 
-def load_mixlist(path: str | Path, known_types) -> MixLists:
-    """Read a ``modify_mixlist`` JSON: ``{"black-list": {"to-add": [...], "to-remove": [...]}, ...}``.
+def load_mixlist(path: str | Path | dict, known_types) -> MixLists:
+    """Read a ``modify_mixlist`` JSON: ``{"black-list": {"to-add": [...], "to-remove": [...]}, ...}``; or take
+    that object as a dict (`simulate_npu(modify_mixlist={...})`, where errors name it ``modify_mixlist``).
 
     ``to-add`` moves an op type into that list; ``to-remove`` takes it out of
     it, back to its built-in default (or gray, if the default was that list).
     """
-    path = Path(path)
-    spec = read_json(path, expect_object="expected a JSON object with black-list/white-list/gray-list keys")
+    if isinstance(path, dict):
+        spec, path = path, Path("modify_mixlist")
+    else:
+        path = Path(path)
+        spec = read_json(path, expect_object="expected a JSON object with black-list/white-list/gray-list keys")
     lists = {"white": set(), "black": set(), "gray": set()}
     removed: set[str] = set()
     for key, body in spec.items():

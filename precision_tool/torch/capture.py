@@ -82,7 +82,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
                  model: str | None = None, seed: int | None = None, record_views: bool = False,
                  modules=True, metadata: dict | None = None, level: str = "op", ops=None, op_types=None,
                  backward: bool = True):
-        from precision_tool.collect.selection import Selection, parse_steps
+        from precision_tool.collect.selection import Selection, parse_op_types, parse_steps
         from precision_tool.collect.zoom_env import zoom_settings
 
         module_globs = () if isinstance(modules, bool) else modules  # True/False: module records on or off
@@ -101,10 +101,16 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             raise ValueError("level='module' records module calls: it needs modules=True and a dump or stats mode")
         if role is not None and role not in ROLES:
             raise choice_error("role", role, ROLES)
-        self.path = os.fspath(path)
+        try:
+            self.path = os.fsdecode(os.fspath(path))  # (a bytes path as its str)
+        except TypeError:
+            raise ConfigError(f"ptt.dump's path is {type(path).__name__} {path!r:.40}: give the HDF5 file to write "
+                              "(a str or os.PathLike)") from None
         self.mode = mode
         self.steps = parse_steps(steps)
-        self.selection = Selection.build(self.steps, ops, op_types, backward, module_globs)
+        types = parse_op_types(op_types)  # an aten op's type as its name says it too: "mm" is "aten.mm"
+        types = None if types is None else frozenset(t if "." in t else f"aten.{t}" for t in types)
+        self.selection = Selection.build(self.steps, ops, types, backward, module_globs)
         self._every_op = self.selection.every_op  # (a property: asked once, not per op)
         self._wanted: dict[tuple, bool] = {}
         self.role = role

@@ -56,7 +56,7 @@ class simulate_npu:  # noqa: N801 - used like a function: ``with simulate_npu(..
     ``precision_mode`` / ``precision_mode_v2`` take the Ascend values
     (`precision_tool.engine.precision`; default ``allow_fp32_to_fp16``),
     ``modify_mixlist`` a JSON file moving aten op types (``"aten.mm"``)
-    between the black, white and gray lists. ``sim.status`` is the sticky
+    between the black, white and gray lists, or that JSON object as a dict. ``sim.status`` is the sticky
     float status and ``sim.overflow_ops`` the ops that raised it, in order.
     """
 

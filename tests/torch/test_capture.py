@@ -284,6 +284,9 @@ def test_bad_arguments_are_config_errors(tmp_path):
         ptt.dump(tmp_path / "x.h5", mode="everything")
     with pytest.raises(ConfigError, match="role"):
         ptt.dump(tmp_path / "x.h5", role="reference")
+    with pytest.raises(ConfigError, match=r"ptt.dump's path is NoneType None: give the HDF5 file to write"):
+        ptt.dump(None)  # (a bare TypeError; bytes were an AttributeError at the first step)
+    assert ptt.dump(bytes(tmp_path / "x.h5")).path == str(tmp_path / "x.h5")
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

@@ -55,6 +55,16 @@ def test_op_globs_and_module_globs_add_up_and_types_narrow(tmp_path):
     assert metadata["selection"]["steps"] == [1] and metadata["steps_filter"] == [1]
 
 
+def test_an_op_type_without_its_namespace_is_an_aten_type(tmp_path):
+    """op_types=["relu"] recorded nothing, silently: an op's name says "aten.relu_0", its type "aten.relu"."""
+    with ptt.dump(tmp_path / "t.h5", ops=["MLP/*"], op_types="relu,aten.addmm", backward=False):
+        train(make_mlp())
+    names, metadata = _names(tmp_path / "t.h5")
+    assert names == [("MLP/fc1/aten.addmm_0", "forward"), ("MLP/act/aten.relu_0", "forward"),
+                     ("MLP/fc2/aten.addmm_0", "forward")]
+    assert metadata["selection"]["op_types"] == ["aten.addmm", "aten.relu"]
+
+
 def test_module_records_stay_switchable_with_a_boolean(tmp_path):
     with ptt.dump(tmp_path / "n.h5", modules=False, ops=["MLP/fc2/*"], backward=False):
         train(make_mlp())

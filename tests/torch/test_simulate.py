@@ -124,12 +124,19 @@ def test_the_loss_of_a_simulated_run_differs_only_by_rounding():
     assert target != golden and np.allclose(target, golden, rtol=1e-2)
 
 
-def test_modify_mixlist_moves_aten_ops_between_lists(tmp_path):
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_modify_mixlist_moves_aten_ops_between_lists(tmp_path, as_dict):
+    """A JSON file, or the same object as a dict (it failed: "expected str, bytes or os.PathLike object")."""
     mixlist = tmp_path / "mix.json"
     mixlist.write_text('{"black-list": {"to-add": ["aten.mm"]}}')
-    with ptt.simulate_npu("allow_mix_precision", modify_mixlist=mixlist):
+    given = {"black-list": {"to-add": ["aten.mm"]}} if as_dict else mixlist
+    with ptt.simulate_npu("allow_mix_precision", modify_mixlist=given):
         y = torch.tensor([[1.0 + 2.0**-12]]) @ torch.ones(1, 1)
     assert float(y) == 1.0 + 2.0**-12 and logical_dtype(y) == "float32"
+    from precision_tool.errors import InputError
+
+    with pytest.raises(InputError, match="modify_mixlist: unknown key 'black'; valid: white-list, black-list"):
+        ptt.simulate_npu("allow_mix_precision", modify_mixlist={"black": {"to-add": ["aten.mm"]}})
 
 
 def test_bad_settings_are_config_errors():
