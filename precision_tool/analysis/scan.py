@@ -426,11 +426,11 @@ class Scanner(RewriteJudge):
         unaffected values explain."""
         readers = self.consumers[record.direction].of(self._golden_of(record), slots) \
             if record.direction in self.consumers and self._golden_of(record) is not None else []
-        targets = [t for t in (self._target_of(g) for g in readers[:_HARM_FANOUT]) if t is not None]
-        if not targets:
-            if record.direction != "forward":
-                return True
-            return self._module_diverges(record, threshold) if self._returned(record, slots) else False
+        targets = [t for t in (self._target_of(g) for g in readers[:_HARM_FANOUT]) if t is not None and (
+            record.direction == "forward" or any(is_float(o.dtype) for o in t.outputs))]  # (anomaly mode's isnan)
+        if not targets:  # in backward the gradient goes on to readers unrecorded (a run stopped by the NaN)
+            return record.direction != "forward" or bool(self._returned(record, slots) and
+                                                          self._module_diverges(record, threshold))
         for reader in targets:
             a = self._attribute(reader, replay=False)
             floor = threshold(output_dtype(reader))

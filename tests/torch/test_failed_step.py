@@ -3,6 +3,8 @@ are the evidence, kept in the dump as a step marked cut short, and diagnosed wit
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from precision_tool.dump.reader import open_dump
@@ -149,3 +151,31 @@ def test_a_run_that_fails_before_committing_a_step_leaves_the_previous_dump(tmp_
             model(x[:, :-1])  # the first float op fails
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.h5"]
+
+
+def test_a_target_stopped_by_anomaly_mode_in_backward_is_diagnosed_as_without_it(tmp_path, run_cli):
+    """torch.autograd.detect_anomaly() stops the run at the first NaN a backward op returns, after checking each
+    gradient with isnan: those boolean checks were taken for the readers that absorb the overflow (verdict none,
+    "harmless"), where without anomaly mode the verdict is the backward op that overflowed."""
+    import contextlib
+
+    def train(path, simulate):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        generator = torch.Generator().manual_seed(1)
+        simulated = ptt.simulate_npu("force_fp16", "inf_nan") if simulate else contextlib.nullcontext()
+        with contextlib.suppress(RuntimeError), pytest.warns(UserWarning), torch.autograd.detect_anomaly(), \
+                simulated, ptt.dump(path):
+            for _ in range(2):
+                x, y = torch.randn(5, 8, generator=generator), torch.randint(0, 4, (5,), generator=generator)
+                optimizer.zero_grad()
+                (torch.nn.functional.cross_entropy(model(x), y) * 1e6).backward()  # 1e6 is inf in float16
+                optimizer.step()
+
+    train(tmp_path / "golden.h5", False)
+    train(tmp_path / "target.h5", True)
+    result = run_cli("diagnose", tmp_path / "golden.h5", tmp_path / "target.h5", "--allow-incomplete",
+                     "--format", "json")
+    verdict = json.loads(result.stdout)["verdict"]
+    assert (verdict["class"], verdict["op"], verdict["direction"]) == ("overflow", "aten.mul_0/aten.mul_0", "backward")
