@@ -161,7 +161,8 @@ def unexplained_skip(golden, target, step: int):
     steps = target.steps()
     record = next((s for s in steps if s.step == step), None)
     later = [s.loss_scale for s in steps if s.step > step]
-    if record is None or record.skipped or record.overflow or (later and later[0] < record.loss_scale):
+    if record is None or record.skipped or record.overflow or getattr(record, "cut_short", False) or \
+            (later and later[0] < record.loss_scale):  # (a run that failed inside the step never reached it)
         return None
     update = golden.ops(step=step, direction="optimizer")
     if not update:

@@ -179,3 +179,22 @@ def test_a_target_stopped_by_anomaly_mode_in_backward_is_diagnosed_as_without_it
                      "--format", "json")
     verdict = json.loads(result.stdout)["verdict"]
     assert (verdict["class"], verdict["op"], verdict["direction"]) == ("overflow", "aten.mul_0/aten.mul_0", "backward")
+
+
+def test_a_run_that_failed_in_backward_is_not_blamed_on_the_update_it_never_reached(tmp_path, run_cli):
+    """A target that stops in backward (a gradient hook raising) has no optimizer op in its last step: that is
+    the failure, not an optimizer that "updates no parameter" (it was the verdict, kernel_bug at optimizer/SGD)."""
+    _run(tmp_path / "golden.h5", None)
+    model, optimizer, x, y = make_mlp()
+
+    def stop(grad):
+        raise FloatingPointError("gradient checked")
+
+    with pytest.raises(FloatingPointError), ptt.dump(tmp_path / "target.h5", mode="dump", seed=0):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        model.fc1.weight.register_hook(stop)
+        optimizer.zero_grad()
+        loss.backward()
+    result = run_cli("diagnose", tmp_path / "golden.h5", tmp_path / "target.h5", "--allow-incomplete",
+                     "--format", "json")
+    assert json.loads(result.stdout)["verdict"]["class"] == "none", result.stdout
