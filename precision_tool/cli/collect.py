@@ -87,7 +87,7 @@ def _check_fusion_switch(value):
               help="A modify_mixlist JSON moving op types between the black, white and gray lists (npu).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Batch size.  [default: the model's]")
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=None, help="Optimizer.  [default: sgd]")
-@click.option("--lr", type=FiniteFloat(min=0.0), default=None, help="Learning rate.  [default: the optimizer's]")
+@click.option("--lr", type=FiniteFloat(min=0.0, max=3.4028234663852886e38, above_min=True), default=None, help="Learning rate.  [default: the optimizer's]")
 @click.option("--target-loss", type=FiniteFloat(min=0.0), default=None,
               help="The loss at which a loss-triggered --accelerate-train-mode switches back.")
 @click.option("--max-steps", type=click.IntRange(-1, MAX_SCHEDULE), default=None, metavar="N",
@@ -355,7 +355,8 @@ def _result_line(result) -> str:
     if result.checkpoints:
         overflow += f", {len(result.checkpoints)} checkpoint{'s' * (len(result.checkpoints) != 1)} written"
     if result.world_size is not None:
-        overflow += f" over {result.world_size} ranks (rank0.h5 ... rank{result.world_size - 1}.h5, run.json)"
+        overflow += (f" over {result.world_size} ranks (rank0.h5 ... rank{result.world_size - 1}.h5, run.json)"
+                     if result.world_size > 1 else " over 1 rank (rank0.h5, run.json)")
     return (f"{result.path}: {result.steps_run} steps, {result.ops_recorded:,} ops and "
             f"{result.tensors_recorded:,} tensors recorded ({'+'.join(result.modes)}, role {result.role}), "
             f"{format_size(result.size_bytes)}{overflow}")

@@ -20,8 +20,9 @@ class FiniteFloat(click.ParamType):
 
     name = "float"
 
-    def __init__(self, min: float | None = None, max: float | None = None):
+    def __init__(self, min: float | None = None, max: float | None = None, above_min: bool = False):
         self.min, self.max = min, max
+        self.above_min = above_min  # the minimum itself is out (a learning rate of 0)
 
     def convert(self, value, param, ctx):
         if isinstance(value, float) and math.isfinite(value) and self._inside(value):
@@ -37,13 +38,14 @@ class FiniteFloat(click.ParamType):
         return number
 
     def _inside(self, number: float) -> bool:
-        return (self.min is None or number >= self.min) and (self.max is None or number <= self.max)
+        return (self.min is None or number > self.min or (number == self.min and not self.above_min)) and \
+            (self.max is None or number <= self.max)
 
     def _range_text(self) -> str:
         if self.min is not None and self.max is not None:
-            return f" in the range {self.min:g} to {self.max:g}"
+            return f" in the range {self.min:g} to {self.max:g}" + (f", above {self.min:g}" if self.above_min else "")
         if self.min is not None:
-            return f" >= {self.min:g}"
+            return f" {'>' if self.above_min else '>='} {self.min:g}"
         if self.max is not None:
             return f" <= {self.max:g}"
         return ""

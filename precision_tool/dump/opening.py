@@ -17,6 +17,8 @@ def open_h5(path: str):
     """(the open h5py File, whether a writer still holds it): a missing, non-HDF5 or truncated file is an InputError."""
     import h5py
 
+    if not str(path):  # (Path("") is the current directory)
+        raise InputError("''", "an empty path: give a dump file")
     p = Path(path)
     if not p.exists():
         from precision_tool.outputs import missing

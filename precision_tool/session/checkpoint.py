@@ -95,6 +95,8 @@ def find_checkpoint(directory, step: int | None = None) -> Path:
     """The checkpoint of ``step``, or the latest; an error names what the directory holds."""
     found = list_checkpoints(directory)
     if not found:
+        if not Path(directory).exists():
+            raise InputError(directory, "no such directory")
         raise InputError(directory, "holds no checkpoint (ckpt-NNNNNNNN.h5 files)")
     if step is None:
         return found[max(found)]

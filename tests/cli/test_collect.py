@@ -51,6 +51,9 @@ def test_collect_by_module_adds_to_ops_and_is_recorded(run_cli, tmp_path):
     (["--overflow-mode", "wrap"], "Invalid value for '--overflow-mode'"),
     (["--steps", "0"], "Invalid value for '--steps'"),
     (["--device", "golden", "--precision-mode", "force_fp16"], "applies to --device npu only"),
+    # a learning rate of 0 passed the option and failed in other words; one beyond float32 trained with inf
+    (["--lr", "0"], "Invalid value for '--lr': '0' is not in the range 0 to 3.40282e+38, above 0"),
+    (["--lr", "1e308"], "Invalid value for '--lr': '1e308' is not in the range 0 to 3.40282e+38"),
 ])
 def test_bad_options_are_one_line_usage_errors(run_cli, tmp_path, args, message):
     out = tmp_path / "bad.h5"

@@ -54,8 +54,11 @@ def test_replay_diagnoses_the_planted_fusion_fault_at_a_late_step(run_cli, tmp_p
 
 
 def test_bad_replays_are_one_line_and_write_nothing(run_cli, tmp_path):
-    missing = run_cli("replay", tmp_path / "none", "-o", tmp_path / "r")
-    assert missing.status == 2 and "holds no checkpoint" in missing.stderr
+    missing = run_cli("replay", tmp_path / "none", "-o", tmp_path / "r")  # (it said "holds no checkpoint")
+    assert missing.status == 2 and missing.stderr == f"precision-tool: error: {tmp_path / 'none'}: no such directory\n"
+    (tmp_path / "empty").mkdir()
+    empty = run_cli("replay", tmp_path / "empty", "-o", tmp_path / "r")
+    assert empty.status == 2 and "holds no checkpoint" in empty.stderr
     ckpts = _collect(run_cli, tmp_path, "mlp", "--steps", "2", "--save-steps", "1")
     wrong = run_cli("replay", ckpts, "--step", "7", "-o", tmp_path / "r")
     assert wrong.status == 2 and wrong.stderr.strip().endswith("no checkpoint of step 7; it holds steps 1, 2")

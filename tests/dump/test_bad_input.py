@@ -18,6 +18,15 @@ def test_missing_file(tmp_path):
     assert _problem(tmp_path / "nope.h5") == "no such file"
 
 
+def test_empty_path(run_cli):
+    """An empty path (shell --target "") said ": is a directory, not a dump file": Path("") is the current one."""
+    with pytest.raises(InputError) as info:
+        open_dump("")
+    assert str(info.value) == "'': an empty path: give a dump file"
+    result = run_cli("shell", "--target", "", "-c", "ls")
+    assert (result.status, result.stderr) == (2, "precision-tool: error: '': an empty path: give a dump file\n")
+
+
 def test_directory(tmp_path):
     assert "directory" in _problem(tmp_path)
 
