@@ -87,7 +87,8 @@ def _check_fusion_switch(value):
               help="A modify_mixlist JSON moving op types between the black, white and gray lists (npu).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Batch size.  [default: the model's]")
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=None, help="Optimizer.  [default: sgd]")
-@click.option("--lr", type=FiniteFloat(min=0.0, max=3.4028234663852886e38, above_min=True), default=None, help="Learning rate.  [default: the optimizer's]")
+@click.option("--lr", type=FiniteFloat(min=0.0, max=3.4028234663852886e38, above_min=True), default=None,
+              help="Learning rate.  [default: the optimizer's]")  # (the engine computes in float32)
 @click.option("--target-loss", type=FiniteFloat(min=0.0), default=None,
               help="The loss at which a loss-triggered --accelerate-train-mode switches back.")
 @click.option("--max-steps", type=click.IntRange(-1, MAX_SCHEDULE), default=None, metavar="N",
