@@ -6,7 +6,7 @@ gradient in a clean bfloat16 ResNet; a float16 attention's backward 6 % from inp
 value by value, each its own size and sign. One thing rounding never does is scale: when every gradient a call
 passes back departs from golden's by SIGNIFICANT_ERROR or more, and is golden's times one factor r in its norm,
 spread, extremes and mean alike (`errors.uniform_scale`, after the loss scale is divided out; r > 0, as a
-gradient that underflowed to zero is not scaled), while the
+gradient that underflowed to zero is not scaled, nor one whose values lie below its format's normal range), while the
 gradients reaching it and those its inner calls passed back depart by under 1/INTRODUCED_EXCESS of that, and its
 forward by under SIGNIFICANT_ERROR, the call's backward multiplies by another constant than golden's (a custom
 backward written with a wrong factor). That is a kernel_bug at the call, direction backward, in any dtype.
@@ -26,6 +26,7 @@ from precision_tool.analysis.statsjudge import statistics_verdict
 from precision_tool.compare.judged import gradient_scale
 from precision_tool.defaults import INTRODUCED_EXCESS, SIGNIFICANT_ERROR
 from precision_tool.dump.records import OpRecord
+from precision_tool.engine.formats import FORMATS
 
 SCALE_EXCESS = 4.0  # a scale departing this many times its inputs' (unscaled) departure is the call's own
 
@@ -71,6 +72,15 @@ def judge_gradient_scale(scan, record: OpRecord, forward_error: float, inner: li
     return verdict
 
 
+def _subnormal(tensor) -> bool:
+    """Whether ``tensor``'s values lie, as a rule (their root mean square), below its format's smallest normal
+    value: rounded to a grid whose spacing is most of their size, a gradient of 1e-7 in float16 (a ConvNeXt's
+    under its 1e-6 layer scale) holds a few levels, and one factor between it and golden's says nothing."""
+    fmt = FORMATS.get(tensor.dtype)
+    stats = tensor.stats
+    return fmt is not None and stats.count > 0 and stats.norm / math.sqrt(stats.count) < fmt.tiny
+
+
 def _scale(scan, record: OpRecord, kind: str, near: float | None = None) -> float | None:
     """r where every float gradient of ``kind`` (``output``: those ``record`` passes back; ``input``: those
     reaching it) that departs by SIGNIFICANT_ERROR is golden's times r, the target's loss scale over golden's
@@ -84,7 +94,7 @@ def _scale(scan, record: OpRecord, kind: str, near: float | None = None) -> floa
             continue
         tensor, partner = record.tensor(slot), view.statistics(slot) or view.record(slot)
         if partner is None or not math.isfinite(e.error) or tuple(tensor.shape) != tuple(partner.shape) \
-                or not is_float(tensor.dtype):
+                or not is_float(tensor.dtype) or _subnormal(tensor):
             return None
         carried = gradient_scale(tensor, partner, ratio)  # the loss scale the target's gradient carries
         golden = view.get(slot) if tensor.has_data else None
