@@ -229,6 +229,27 @@ def on_meta(args: tuple, kwargs: dict) -> bool:
     return device is not None and getattr(device, "type", device) == "meta"
 
 
+def as_float(value, default: float) -> float:
+    """A loss or loss scale given to `step` as a float (``default`` for None); a tensor of one value."""
+    if value is None:
+        return default
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        if value.numel() != 1:
+            raise ValueError("the loss must be a number or a one-element tensor")
+        return float(value.item())
+    return float(value)
+
+
+def compute_dtype(call) -> str:
+    """The dtype an op computes in, as recorded: its first float input's, else its first float output's."""
+    for tensors, dtypes in ((call.inputs, call.input_dtypes), (call.outputs, call.output_dtypes)):
+        for tensor, dtype in zip(tensors, dtypes or ()):
+            if tensor.is_floating_point():
+                return dtype
+    return dtype_name(call.outputs[0].dtype) if call.outputs else ""
+
+
 def complete_collective(info: AtenOp, result) -> None:
     """Wait for a collective's work to finish, so that its output tensors hold the result when recorded.
 

@@ -35,9 +35,9 @@ from precision_tool.engine.hooks import BACKWARD
 from precision_tool.torch.modules import QUIET, ModuleGradients, float_leaves, trained, without_modes
 from precision_tool.torch.naming import Namer
 from precision_tool.torch.process import StepTailHook, compiled_code_eager, freeze_heap, run_eagerly
-from precision_tool.torch.ops import (AUTOCAST_STEP_WARNING, AtenOp, AutocastOptimizerWarning, autocast_dtype,
-                                     complete_collective, dtype_name, encode_args, flat_tensors, on_meta, op_info,
-                                     result_tensors)
+from precision_tool.torch.ops import (AUTOCAST_STEP_WARNING, AtenOp, AutocastOptimizerWarning, as_float,
+                                     autocast_dtype, complete_collective, compute_dtype, dtype_name, encode_args,
+                                     flat_tensors, on_meta, op_info, result_tensors)
 from precision_tool.torch.tensors import FORMAT_ATTR, logical_dtype
 
 _current_node = torch._C._current_autograd_node
@@ -295,7 +295,13 @@ class Session:
                 self._froze = False
                 gc.unfreeze()
 
-    def _optimizer_begins(self, optimizer, args, kwargs) -> None:
+    def _optimizer_begins(self, optimizer, args, kwargs):
+        closure = args[1] if len(args) > 1 else kwargs.get("closure")  # (args: the optimizer, then step's)
+        if callable(closure):  # a closure optimizer's (LBFGS): each step() an iteration, its closure the model's
+            if self.pending_boundary and not self.manual_steps:  # forward and backward, named and simulated as
+                self.end_step()  # such, not as the optimizer's update
+            args, kwargs = ((args[0], self._model_code(closure), *args[2:]), kwargs) if len(args) > 1 else \
+                (args, {**kwargs, "closure": self._model_code(closure)})
         found_inf = getattr(optimizer, "found_inf", None)  # a GradScaler's hand-off to a fused optimizer, which
         # skips a step with inf/NaN gradients inside its kernel: the step is skipped as where the scaler skips it
         self.optimizer, self.stepped = optimizer, self.stepped or not (
@@ -308,6 +314,16 @@ class Session:
         if not self._warned_autocast and autocast_dtype():
             self._warned_autocast = True
             warnings.warn(AUTOCAST_STEP_WARNING, AutocastOptimizerWarning, stacklevel=3)
+        return (args, kwargs) if callable(closure) else None
+
+    def _model_code(self, closure):
+        def run(*args, **kwargs):
+            optimizer, self.optimizer = self.optimizer, None
+            try:
+                return closure(*args, **kwargs)
+            finally:
+                self.optimizer = optimizer
+        return run
 
     def _optimizer_ends(self, optimizer, args, kwargs) -> None:
         self.optimizer = None
@@ -330,8 +346,8 @@ class Session:
         self.pending_boundary = False
         if not self.step_open:
             return
-        loss = _as_float(loss, math.nan)
-        loss_scale = _as_float(loss_scale, 1.0)
+        loss = as_float(loss, math.nan)
+        loss_scale = as_float(loss_scale, 1.0)
         self._gradients.flush()
         with without_modes():  # a loss scaler skipped the optimizer's step (inf/NaN gradients; its update may come
             skipped = not self.stepped and (self.scaled or self._tail.found_inf())  # after the step's end)
@@ -446,7 +462,7 @@ class Session:
         if watching:
             call.output_dtypes = [describe(t) for t in call.outputs]
             if not call.compute_dtype:
-                call.compute_dtype = _compute_dtype(call)
+                call.compute_dtype = compute_dtype(call)
             for recorder in watching:
                 recorder.after(call)
         return result
@@ -464,25 +480,6 @@ class Session:
 
 def _torch_dtype(tensor: torch.Tensor) -> str:
     return dtype_name(tensor.dtype)
-
-
-def _compute_dtype(call: OpCall) -> str:
-    for tensors, dtypes in ((call.inputs, call.input_dtypes), (call.outputs, call.output_dtypes)):
-        for tensor, dtype in zip(tensors, dtypes or ()):
-            if tensor.is_floating_point():
-                return dtype
-    return dtype_name(call.outputs[0].dtype) if call.outputs else ""
-
-
-def _as_float(value, default: float) -> float:
-    if value is None:
-        return default
-    if isinstance(value, torch.Tensor):
-        value = value.detach()
-        if value.numel() != 1:
-            raise ValueError("the loss must be a number or a one-element tensor")
-        return float(value.item())
-    return float(value)
 
 
 SESSION = Session()

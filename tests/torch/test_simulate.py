@@ -263,3 +263,31 @@ def test_a_sparse_gradient_is_simulated_in_its_stored_values(tmp_path):
     assert values.dtype == torch.float32 and values.numel() == 12
     assert torch.equal(values, values.half().float())  # on float16's grid
     assert not torch.equal(values, torch.full_like(values, 1 / 3))  # (1/3 itself is not)
+
+
+def test_a_closure_optimizers_closure_is_the_model_each_step_an_iteration(tmp_path):
+    """LBFGS calls the forward and backward in step(closure): they were named and run as the optimizer's update
+    (float32 under force_fp16: nothing simulated), and every iteration fell in step 0."""
+    from precision_tool.dump.reader import open_dump
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=2)
+    x, y = torch.randn(5, 8), torch.randint(0, 4, (5,))
+
+    def closure():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    with ptt.simulate_npu("force_fp16", "saturation"), ptt.dump(tmp_path / "t.h5", mode="stats"):
+        for _ in range(3):
+            optimizer.step(closure)
+    with open_dump(tmp_path / "t.h5") as dump:
+        assert dump.steps_complete == 3
+        ops = dump.ops(1)
+    forward = [op for op in ops if op.direction == "forward" and not op.type.startswith("module.")]
+    assert forward[0].name == "Sequential/0/aten.addmm_0" and forward[0].compute_dtype == "float16"
+    assert any(op.direction == "backward" and op.name.startswith("Sequential/2/aten.addmm_0/") for op in ops)
+    assert any(op.direction == "optimizer" for op in ops)  # (LBFGS's own update)
