@@ -18,7 +18,7 @@ import math
 from dataclasses import replace
 
 from precision_tool.analysis.attribution import GoldenView, pair_errors
-from precision_tool.analysis.errors import uniform_scale
+from precision_tool.analysis.errors import stats_only, uniform_scale
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import Verdict
 from precision_tool.analysis.scaling import loss_scale_ratios
@@ -53,9 +53,11 @@ def judge_gradient_scale(scan, record: OpRecord, forward_error: float, inner: li
                   if b.observed > INTRODUCED_EXCESS * b.inherited]  # (a call inside that departs on its own)
     inherited = max([a.inherited] + introduced)
     scale, handed = _scale(scan, record, "output"), None
-    if scale is None:
-        handed = next((c for c in inner if _scale(scan, c, "input") is not None), None)
-        scale = _scale(scan, handed, "input") if handed is not None else None
+    for call in inner if scale is None else ():
+        scale = _scale(scan, call, "input")
+        if scale is not None:
+            handed = call
+            break
     if scale is None or not (a.observed > INTRODUCED_EXCESS * inherited or (
             abs(scale - 1.0) >= SCALE_EXCESS * inherited and _scale(scan, record, "input", scale) is None)):
         return None
@@ -63,12 +65,12 @@ def judge_gradient_scale(scan, record: OpRecord, forward_error: float, inner: li
         return None
     a = replace(a, inherited=inherited)
     scan.result.attributions.append(a)
-    verdict = statistics_verdict(record, a, scale=scale)
+    verdict = statistics_verdict(record, a, measured=not stats_only(record), scale=scale)
     if handed is not None:
+        alike = "its norm, spread, extremes and mean alike" if stats_only(handed) else "value by value"
         verdict = replace(verdict, evidence=verdict.evidence[:2] + (
-            f"the gradient its own code hands to {handed.name} is golden's times {scale:.4g} (its norm, spread, "
-            "extremes and mean alike): rounding moves values both ways and scales none; the code multiplies by "
-            "another constant",))
+            f"the gradient its own code hands to {handed.name} is golden's times {scale:.4g} ({alike}): rounding "
+            "moves values both ways and scales none; the code multiplies by another constant",))
     return verdict
 
 
