@@ -132,7 +132,12 @@ def check(source, min_cosine=None, max_abs_err=None, baseline_file=None, judge_i
     report = streamed if streamed is not None else source.compare(options)
     if not report.compared_ops:
         raise _nothing_to(source, "check", steps, op_glob)
-    return judge.result(streamed) if streamed is not None else check_report(report, criteria)
+    result = judge.result(streamed) if streamed is not None else check_report(report, criteria)
+    if baseline is not None and baseline.entries and result.baseline_missing == len(baseline.entries):
+        # (every tensor judged by the absolute criteria alone: a gate that passes says nothing of the baseline)
+        raise InputError(baseline_file, f"shares no tensor with this comparison: its {len(baseline.entries)} "
+                                        "tensors name other ops or steps (a baseline of other runs?)")
+    return result
 
 
 def baseline(source, output, steps=None, op_glob=None, jobs=None, scheduler=None) -> BaselineSaved:

@@ -103,6 +103,24 @@ def test_baseline_passes_on_its_own_dumps_and_fails_on_worse_ones(run_cli, golde
     assert "layer1/MatMul" in result.stdout and "dropped below baseline" in result.stdout
 
 
+def test_a_baseline_of_other_runs_is_an_input_error(run_cli, golden, tmp_path):
+    """A baseline sharing no tensor with the comparison judged nothing, and the gate passed on the absolute
+    criteria alone with a note; it is refused, naming the file (one that shares some still judges those)."""
+    other = MemoryDump(role="golden")
+    other.add("encoder/Softmax", "Softmax", {"input_0": X, "output_0": X})
+    other_golden, other_target = other.save(tmp_path / "og.h5"), other.save(tmp_path / "ot.h5")
+    baseline = tmp_path / "other.json"
+    assert run_cli("baseline", other_golden, other_target, "-o", baseline).status == 0
+    target = build(tmp_path / "t.h5", (0.0, 1e-4, 1e-4))
+    result = run_cli("check", golden, target, "--baseline", baseline)
+    assert (result.status, result.stdout) == (2, "")
+    assert result.stderr == (f"precision-tool: error: {baseline}: shares no tensor with this comparison: its 2 "
+                             "tensors name other ops or steps (a baseline of other runs?)\n")
+    own = tmp_path / "own.json"
+    assert run_cli("baseline", golden, target, "-o", own, "--steps", "0").status == 0
+    assert run_cli("check", golden, target, "--baseline", own).status == 0
+
+
 def test_bad_baseline_file_exits_2(run_cli, golden, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
