@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from precision_tool.torch.ops import dtype_name
 from precision_tool.torch.process import run_eagerly
-from precision_tool.torch.tensors import stats_of
+from precision_tool.torch.tensors import functorch_wrapped as _wrapped, stats_of
 
 
 class _Quiet:
@@ -83,9 +83,6 @@ def float_leaves(value) -> list:
         elif isinstance(item, dict):
             stack.extend(reversed(list(item.values())))
     return found
-
-
-_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", lambda tensor: False)
 
 
 def trained(module) -> dict:

@@ -290,8 +290,8 @@ def _sparse_stats(tensor: torch.Tensor, dtype: str) -> tuple:
 def _stats_elsewhere(values: torch.Tensor, dtype: str) -> tuple:
     """Statistics the C pass does not take: numpy's of a CPU tensor's values; a device tensor's reduced on the
     device (`device_stats`), where copying every value to the host would cost more than the op."""
-    if values.is_complex() or values.is_quantized or values.is_meta or _wrapped(values):  # (no number format of a
-        return EMPTY_STATS  # dump holds them; no values; a torch.func transform's wrapper, without memory to read)
+    if values.is_complex() or values.is_quantized or values.is_meta or functorch_wrapped(values):  # (no number
+        return EMPTY_STATS  # format of a dump holds them; no values; a torch.func wrapper, no memory to read)
     if values._is_zerotensor():  # (forward-mode AD's zero tangent: zeros, none stored)
         count = values.numel()
         return (count, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0) if count else EMPTY_STATS
@@ -300,7 +300,9 @@ def _stats_elsewhere(values: torch.Tensor, dtype: str) -> tuple:
     return device_stats(values, dtype)
 
 
-_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", lambda tensor: False)
+# whether a tensor is a torch.func transform's wrapper (vmap's, grad's): no memory of its own to read
+functorch_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor",
+                            lambda tensor: False)
 _STATS_AT = getattr(native.extension, "stats_at", None)  # None: numpy's path for every tensor
 _STATS_AT_KINDS = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
 
