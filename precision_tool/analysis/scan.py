@@ -19,9 +19,8 @@ their boundary; every other op by its own tensors:
    (`departures`) points past itself: integers changed by unrecorded integer
    ops (**kernel_bug** at the op reading them), or a value rewritten by ops
    only the target runs, a gradient hook say (**kernel_bug** at that op).
-3. The rest are replayed on golden inputs (`attribution`): an op that
-   introduces significant error and more than INTRODUCED_EXCESS times what
-   its dtype explains is a **kernel_bug** (**fusion** for a fused op).
+3. The rest are replayed on golden inputs (`attribution`): an op introducing significant error, over
+   INTRODUCED_EXCESS times what its dtype explains, is a **kernel_bug** (**fusion** for a fused op).
 4. An op whose observed error is far beyond what it inherits and introduces
    is replayed on its *own* recorded inputs: when its recorded output does not
    follow from them, the kernel computes something else (**kernel_bug**);
@@ -37,7 +36,8 @@ inputs and its dtype's noise: **precision_loss** at the first op inside that
 is ill-conditioned in its dtype (its rounding of its own inputs alone moves
 its output by SIGNIFICANT_ERROR), else **kernel_bug**. Those boundary
 judgements, and modules whose backward golden runs and the target does not
-(no gradient reaches them), are in `rewrites`.
+(no gradient reaches them), are in `rewrites`; a module-level step's
+parameter gradients, last, in `param_grads`.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from precision_tool.analysis.leaves import carried_state, infinities_differ, lea
 from precision_tool.analysis.omissions import (declared_format, fewer_gradients, narrower_than_declared,
                                                stray_cast)
 from precision_tool.analysis.overflow import overflow_entry, starts_here
+from precision_tool.analysis.param_grads import judge_parameter_gradients
 from precision_tool.analysis.pairing import align_loop_ops
 from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.replay import is_float
@@ -99,8 +100,7 @@ class Scanner(RewriteJudge):
         self.report, self.fusion_off, self.handled = report, fusion_off, handled
         self.overflow_verdict = overflow_verdict  # (entry, record, extra evidence) -> Verdict
         self.until_step = until_step  # the last step scanned (a boost change makes later steps differ anyway)
-        self.result = ScanResult()
-        self.replays = 0
+        self.result, self.replays = ScanResult(), 0
         self._absorbed, self._dtype_notes = set(), set()  # (names)
         self._declared = declared_format(target)  # float32, an autocast format, or None
         self._float32 = self._declared == "float32"
@@ -175,7 +175,7 @@ class Scanner(RewriteJudge):
                 verdict = self._judge_op(record)
             if verdict is not None:
                 return verdict
-        return self._judge_missing_before(None)
+        return self._judge_missing_before(None) or (judge_parameter_gradients(self, step) if modules_only else None)
 
     def _realign(self, golden: list[OpRecord], target: list[OpRecord]) -> None:
         """Re-pair the training loop's ops that pairing by name pairs wrongly (`pairing.align_loop_ops`)."""

@@ -25,6 +25,7 @@ OPS = "ops"
 INDEX = "index"
 OP_INDEX = "op_index"
 PACKS = "packs"  # schema 2: a step's small tensors, packed into a few byte datasets
+PARAMETER_GRADIENTS = "parameter_gradients"  # a module-level step's table of the gradients its optimizer read
 STATS_ATTR = "stats"
 DTYPE_ATTR = "dtype"
 STATS_FIELDS_ATTR = "stats_fields"  # root attribute: the order of a dataset's ``stats`` values

@@ -147,6 +147,18 @@ class Dump:
         except (KeyError, OSError, ValueError, TypeError, RuntimeError) as exc:  # h5py: a damaged attribute header
             raise InputError(self.path, f"/{layout.STEPS}/{self._step_names[step]}: unreadable attributes ({exc})") from None
 
+    def step_table(self, step: int, name: str) -> np.ndarray | None:
+        """A table of a complete step's group besides its index (`layout.PARAMETER_GRADIENTS`), or None where the
+        step has none."""
+        group = self._step_group(step)
+        try:
+            if name not in group:
+                return None
+            return np.asarray(group[name][()])
+        except (KeyError, OSError, ValueError, TypeError, RuntimeError) as exc:
+            raise InputError(self.path, f"/{layout.STEPS}/{self._step_names[step]}/{name}: unreadable ({exc})") \
+                from None
+
     def steps(self) -> list[StepRecord]:
         """What every complete step reported, in order."""
         if self._step_records is None:

@@ -126,11 +126,8 @@ class DumpWriter:
     # -- run metadata -------------------------------------------------------
 
     def _write_metadata(self, metadata: dict, stats_match_data: bool) -> None:
-        fixed = {
-            "schema_version": SCHEMA_VERSION,
-            "tool_version": __version__,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        }
+        fixed = {"schema_version": SCHEMA_VERSION, "tool_version": __version__,
+                 "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         metadata.pop(layout.STATS_MATCH_DATA, None)  # what this writer promises, not what a copied dump said
         if stats_match_data:
             fixed[layout.STATS_MATCH_DATA] = True
@@ -176,10 +173,11 @@ class DumpWriter:
         self._stored = {}
         self._packs.begin(self._step_group)
 
-    def end_step(self, step_record: StepRecord, extra: dict | None = None) -> None:
+    def end_step(self, step_record: StepRecord, extra: dict | None = None, tables: dict | None = None) -> None:
         """Write the step's attributes and index, link it, steps_complete += 1, flush and commit.
 
-        ``extra`` adds step attributes (scalars, or JSON-encoded).
+        ``extra`` adds step attributes (scalars, or JSON-encoded); ``tables`` datasets of the step's group, by
+        name (structured arrays: `layout.PARAMETER_GRADIENTS`).
         """
         if self._step is None:
             self.begin_step(step_record.step)
@@ -197,6 +195,9 @@ class DumpWriter:
                 h5.table(group, layout.OP_INDEX, op_table)
                 written = (op_table, group)
             h5.table(group, layout.INDEX, self._tensor_table())
+        for name, table in (tables or {}).items():  # (a step's parameter gradients, at module level)
+            if table is not None and len(table):
+                h5.table(group, name, table)
         values = {  # the step number is the group's name and ops_recorded the length of op_index
             "loss": float(step_record.loss), "loss_scale": float(step_record.loss_scale),
             "overflow": bool(step_record.overflow), "skipped": bool(step_record.skipped),
@@ -443,8 +444,7 @@ class DumpWriter:
         op_group_attrs(h5, gid, exec_index, direction, op_type, compute_dtype, overflow, fusion)
         return gid
 
-    def _write_tensor(self, group, slot: str, dtype: str, array, stored: np.ndarray, stats: tuple,
-                      key=None) -> None:
+    def _write_tensor(self, group, slot: str, dtype: str, array, stored: np.ndarray, stats: tuple, key=None) -> None:
         dataset = self._h5.dataset(group, slot, stored)
         self._remember(array, dtype, group, slot.encode(), key)
         # a float64[9] in STATS_FIELDS order: a compound attribute costs five times as much to write

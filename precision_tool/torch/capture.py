@@ -26,7 +26,7 @@ import sys
 
 import torch
 
-from precision_tool.dump.layout import INPUT, OUTPUT, dumps
+from precision_tool.dump.layout import INPUT, OUTPUT, PARAMETER_GRADIENTS, dumps
 from precision_tool.dump.partial import check_target
 from precision_tool.dump.records import StepRecord
 from precision_tool.dump.writer import REPEAT
@@ -206,7 +206,12 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         self._step_ops = 0
         self._step_overflow = False
         self._stats.clear()
+        self.tables = {}  # the step's tables besides its index, by name (`param_grads`)
         return True
+
+    def wants_gradient_table(self) -> bool:
+        """Whether the open step is recorded and has no table of parameter gradients yet (`param_grads`)."""
+        return self._step is not None and PARAMETER_GRADIENTS not in self.tables
 
     def wants(self, call: OpCall) -> bool:
         return self.level == "op" and (self.record_views or not call.info.is_view) and \
@@ -387,8 +392,8 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
             return
         self._writer.end_step(StepRecord(step, loss, loss_scale, overflow or self._step_overflow, skipped,
                                          precision_mode=self._precision_mode, ops_recorded=self._step_ops,
-                                         cut_short=cut_short))
-        self._step = None
+                                         cut_short=cut_short), tables=self.tables)
+        self._step, self.tables = None, {}
         self._stats.clear()
         self.steps_written += 1
 
@@ -427,6 +432,7 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         return metadata
 
     _precision_mode = ""
+    tables: dict = {}
 
 
 def _values(item: tuple, dtype: str) -> tuple:

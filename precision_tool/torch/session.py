@@ -34,6 +34,7 @@ from precision_tool.dump.records import MODULE_TYPE_PREFIX
 from precision_tool.engine.hooks import BACKWARD
 from precision_tool.torch.modules import QUIET, ModuleGradients, float_leaves, trained, without_modes
 from precision_tool.torch.naming import Namer
+from precision_tool.torch.param_grads import note_parameter_gradients
 from precision_tool.torch.process import StepTailHook, compiled_code_eager, freeze_heap, run_eagerly
 from precision_tool.torch.ops import (AUTOCAST_STEP_WARNING, AtenOp, AutocastOptimizerWarning, as_float,
                                      autocast_dtype, complete_collective, compute_dtype, dtype_name, encode_args,
@@ -311,6 +312,7 @@ class Session:
         self.pending_boundary = False
         if self._idle_at_op_level():  # its ops, unseen, open a step where none is open, as in dispatch
             self._ops_would_run()
+        note_parameter_gradients(self._watching, self._trains)  # (module level: the gradients it reads)
         if not self._warned_autocast and autocast_dtype():
             self._warned_autocast = True
             warnings.warn(AUTOCAST_STEP_WARNING, AutocastOptimizerWarning, stacklevel=3)
@@ -400,7 +402,7 @@ class Session:
             module_type = f"{MODULE_TYPE_PREFIX}{type(module).__name__}"
             known = self._trains.get(id(module))
             if known is None or known[0] is not module:
-                known = self._trains[id(module)] = (module, trained(module))
+                known = self._trains[id(module)] = (module, trained(module), path)
             attrs = known[1]
             for recorder in watching:
                 recorder.module(exec_index, path, module_type, list(enumerate(inputs)), list(enumerate(outputs)),

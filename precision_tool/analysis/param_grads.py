@@ -1,0 +1,115 @@
+"""What a module-level step's parameter gradients show that its module records do not.
+
+The torch capture keeps, at module level, the gradient the optimizer reads
+for each trained parameter of every module called in the step
+(`precision_tool.torch.param_grads`). The scan reads it for the first step
+once no module call was judged there:
+
+* A parameter whose gradient the optimizer finds in one run only, of a
+  module both runs call: that run's module does not read the parameter (a
+  Linear that forgets its bias). Its output moves by what the parameter adds,
+  which 16-bit rounding hides at the first step; the missing gradient is
+  there in any format.
+* In a float32 pair whose module calls all match golden's to the last bit,
+  forward and backward (the same inputs and the same gradients at every
+  module's outputs), the parameters of one module whose gradients depart
+  beyond float32 rounding while every other parameter's gradient is golden's
+  to the last bit: that module's backward computes its parameters' gradients
+  otherwise (a custom autograd Function, a hook on a parameter). Nothing else
+  shows it before the update.
+
+Parameters that several called modules hold (tied weights) are left out:
+their gradient is no one module's.
+"""
+
+from __future__ import annotations
+
+from precision_tool.analysis.errors import stats_split
+from precision_tool.analysis.leaves import stats_row
+from precision_tool.analysis.module_updates import _same_step
+from precision_tool.analysis.modulejudge import _runs_float32
+from precision_tool.analysis.results import Verdict
+from precision_tool.analysis.rewrites import _fmt
+from precision_tool.analysis.zoom import FLOAT32_DEPARTURE
+from precision_tool.dump.layout import PARAMETER_GRADIENTS, STATS_FIELDS
+from precision_tool.dump.records import TensorStats
+
+
+def judge_parameter_gradients(scan, step: int) -> Verdict | None:
+    """The verdict the first step's parameter gradients give in a module-level pair, or None."""
+    if step != scan._first_step:
+        return None
+    golden, target = (_rows(dump, step) for dump in (scan.golden, scan.target))
+    if not golden or not target:
+        return None
+    both = {r.name for r in scan.step_records if r.direction == "forward"} & \
+        {r.name for r in scan.golden_records if r.direction == "forward"}
+    common = [(key, row, golden[key]) for key, row in target.items()
+              if key in golden and key[0] in both and row["holders"] == 1 and golden[key]["holders"] == 1]
+    for (module, parameter), ours, theirs in common:
+        if bool(ours["has_grad"]) != bool(theirs["has_grad"]):
+            return _read_in_one_run(scan, step, module, parameter, reads=bool(ours["has_grad"]))
+    return _weight_gradient(scan, step, common) if _runs_float32(scan) else None
+
+
+def _rows(dump, step: int) -> dict | None:
+    reader = getattr(dump, "step_table", None)
+    table = reader(step, PARAMETER_GRADIENTS) if reader is not None else None
+    if table is None:
+        return None
+    return {(row["module"].decode(errors="replace"), row["parameter"].decode(errors="replace")): row
+            for row in table}
+
+
+def _read_in_one_run(scan, step: int, module: str, parameter: str, reads: bool) -> Verdict:
+    where, other = ("the target", "golden") if reads else ("golden", "the target")
+    evidence = (f"at step {step} the optimizer finds a gradient for {module}'s parameter {parameter} in {where} "
+                f"and none in {other}, and both runs call {module}",
+                f"the target's {module} " + ("reads a parameter golden's does not" if reads else
+                                             f"does not read {parameter} (a bias left out, a parameter replaced by "
+                                             "a copy or a constant)") + ": its output differs by what "
+                f"{parameter} adds, which may be below the dtype's rounding at first; the update then differs")
+    return Verdict(module, "kernel_bug", step, "forward", _module_type(scan, module), evidence,
+                   f"compare {module}'s forward with golden's: which parameters it reads", module=module)
+
+
+def _weight_gradient(scan, step: int, common: list) -> Verdict | None:
+    """One module's parameter gradients depart, every other's and every module call are golden's to the bit."""
+    departed, exact = [], 0
+    for (module, parameter), ours, theirs in common:
+        if not (ours["has_grad"] and theirs["has_grad"]):
+            continue
+        a, b = _stats(ours), _stats(theirs)
+        if stats_row(a) == stats_row(b):
+            exact += 1
+            continue
+        error = stats_split(a, b, ours["dtype"].decode(errors="replace")).error
+        if not error >= FLOAT32_DEPARTURE:
+            return None  # (another kernel's rounding: nothing is golden's to the last bit)
+        departed.append((module, parameter, error))
+    modules = {module for module, _, _ in departed}
+    if len(modules) != 1 or not exact:
+        return None  # (none, or every gradient: the loop's code between backward and the update, a loss scale)
+    calls = _same_step(scan.golden, scan.target, step)
+    if calls is None:
+        return None
+    module = modules.pop()
+    names = ", ".join(parameter for _, parameter, _ in departed)
+    error = max(e for _, _, e in departed)
+    evidence = (f"every module call of step {step} matches golden's to the last bit, forward and backward "
+                f"({calls[0]} calls): {module} reads golden's inputs and gets golden's gradients at its outputs",
+                f"the gradient the optimizer reads for {module}'s {names} departs by {_fmt(error)} (from "
+                f"statistics), while the other {exact} parameters' gradients are golden's to the last bit",
+                f"{module}'s backward computes its parameters' gradients otherwise than golden's (a custom autograd "
+                "Function, a hook on a parameter)")
+    return Verdict(module, "kernel_bug", step, "backward", _module_type(scan, module), evidence, (
+        f"collect step {step} again at op level (ptt.dump(path, mode=\"dump\", steps=[{step}], "
+        f"modules=[{module!r}])) or run precision-tool zoom"), module=module)
+
+
+def _stats(row) -> TensorStats:
+    return TensorStats(*(row[name].item() for name in STATS_FIELDS))
+
+
+def _module_type(scan, module: str) -> str | None:
+    return next((r.type for r in scan.step_records if r.name == module), None)
