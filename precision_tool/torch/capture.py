@@ -210,8 +210,9 @@ class dump:  # noqa: N801 - used like a function: ``with dump(...)``
         return True
 
     def wants_gradient_table(self) -> bool:
-        """Whether the open step is recorded and has no table of parameter gradients yet (`param_grads`)."""
-        return self._step is not None and PARAMETER_GRADIENTS not in self.tables
+        """Whether the open step is the first this dump records and has no table of parameter gradients yet
+        (`param_grads`: the diagnosis reads the first step's; a table a step would cost a dataset a step)."""
+        return self._step is not None and not self.steps_written and PARAMETER_GRADIENTS not in self.tables
 
     def wants(self, call: OpCall) -> bool:
         return self.level == "op" and (self.record_views or not call.info.is_view) and \

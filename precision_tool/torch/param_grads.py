@@ -5,8 +5,8 @@ Module records hold a call's inputs, outputs and boundary gradients, none of a p
 module whose forward leaves a parameter out (a Linear that forgets its bias) or whose backward computes its
 weight gradient otherwise (a custom autograd Function) shows in no module record of the step: the first is
 hidden under 16-bit rounding, the second until the update. Taken when the step's first optimizer step begins
-(the gradients it reads: accumulated, clipped, unscaled by a GradScaler), once a step, by the table that
-`precision_tool.analysis.param_grads` reads.
+(the gradients it reads: accumulated, clipped, unscaled by a GradScaler), in the first step a dump records:
+the step `precision_tool.analysis.param_grads` reads (a table every step would cost a dataset every step).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def gradient_table(calls) -> np.ndarray | None:
                     continue
                 grad = param.grad
                 dtype = dtype_name(grad.dtype) if grad is not None else ""
-                stats = stats_of(grad.detach(), dtype) if grad is not None else _NO_GRADIENT
+                stats = stats_of(grad, dtype) if grad is not None else _NO_GRADIENT
                 rows.append((path.encode(), name.encode(), grad is not None, min(holders[id(param)], 65535),
                              dtype.encode(), *stats))
     if not rows:
