@@ -18,8 +18,12 @@ once no module call was judged there:
   otherwise (a custom autograd Function, a hook on a parameter). Nothing else
   shows it before the update.
 
-Parameters that several called modules hold (tied weights) are left out:
-their gradient is no one module's.
+* A parameter that more of the called modules hold in one run than in the
+  other: a weight tied in one run only (GPT-2's output embedding untied
+  from its input embedding).
+
+Otherwise parameters that several called modules hold (tied weights) are
+left out: their gradient is no one module's.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ def judge_parameter_gradients(scan, step: int) -> Verdict | None:
         return None
     both = {r.name for r in scan.step_records if r.direction == "forward"} & \
         {r.name for r in scan.golden_records if r.direction == "forward"}
+    for key, row in target.items():
+        if key in golden and key[0] in both and row["holders"] != golden[key]["holders"]:
+            return _tied_in_one_run(scan, step, *key, int(golden[key]["holders"]), int(row["holders"]))
     common = [(key, row, golden[key]) for key, row in target.items()
               if key in golden and key[0] in both and row["holders"] == 1 and golden[key]["holders"] == 1]
     for (module, parameter), ours, theirs in common:
@@ -71,6 +78,15 @@ def _read_in_one_run(scan, step: int, module: str, parameter: str, reads: bool) 
                 f"{parameter} adds, which may be below the dtype's rounding at first; the update then differs")
     return Verdict(module, "kernel_bug", step, "forward", _module_type(scan, module), evidence,
                    f"compare {module}'s forward with golden's: which parameters it reads", module=module)
+
+
+def _tied_in_one_run(scan, step: int, module: str, parameter: str, golden: int, target: int) -> Verdict:
+    evidence = (f"{module}'s parameter {parameter} is held by {golden} of the modules golden calls at step {step} and "
+                f"by {target} of the target's: a weight tied in one run only",
+                "a tied weight's gradient sums what each holder's backward hands it, and one update moves every "
+                "holder's weight: from the first update on the runs differ")
+    return Verdict(module, "kernel_bug", step, "backward", _module_type(scan, module), evidence,
+                   f"tie (or untie) {module}'s {parameter} as golden does", module=module)
 
 
 def _weight_gradient(scan, step: int, common: list) -> Verdict | None:

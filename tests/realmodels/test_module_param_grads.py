@@ -116,3 +116,15 @@ def test_clean_ports_compute_every_gradient_golden_computes(case_id, tmp_path):
     where nothing matches golden's to the last bit (float32 on other thread counts sums in another order)."""
     golden, target = collect(_case(case_id), tmp_path, mode="stats", level="module")
     assert diagnosis_of(golden, target).verdict.cls == "none"
+
+
+@pytest.mark.slow
+def test_an_output_embedding_untied_in_the_target_only_is_named_at_the_embedding(tmp_path):
+    """Named from the update before, in direction optimizer: the step's first call reading a trained parameter
+    departed, which blamed the optimizer's settings."""
+    golden, target = collect(_case("gpt2-sdpa-untied-fp32"), tmp_path, mode="stats", level="module")
+    verdict = diagnosis_of(golden, target).verdict
+    module = "GPT2LMHeadModel/transformer/wte"
+    assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == ("kernel_bug", module, 0, "backward")
+    assert verdict.evidence[0] == (f"{module}'s parameter weight is held by 2 of the modules golden calls at step 0 "
+                                   "and by 1 of the target's: a weight tied in one run only")
