@@ -22,6 +22,10 @@ once no module call was judged there:
   other: a weight tied in one run only (GPT-2's output embedding untied
   from its input embedding).
 
+* In such a pair, every parameter's gradient golden's times one factor: the
+  training loop's code between backward and the update scales them (gradient
+  clipping with another max norm).
+
 Otherwise parameters that several called modules hold (tied weights) are
 left out: their gradient is no one module's.
 """
@@ -32,7 +36,7 @@ from precision_tool.analysis.errors import stats_split
 from precision_tool.analysis.leaves import stats_row
 from precision_tool.analysis.module_updates import _same_step
 from precision_tool.analysis.modulejudge import _runs_float32
-from precision_tool.analysis.results import Verdict
+from precision_tool.analysis.results import UPDATE_TYPE, Verdict
 from precision_tool.analysis.rewrites import _fmt
 from precision_tool.analysis.zoom import FLOAT32_DEPARTURE
 from precision_tool.dump.layout import PARAMETER_GRADIENTS, STATS_FIELDS
@@ -97,17 +101,19 @@ def _weight_gradient(scan, step: int, common: list) -> Verdict | None:
             continue
         a, b = _stats(ours), _stats(theirs)
         if stats_row(a) == stats_row(b):
-            exact += 1
+            exact += b.norm > 0.0  # (zeros in both, any factor keeps: no evidence either way)
             continue
         error = stats_split(a, b, ours["dtype"].decode(errors="replace")).error
         if not error >= FLOAT32_DEPARTURE:
             return None  # (another kernel's rounding: nothing is golden's to the last bit)
         departed.append((module, parameter, error))
     modules = {module for module, _, _ in departed}
-    if len(modules) != 1 or not exact:
-        return None  # (none, or every gradient: the loop's code between backward and the update, a loss scale)
-    calls = _same_step(scan.golden, scan.target, step)
+    calls = _same_step(scan.golden, scan.target, step) if modules else None
     if calls is None:
+        return None
+    if not exact:  # every gradient: the loop's code between backward and the update, if by one factor
+        return _scaled_in_the_loop(scan, step, common, calls[0])
+    if len(modules) != 1:
         return None
     module = modules.pop()
     names = ", ".join(parameter for _, parameter, _ in departed)
@@ -121,6 +127,29 @@ def _weight_gradient(scan, step: int, common: list) -> Verdict | None:
     return Verdict(module, "kernel_bug", step, "backward", _module_type(scan, module), evidence, (
         f"collect step {step} again at op level (ptt.dump(path, mode=\"dump\", steps=[{step}], "
         f"modules=[{module!r}])) or run precision-tool zoom"), module=module)
+
+
+def _scaled_in_the_loop(scan, step: int, common: list, calls: int) -> Verdict | None:
+    """Every parameter's gradient is golden's times one factor, every module call golden's to the last bit."""
+    pairs = [(_stats(ours), _stats(theirs), ours["dtype"].decode(errors="replace"))
+             for _, ours, theirs in common if ours["has_grad"] and theirs["has_grad"] and theirs["norm"] > 0.0]
+    scales = [a.norm / b.norm for a, b, _ in pairs if b.norm > 0.0]
+    if len(pairs) < 2 or len(scales) != len(pairs):
+        return None
+    scale = sum(scales) / len(scales)
+    if not abs(scale - 1.0) >= FLOAT32_DEPARTURE or \
+            any(not stats_split(a, b, dtype, scale).error < FLOAT32_DEPARTURE for a, b, dtype in pairs):
+        return None
+    evidence = (f"every module call of step {step} matches golden's to the last bit, forward and backward ({calls} "
+                "calls): backward computes golden's gradients",
+                f"the gradient the optimizer reads for every one of the {len(pairs)} parameters is golden's times "
+                f"{scale:.6g} (from statistics)",
+                "the training loop's code between backward and the optimizer's step scales the gradients otherwise "
+                "than golden's (gradient clipping with another max norm, a loss scale not divided out, gradients "
+                "accumulated and not averaged)")
+    return Verdict("optimizer", "kernel_bug", step, "optimizer", UPDATE_TYPE, evidence,
+                   "compare the code between loss.backward() and optimizer.step() with golden's (clip_grad_norm_'s "
+                   "max_norm, unscaling, the accumulation's division)")
 
 
 def _stats(row) -> TensorStats:

@@ -128,3 +128,15 @@ def test_an_output_embedding_untied_in_the_target_only_is_named_at_the_embedding
     assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == ("kernel_bug", module, 0, "backward")
     assert verdict.evidence[0] == (f"{module}'s parameter weight is held by 2 of the modules golden calls at step 0 "
                                    "and by 1 of the target's: a weight tied in one run only")
+
+
+@pytest.mark.slow
+def test_gradients_clipped_to_another_norm_are_the_loops_code(tmp_path):
+    """Every module call matched golden's to the last bit, and the update was judged only by the optimizer's
+    first parameter read after it: none."""
+    golden, target = collect(_case("gpt2-clip-clip_changed-fp32"), tmp_path, mode="stats", level="module")
+    verdict = diagnosis_of(golden, target).verdict
+    assert (verdict.cls, verdict.op, verdict.step, verdict.direction, verdict.type) == \
+        ("kernel_bug", "optimizer", 0, "optimizer", "update")
+    assert verdict.evidence[1] == ("the gradient the optimizer reads for every one of the 27 parameters is golden's "
+                                   "times 0.02 (from statistics)")
