@@ -41,6 +41,7 @@ from precision_tool.analysis.rewrites import _fmt
 from precision_tool.analysis.zoom import FLOAT32_DEPARTURE
 from precision_tool.dump.layout import PARAMETER_GRADIENTS, STATS_FIELDS
 from precision_tool.dump.records import TensorStats
+from precision_tool.errors import InputError
 
 
 def judge_parameter_gradients(scan, step: int) -> Verdict | None:
@@ -63,12 +64,23 @@ def judge_parameter_gradients(scan, step: int) -> Verdict | None:
     return _weight_gradient(scan, step, common) if _runs_float32(scan) else None
 
 
+_TEXT = ("module", "parameter", "dtype")
+_FIELDS = (*_TEXT, "has_grad", "holders", *STATS_FIELDS)
+
+
 def _rows(dump, step: int) -> dict | None:
+    """The step's rows by (module, parameter); None where the dump has no table (an op-level dump, an older one).
+    A table without these fields is an InputError naming the dump."""
     reader = getattr(dump, "step_table", None)
     table = reader(step, PARAMETER_GRADIENTS) if reader is not None else None
     if table is None:
         return None
-    return {(row["module"].decode(errors="replace"), row["parameter"].decode(errors="replace")): row
+    names = table.dtype.names or ()
+    if table.ndim != 1 or any(field not in names for field in _FIELDS) or any(
+            table.dtype[field].kind not in ("S" if field in _TEXT else "biuf") for field in _FIELDS):
+        raise InputError(getattr(dump, "path", "dump"), f"step {step}'s {PARAMETER_GRADIENTS} is not a table of "
+                         f"parameter gradients (fields {', '.join(_FIELDS)}; found {', '.join(names) or 'none'})")
+    return {(bytes(row["module"]).decode(errors="replace"), bytes(row["parameter"]).decode(errors="replace")): row
             for row in table}
 
 

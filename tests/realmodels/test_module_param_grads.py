@@ -140,3 +140,30 @@ def test_gradients_clipped_to_another_norm_are_the_loops_code(tmp_path):
         ("kernel_bug", "optimizer", 0, "optimizer", "update")
     assert verdict.evidence[1] == ("the gradient the optimizer reads for every one of the 27 parameters is golden's "
                                    "times 0.02 (from statistics)")
+
+
+def test_a_table_that_is_no_table_of_parameter_gradients_is_an_input_error(tmp_path, run_cli):
+    import h5py
+    import torch
+
+    import precision_tool.torch as ptt
+
+    for role in ("golden", "target"):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        with ptt.dump(tmp_path / f"{role}.h5", mode="stats", level="module", role=role):
+            model(torch.ones(2, 3)).sum().backward()
+            optimizer.step()
+    with h5py.File(tmp_path / "target.h5", "r+") as f:
+        group = f["steps"][sorted(f["steps"])[0]]
+        del group["parameter_gradients"]
+        group["parameter_gradients"] = np.zeros(3, dtype=[("module", "f8"), ("parameter", "S4")])
+    before = (tmp_path / "target.h5").read_bytes()
+    result = run_cli("diagnose", tmp_path / "golden.h5", tmp_path / "target.h5")
+    assert result.status == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"precision-tool: error: {tmp_path / 'target.h5'}: step 0's parameter_gradients is not a table of parameter "
+        "gradients (fields module, parameter, dtype, has_grad, holders, count, min, max, mean, std, norm, nan, inf, "
+        "saturated; found module, parameter)")
+    assert (tmp_path / "target.h5").read_bytes() == before
