@@ -1,6 +1,7 @@
 """An update that differs from golden's, where a module-level dump first shows it.
 
-Module records hold no parameter, no parameter gradient and no optimizer op,
+Module records hold no parameter, no parameter gradient and no optimizer op
+(the first step's parameter gradients are a table of their own: `param_grads`),
 so a learning rate, a weight decay or a clipping set otherwise, a parameter
 frozen or tied in one run only, or a hook changing a parameter's gradient
 shows first in the step after the update, as a call whose output departs on
