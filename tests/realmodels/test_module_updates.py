@@ -19,7 +19,7 @@ FC = "GPT2LMHeadModel/transformer/h.1/mlp/c_fc"
 
 
 def _train(path, lr: float = 1e-3, frozen: bool = False, hooked: bool = False, foreach: bool = False,
-           sgd: bool = False, late_scaling: bool = False) -> None:
+           sgd: bool = False, late_scaling: bool = False, group_lr: bool = False) -> None:
     model = tiny_gpt2()
     if late_scaling:  # the first layer's activation scaled from its second call (step 1) on
         calls = []
@@ -30,6 +30,10 @@ def _train(path, lr: float = 1e-3, frozen: bool = False, hooked: bool = False, f
     if hooked:
         model.transformer.h[1].mlp.c_fc.weight.register_hook(lambda grad: grad * 1.5)
     trained = [p for p in model.parameters() if p.requires_grad]
+    if group_lr:  # h.1's c_fc in a parameter group of its own, with twice the learning rate
+        own = {id(p) for p in model.transformer.h[1].mlp.c_fc.parameters()}
+        trained = [{"params": [p for p in trained if id(p) not in own]},
+                   {"params": [p for p in trained if id(p) in own], "lr": 0.1}]
     optimizer = torch.optim.SGD(trained, lr=0.05) if sgd else torch.optim.AdamW(trained, lr=lr, foreach=foreach)
     fit(path, model, optimizer, lambda m, ids: m(input_ids=ids, labels=ids).loss, token_batches(3), mode="stats",
         level="module")
@@ -62,10 +66,22 @@ def test_a_parameter_frozen_in_one_run_is_named_at_its_module(golden, tmp_path):
 
 
 def test_a_hook_scaling_a_later_weight_gradient_is_named_at_its_module(tmp_path):
-    _train(tmp_path / "golden.h5", sgd=True)  # (Adam's first step is the gradient's sign: a scaling does nothing)
+    """From the first step's parameter gradients (`param_grads`); before them, from step 1's update."""
+    _train(tmp_path / "golden.h5", sgd=True)
     _train(tmp_path / "target.h5", hooked=True, sgd=True)
     verdict = diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict
     assert (verdict.cls, verdict.op, verdict.step, verdict.direction) == ("kernel_bug", FC, 0, "backward")
+    assert verdict.evidence[1] == (f"the gradient the optimizer reads for {FC}'s weight departs by 0.5 (from "
+                                   "statistics), while the other 26 parameters' gradients are golden's to the last "
+                                   "bit")
+
+
+def test_another_learning_rate_for_one_module_is_named_at_its_module(tmp_path):
+    _train(tmp_path / "golden.h5", sgd=True)  # (Adam's first step is the gradient's sign: a scale does nothing)
+    _train(tmp_path / "target.h5", group_lr=True, sgd=True)
+    verdict = diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict
+    assert (verdict.cls, verdict.op, verdict.step, verdict.direction, verdict.type) == (
+        "kernel_bug", FC, 0, "backward", "update")
     assert verdict.evidence[2].startswith("the 12 call(s) before it in step 1 read trained parameters that match")
 
 

@@ -84,8 +84,9 @@ def test_module_level_statistics_then_their_zoom_region_name_the_fault(case_id, 
 
 
 UPDATES = [
-    # 1 % noise on a weight gradient: no module boundary shows it until step 1's forward reads the weight
-    ("mlp-grad_noise-fp32", "MLPRegressor/fc2", (0, 1)),
+    # Adam's eps set otherwise: no module boundary shows it until step 1's forward reads the weights (1 % noise
+    # on a weight gradient did, before the first step's parameter gradients named it at its module)
+    ("mlp-adam_eps-fp32", "MLPRegressor/fc1", (0, 1)),
     # weight decay on every parameter: the same, from the optimizer
     ("gpt2-groups-decay_all-fp32", "GPT2LMHeadModel/transformer/h.0/ln_1", (0, 1)),
     # a Linear frozen first in the model: the region records it and the root's own ops, not the root's call, whose
