@@ -32,10 +32,13 @@ left out: their gradient is no one module's.
 
 from __future__ import annotations
 
+import math
+
 from precision_tool.analysis.errors import stats_split
 from precision_tool.analysis.leaves import stats_row
 from precision_tool.analysis.module_updates import _same_step
 from precision_tool.analysis.modulejudge import _runs_float32
+from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.results import UPDATE_TYPE, Verdict
 from precision_tool.analysis.rewrites import _fmt
 from precision_tool.analysis.zoom import FLOAT32_DEPARTURE
@@ -59,13 +62,16 @@ def judge_parameter_gradients(scan, step: int) -> Verdict | None:
     common = [(key, row, golden[key]) for key, row in target.items()
               if key in golden and key[0] in both and row["holders"] == 1 and golden[key]["holders"] == 1]
     for (module, parameter), ours, theirs in common:
-        if bool(ours["has_grad"]) != bool(theirs["has_grad"]):
+        # (zeros are no evidence of a read: zero_grad(set_to_none=False) leaves them on a parameter the step skips)
+        if not ours["has_grad"] and _nonzero(theirs) or not theirs["has_grad"] and _nonzero(ours):
             return _read_in_one_run(scan, step, module, parameter, reads=bool(ours["has_grad"]))
     return _weight_gradient(scan, step, common) if _runs_float32(scan) else None
 
 
 _TEXT = ("module", "parameter", "dtype")
 _FIELDS = (*_TEXT, "has_grad", "holders", *STATS_FIELDS)
+_COUNTS = ("has_grad", "holders", "count", "nan", "inf", "saturated")
+_KINDS = {**{field: "S" for field in _TEXT}, **{field: "bu" for field in _COUNTS}}  # the rest: floats
 
 
 def _rows(dump, step: int) -> dict | None:
@@ -75,13 +81,28 @@ def _rows(dump, step: int) -> dict | None:
     table = reader(step, PARAMETER_GRADIENTS) if reader is not None else None
     if table is None:
         return None
-    names = table.dtype.names or ()
-    if table.ndim != 1 or any(field not in names for field in _FIELDS) or any(
-            table.dtype[field].kind not in ("S" if field in _TEXT else "biuf") for field in _FIELDS):
-        raise InputError(getattr(dump, "path", "dump"), f"step {step}'s {PARAMETER_GRADIENTS} is not a table of "
-                         f"parameter gradients (fields {', '.join(_FIELDS)}; found {', '.join(names) or 'none'})")
+    problem = _malformed(table)
+    if problem:
+        raise InputError(getattr(dump, "path", "dump"), f"step {step}'s {PARAMETER_GRADIENTS} {problem}")
     return {(bytes(row["module"]).decode(errors="replace"), bytes(row["parameter"]).decode(errors="replace")): row
             for row in table}
+
+
+def _malformed(table) -> str:
+    """What makes ``table`` no table of parameter gradients as the capture writes them; "" where nothing does."""
+    names = table.dtype.names or ()
+    missing = [field for field in _FIELDS if field not in names]
+    if table.ndim != 1 or missing:
+        return f"is not a table of parameter gradients (no field {', '.join(missing)})" if missing else \
+            f"is not a table of parameter gradients ({table.ndim} dimensions)"
+    for field in _FIELDS:
+        kind = table.dtype[field].kind
+        if kind not in _KINDS.get(field, "f"):
+            return f"holds {table.dtype[field]} in its field {field}, where the capture writes " + \
+                {"S": "bytes", "bu": "unsigned integers"}.get(_KINDS.get(field, "f"), "floats")
+    if len(table) and (table["holders"].min() < 1 or table["has_grad"].max() > 1 or (table["norm"] < 0).any()):
+        return "holds impossible values (a parameter no module holds, a has_grad other than 0 or 1, a negative norm)"
+    return ""
 
 
 def _read_in_one_run(scan, step: int, module: str, parameter: str, reads: bool) -> Verdict:
@@ -109,7 +130,7 @@ def _weight_gradient(scan, step: int, common: list) -> Verdict | None:
     """One module's parameter gradients depart, every other's and every module call are golden's to the bit."""
     departed, exact = [], 0
     for (module, parameter), ours, theirs in common:
-        if not (ours["has_grad"] and theirs["has_grad"]):
+        if not (_measured(ours) and _measured(theirs)):
             continue
         a, b = _stats(ours), _stats(theirs)
         if stats_row(a) == stats_row(b):
@@ -144,7 +165,7 @@ def _weight_gradient(scan, step: int, common: list) -> Verdict | None:
 def _scaled_in_the_loop(scan, step: int, common: list, calls: int) -> Verdict | None:
     """Every parameter's gradient is golden's times one factor, every module call golden's to the last bit."""
     pairs = [(_stats(ours), _stats(theirs), ours["dtype"].decode(errors="replace"))
-             for _, ours, theirs in common if ours["has_grad"] and theirs["has_grad"] and theirs["norm"] > 0.0]
+             for _, ours, theirs in common if _measured(ours) and _measured(theirs) and theirs["norm"] > 0.0]
     scales = [a.norm / b.norm for a, b, _ in pairs if b.norm > 0.0]
     if len(pairs) < 2 or len(scales) != len(pairs):
         return None
@@ -162,6 +183,17 @@ def _scaled_in_the_loop(scan, step: int, common: list, calls: int) -> Verdict | 
     return Verdict("optimizer", "kernel_bug", step, "optimizer", UPDATE_TYPE, evidence,
                    "compare the code between loss.backward() and optimizer.step() with golden's (clip_grad_norm_'s "
                    "max_norm, unscaling, the accumulation's division)")
+
+
+def _nonzero(row) -> bool:
+    """A gradient the optimizer found, not all zeros."""
+    return bool(row["has_grad"]) and (row["norm"] != 0.0 or row["nan"] > 0 or row["inf"] > 0)
+
+
+def _measured(row) -> bool:
+    """A float gradient of finite statistics over some values (an empty, complex or sparse-less one has none)."""
+    return bool(row["has_grad"]) and row["count"] > 0 and is_float(row["dtype"].decode(errors="replace")) and \
+        all(math.isfinite(float(row[name])) for name in ("min", "max", "mean", "std", "norm"))
 
 
 def _stats(row) -> TensorStats:

@@ -150,11 +150,16 @@ class Dump:
     def step_table(self, step: int, name: str) -> np.ndarray | None:
         """A table of a complete step's group besides its index (`layout.PARAMETER_GRADIENTS`), or None where the
         step has none."""
+        import h5py
+
         group = self._step_group(step)
         try:
             if name not in group:
                 return None
-            return np.asarray(group[name][()])
+            table = group[name]
+            if not isinstance(table, h5py.Dataset):
+                raise InputError(self.path, f"/{layout.STEPS}/{self._step_names[step]}/{name}: a group, not a table")
+            return np.asarray(table[()])
         except (KeyError, OSError, ValueError, TypeError, RuntimeError) as exc:
             raise InputError(self.path, f"/{layout.STEPS}/{self._step_names[step]}/{name}: unreadable ({exc})") \
                 from None

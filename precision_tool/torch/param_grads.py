@@ -11,7 +11,10 @@ the step `precision_tool.analysis.param_grads` reads (a table every step would c
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import torch
 
 from precision_tool.dump.layout import PARAMETER_GRADIENTS, STATS_DTYPE, STATS_FIELDS
 from precision_tool.torch.modules import without_modes
@@ -30,9 +33,10 @@ def table_dtype(module_width: int, name_width: int, dtype_width: int) -> np.dtyp
                      *[(name, STATS_DTYPE[name]) for name in STATS_FIELDS]])
 
 
-def gradient_table(calls) -> np.ndarray | None:
+def gradient_table(calls, scale: float = 1.0) -> np.ndarray | None:
     """The table of ``calls``, (module, path) of each module called in the step, in first-call order; None
-    where none trains a parameter."""
+    where none trains a parameter. ``scale``: what the gradients carry, divided out of their statistics (a
+    GradScaler's, left on them for a fused optimizer to divide out in its kernel)."""
     holders: dict[int, int] = {}
     for module, _ in calls:
         for param in module._parameters.values():
@@ -47,6 +51,8 @@ def gradient_table(calls) -> np.ndarray | None:
                 grad = param.grad
                 dtype = dtype_name(grad.dtype) if grad is not None else ""
                 stats = stats_of(grad, dtype) if grad is not None else _NO_GRADIENT
+                if scale != 1.0 and grad is not None:
+                    stats = (stats[0], *(value / scale for value in stats[1:6]), *stats[6:])
                 rows.append((path.encode(), name.encode(), grad is not None, min(holders[id(param)], 65535),
                              dtype.encode(), *stats))
     if not rows:
@@ -55,12 +61,16 @@ def gradient_table(calls) -> np.ndarray | None:
     return np.array(rows, dtype=table_dtype(*widths))
 
 
-def note_parameter_gradients(recorders, trains: dict) -> None:
+def note_parameter_gradients(recorders, trains: dict, optimizer) -> None:
     """Hand the step's table to the module-level recorders among ``recorders`` that have none yet (a second
-    optimizer's step in the same iteration reads gradients computed before the first's); ``trains`` is the
-    session's (module, attrs, path) by module."""
+    optimizer's step in the same iteration reads gradients computed before the first's), as ``optimizer``'s
+    step is about to read them; ``trains`` is the session's (module, attrs, path) by module."""
     wanting = [r for r in recorders if getattr(r, "level", "op") == "module" and r.wants_gradient_table()]
     if wanting and trains:
-        table = gradient_table([(known[0], known[2]) for known in trains.values()])
+        scale = getattr(optimizer, "grad_scale", None)  # (a GradScaler's hand-off to a fused optimizer)
+        with without_modes():  # (read outside an op-level dump's dispatch mode beside it)
+            scale = float(scale) if isinstance(scale, torch.Tensor) and scale.numel() == 1 else 1.0
+        table = gradient_table([(known[0], known[2]) for known in trains.values()],
+                               scale if math.isfinite(scale) and scale > 0.0 else 1.0)
         for recorder in wanting:
             recorder.tables[PARAMETER_GRADIENTS] = table

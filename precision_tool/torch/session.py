@@ -312,7 +312,7 @@ class Session:
         self.pending_boundary = False
         if self._idle_at_op_level():  # its ops, unseen, open a step where none is open, as in dispatch
             self._ops_would_run()
-        note_parameter_gradients(self._watching, self._trains)  # (module level: the gradients it reads)
+        note_parameter_gradients(self._watching, self._trains, optimizer)  # (module level: the gradients it reads)
         if not self._warned_autocast and autocast_dtype():
             self._warned_autocast = True
             warnings.warn(AUTOCAST_STEP_WARNING, AutocastOptimizerWarning, stacklevel=3)
