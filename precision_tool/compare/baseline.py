@@ -36,7 +36,7 @@ BASELINE_FORMAT = "precision-tool-baseline"
 BASELINE_VERSION = 1
 _FINGERPRINT_BYTES = 1 << 20
 
-Key = tuple[int, str, str, str]  # step, op, direction, tensor
+Key = tuple[int, str, str, str, int]  # step, op, direction, tensor, occurrence (a module or op run twice a step)
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,11 @@ class BaselineEntry:
     rel_norm_diff: float | None = None
     extra_nonfinite: int = 0
     problem: str = ""
+    occurrence: int = 0  # which run of ``op`` in the step, counted from 0 (absent from baselines before it: 0)
 
     @property
     def key(self) -> Key:
-        return self.step, self.op, self.direction, self.tensor
+        return self.step, self.op, self.direction, self.tensor, self.occurrence
 
 
 @dataclass
@@ -70,16 +71,26 @@ class Baseline:
     target: dict = field(default_factory=dict)
 
 
-def row_key(row: TensorRow) -> Key:
-    return row.step, row.op, row.direction, row.tensor
+class RowKeys:
+    """The baseline key of each row of a comparison, the rows given in execution order: a name a step runs
+    twice (a module called twice, an activation module reused) has an entry per run."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple, int] = {}
+
+    def __call__(self, row: TensorRow) -> Key:
+        base = (row.step, row.op, row.direction, row.tensor)
+        occurrence = self._runs.get(base, -1) + 1
+        self._runs[base] = occurrence
+        return (*base, occurrence)
 
 
-def entry_from_row(row: TensorRow) -> BaselineEntry:
+def entry_from_row(row: TensorRow, occurrence: int = 0) -> BaselineEntry:
     return BaselineEntry(
         step=row.step, op=row.op, direction=row.direction, tensor=row.tensor, type=row.type,
         cosine=row.cosine, max_abs_err=row.max_abs_err,
         rel_norm_diff=None if row.stats is None else row.stats.rel_norm_diff,
-        extra_nonfinite=row.extra_nonfinite, problem=row.problem,
+        extra_nonfinite=row.extra_nonfinite, problem=row.problem, occurrence=occurrence,
     )
 
 
@@ -98,7 +109,11 @@ def dump_fingerprint(path) -> dict:
 
 def baseline_from_report(report: CompareReport) -> Baseline:
     """A baseline holding every compared tensor of ``report``."""
-    entries = {row_key(row): entry_from_row(row) for row in report.rows}
+    keys = RowKeys()
+    entries = {}
+    for row in report.rows:
+        key = keys(row)
+        entries[key] = entry_from_row(row, key[-1])
     sides = []
     for info in (report.golden, report.target):
         try:
@@ -168,6 +183,7 @@ def load_baseline(path) -> Baseline:
                 tensor=str(item["tensor"]), type=str(item.get("type", "")), cosine=_decode(item.get("cosine")),
                 max_abs_err=_decode(item.get("max_abs_err")), rel_norm_diff=_decode(item.get("rel_norm_diff")),
                 extra_nonfinite=int(item.get("extra_nonfinite", 0)), problem=str(item.get("problem", "")),
+                occurrence=int(item.get("occurrence", 0)),
             )
             entries[entry.key] = entry
         return Baseline(entries, str(document.get("tool_version", "")), str(document.get("created", "")),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from precision_tool.compare.baseline import Baseline, baseline_violations, row_key
+from precision_tool.compare.baseline import Baseline, RowKeys, baseline_violations
 from precision_tool.compare.metrics import ONE_SIDE_ZERO
 from precision_tool.compare.report import CompareReport, TensorRow
 from precision_tool.defaults import CHECK_MIN_COSINE
@@ -149,10 +149,11 @@ class CheckJudge:
         self.checked = 0
         self.failures: list[CheckFailure] = []
         self.seen: set = set()  # baseline keys met
+        self._keys = RowKeys()
 
     def add(self, row: TensorRow) -> None:
         criteria, baseline = self.criteria, self.criteria.baseline
-        entry = baseline.entries.get(row_key(row)) if baseline is not None else None
+        entry = baseline.entries.get(self._keys(row)) if baseline is not None else None
         if entry is not None:
             self.seen.add(entry.key)  # in this comparison, judged or not
         if row.skip or (row.kind == "input" and not criteria.judge_inputs):

@@ -149,3 +149,19 @@ def test_a_baseline_that_is_not_json_says_why(tmp_path, content, says):
     with pytest.raises(InputError) as raised:
         load_baseline(path)
     assert str(raised.value) == f"{path}: {says}"
+
+
+def test_a_name_run_twice_a_step_has_an_entry_a_run(tmp_path):
+    """An activation module called twice a step: one entry held both runs, the second's, and the pair failed
+    against its own baseline (the first run, further from golden, judged by the second's metrics)."""
+    golden, target = MemoryDump("g.h5"), MemoryDump("t.h5")
+    for values in (noisy(1e-2), noisy(1e-4)):
+        golden.add("act", "T", {"input_0": X, "output_0": X})
+        target.add("act", "T", {"input_0": X, "output_0": values})
+    report = compare_sources(golden, target)
+    save_baseline(baseline_from_report(report), tmp_path / "base.json")
+    baseline = load_baseline(tmp_path / "base.json")
+    assert sorted(baseline.entries) == [(0, "act", "forward", tensor, run) for tensor in ("input_0", "output_0")
+                                        for run in (0, 1)]
+    result = check_report(report, CheckCriteria(baseline=baseline))
+    assert result.passed and result.checked == 2 and result.baseline_missing == 0
