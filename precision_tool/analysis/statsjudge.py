@@ -319,7 +319,8 @@ def output_scale(scan, record: OpRecord) -> float | None:
     for slot, e in pair_errors(scan.golden, scan.target, record, view, "output"):
         if not e.error >= SIGNIFICANT_ERROR:
             continue
-        tensor, partner = record.tensor(slot), view.statistics(slot)
+        tensor = record.tensor(slot)
+        partner = view.statistics(slot) or (view.record(slot) if not tensor.has_data else None)  # (either side's)
         r = uniform_scale(tensor.stats, partner.stats, tensor.dtype) if partner is not None else uniform_scale(
             scan.target.tensor(record.step, record.exec_index, slot), view.get(slot), tensor.dtype)
         if r is None or not math.isfinite(e.error) or (found is not None and abs(r - found) > abs(found - 1.0) / 4):

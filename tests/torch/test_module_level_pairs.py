@@ -1,0 +1,54 @@
+"""Module-level pairs the CLI meets in the field: mixed modes, other models, empty runs (from a probe)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import precision_tool.torch as ptt
+
+pytestmark = pytest.mark.torch
+
+
+class Net(nn.Module):
+    def __init__(self, width: int = 32):
+        super().__init__()
+        self.fc1, self.act, self.fc2, self.fc3 = nn.Linear(16, width), nn.GELU(), nn.Linear(width, width), \
+            nn.Linear(width, 4)
+
+    def forward(self, x):
+        return self.fc3(self.act(self.fc2(self.act(self.fc1(x)))))  # (act called twice)
+
+
+def train(path, mode="stats", bf16=False, fault=False, steps=3, width=32):
+    torch.manual_seed(0)
+    model = Net(width)
+    if fault:  # fc2's output 5 % too large
+        original = model.fc2.forward
+        model.fc2.forward = lambda x: original(x) * 1.05
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(8 * max(steps, 1), 16, generator=generator), torch.randint(0, 4, (8 * max(steps, 1),),
+                                                                                  generator=generator)
+    with ptt.dump(path, mode=mode, level="module"):
+        for i in range(steps):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                out = model(x[i * 8:(i + 1) * 8])
+            nn.functional.cross_entropy(out.float(), y[i * 8:(i + 1) * 8]).backward()
+            optimizer.step()
+    return path
+
+
+def test_a_golden_with_tensors_and_a_target_with_statistics_name_the_faulty_module(tmp_path, run_cli):
+    """Reading a scale off a target kept as statistics asked the dump for its values: "step 0 op 2 output_0: no
+    tensor data (statistics only)", exit 2, naming no file."""
+    golden = train(tmp_path / "golden.h5", mode="dump")
+    target = train(tmp_path / "target.h5", bf16=True, fault=True)
+    result = run_cli("diagnose", golden, target, "--format", "json")
+    assert result.status == 0, result.stderr
+    import json
+
+    verdict = json.loads(result.stdout)["verdict"]
+    assert (verdict["class"], verdict["op"], verdict["direction"]) == ("kernel_bug", "Net/fc2", "forward")
