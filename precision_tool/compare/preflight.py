@@ -20,6 +20,8 @@ Errors (comparing would give an answer that means nothing):
 * ``different-capture-level``: torch dumps of which one holds every aten op and
   the other module calls only (``level=``): a diagnosis would read the ops one
   side lacks as ops the other does not run;
+* ``no-steps``: a finished run that holds no step (nothing trained under the
+  dump): nothing to compare;
 * ``being-replaced``: a new run is being written to ``PATH.partial``, to
   replace the dump given: that dump is the previous run, and checking it would
   pass or fail the wrong run. ``allow_incomplete=True`` makes this a warning.
@@ -171,6 +173,9 @@ def _completeness(side: str, dump, allow_incomplete: bool) -> list[Problem]:
     planned, committed = meta.get("steps"), getattr(dump, "steps_complete", None)
     if committed is None:  # an in-memory dump: nothing was cut short
         return []
+    if committed == 0 and bool(getattr(dump, "complete", True)) and not getattr(dump, "being_written", False):
+        return [Problem("no-steps", ERROR, f"{_path(dump)}: the {side} run holds no step (nothing ran under the "
+                                           "dump, or its steps= selected none): nothing to compare", side)]
     start = meta.get("resumed_from")  # a run resumed from a checkpoint (or a replay) holds the steps after it
     if _whole(planned) and _whole(start):
         planned -= start

@@ -52,3 +52,15 @@ def test_a_golden_with_tensors_and_a_target_with_statistics_name_the_faulty_modu
 
     verdict = json.loads(result.stdout)["verdict"]
     assert (verdict["class"], verdict["op"], verdict["direction"]) == ("kernel_bug", "Net/fc2", "forward")
+
+
+def test_a_run_that_trained_nothing_under_the_dump_is_refused(tmp_path, run_cli):
+    """It got verdict none ("nothing to do") where check refused it."""
+    golden = train(tmp_path / "golden.h5")
+    empty = train(tmp_path / "empty.h5", steps=0)
+    for command in ("diagnose", "check"):
+        result = run_cli(command, golden, empty)
+        assert (result.status, result.stdout) == (2, "")
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"precision-tool: error: {empty}: the target run holds no step (nothing ran under the dump, or its "
+            "steps= selected none): nothing to compare")
