@@ -165,14 +165,23 @@ def _nothing_to(source, verb: str, steps=None, op_glob=None) -> InputError:
         return InputError(source.path("target"), f"no tensor matches the golden dump {source.path('golden')}: "
                                                  f"nothing to {verb}")
     role, recorded = "golden", None
-    if steps is not None:  # the side whose steps the selection misses (a target that stopped early), else golden
-        held = {side: getattr(source.dump(side), "steps_complete", None) for side in ("golden", "target")}
-        role = next((side for side in ("golden", "target")
-                     if held[side] is not None and not set(steps) & set(range(held[side]))), "golden")
+    if steps is not None:  # the side whose steps the selection misses (a target that stopped early, a dump of
+        held = {side: _held_steps(source.dump(side)) for side in ("golden", "target")}  # steps=[...]), else golden
+        role = next((side for side in ("golden", "target") if held[side] is not None and not set(steps) & held[side]),
+                    "golden")
         recorded = held[role]
-    held_text = f" (it holds steps {_ranges(range(recorded))})" if recorded else ""
+    held_text = f" (it holds steps {_ranges(recorded)})" if recorded else ""
     return InputError(source.path(role), f"no op in {' and '.join(c for c in chosen if c)}{held_text}: "
                                          f"nothing to {verb}")
+
+
+def _held_steps(dump) -> set[int] | None:
+    """The step numbers ``dump`` holds (a dump recorded with steps=[1, 2] holds 1 and 2), or None unknown."""
+    numbers = getattr(dump, "step_numbers", None)
+    if callable(numbers):
+        return set(numbers())
+    complete = getattr(dump, "steps_complete", None)
+    return set(range(complete)) if complete is not None else None
 
 
 def _ranges(steps) -> str:

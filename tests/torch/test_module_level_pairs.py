@@ -64,3 +64,22 @@ def test_a_run_that_trained_nothing_under_the_dump_is_refused(tmp_path, run_cli)
         assert result.stderr.strip().splitlines()[-1] == (
             f"precision-tool: error: {empty}: the target run holds no step (nothing ran under the dump, or its "
             "steps= selected none): nothing to compare")
+
+
+def test_a_step_selection_a_late_starting_dump_lacks_names_it_and_its_steps(tmp_path, run_cli):
+    """A dump recorded with steps=[1, 2]: the error named the golden dump, or said "steps 0-1"."""
+    golden = train(tmp_path / "golden.h5")
+    torch.manual_seed(0)
+    late = tmp_path / "late.h5"
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with ptt.dump(late, mode="stats", level="module", steps=[1, 2]):
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.ones(8, 16)).sum().backward()
+            optimizer.step()
+    for command in ("compare", "check"):
+        result = run_cli(command, golden, late, "--steps", "0")
+        assert result.status == 2
+        assert result.stderr.strip().splitlines()[-1].endswith(
+            f"{late}: no op in --steps 0 (it holds steps 1-2): nothing to {command}")
