@@ -321,8 +321,9 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
         evidence = (f"{len(flagged)} op(s) at or below cosine {cosine_threshold} (first: {flagged[0].name})",
                     "no op introduces error beyond what its dtype explains, and no overflow reaches the ops "
                     "after it: the difference is accumulated rounding, as its dtypes allow")
-        verdict = Verdict(None, "none", None, evidence=evidence,
-                          action="nothing to fix in one op; compare more steps or tighten the precision mode")
+        verdict = _unjudged_late_modules(target, evidence[0]) or Verdict(
+            None, "none", None, evidence=evidence,
+            action="nothing to fix in one op; compare more steps or tighten the precision mode")
     if verdict is None:
         verdict = Verdict(None, "none", None, evidence=(f"no op at or below cosine {cosine_threshold} and no "
                                                         "unhandled overflow",), action="nothing to do")
@@ -341,3 +342,17 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     notes.extend(boost_notes)
     diagnosis.verdict = verdict
     return diagnosis
+
+
+def _unjudged_late_modules(target, flagged: str) -> Verdict | None:
+    """A module-level dump recorded from a later step (``steps=``) is judged nowhere: a module call is judged at the
+    run's first step only, where the parameters it reads are golden's. What departs there is no rounding said."""
+    metadata = getattr(target, "metadata", None) or {}
+    steps = metadata.get("steps_filter")
+    if metadata.get("capture_level") != "module" or not (isinstance(steps, list) and steps and min(steps) > 0):
+        return None
+    return Verdict(None, "none", None, evidence=(
+        flagged, f"these module-level dumps start at step {min(steps)} (steps={steps!r}): a module call is judged "
+                 "at the run's first step only, where the parameters it reads are golden's, so nothing here was "
+                 "judged"), action="collect both runs from step 0 (no steps=), or at op level, or run precision-tool "
+                                   "zoom; then diagnose again")

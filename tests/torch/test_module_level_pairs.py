@@ -66,20 +66,42 @@ def test_a_run_that_trained_nothing_under_the_dump_is_refused(tmp_path, run_cli)
             "steps= selected none): nothing to compare")
 
 
-def test_a_step_selection_a_late_starting_dump_lacks_names_it_and_its_steps(tmp_path, run_cli):
-    """A dump recorded with steps=[1, 2]: the error named the golden dump, or said "steps 0-1"."""
-    golden = train(tmp_path / "golden.h5")
+def train_late(path, fault=False):
+    """Three steps, the last two recorded (steps=[1, 2])."""
     torch.manual_seed(0)
-    late = tmp_path / "late.h5"
     model = Net()
+    if fault:
+        original = model.fc2.forward
+        model.fc2.forward = lambda x: original(x) * 1.5
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with ptt.dump(late, mode="stats", level="module", steps=[1, 2]):
+    with ptt.dump(path, mode="stats", level="module", steps=[1, 2]):
         for _ in range(3):
             optimizer.zero_grad()
             model(torch.ones(8, 16)).sum().backward()
             optimizer.step()
+    return path
+
+
+def test_a_step_selection_a_late_starting_dump_lacks_names_it_and_its_steps(tmp_path, run_cli):
+    """A dump recorded with steps=[1, 2]: the error named the golden dump, or said "steps 0-1"."""
+    golden = train(tmp_path / "golden.h5")
+    late = train_late(tmp_path / "late.h5")
     for command in ("compare", "check"):
         result = run_cli(command, golden, late, "--steps", "0")
         assert result.status == 2
         assert result.stderr.strip().splitlines()[-1].endswith(
             f"{late}: no op in --steps 0 (it holds steps 1-2): nothing to {command}")
+
+
+def test_late_starting_module_level_dumps_say_nothing_was_judged(tmp_path):
+    """A float32 pair departing 50 % at fc2 got none: "the difference is accumulated rounding"."""
+    from precision_tool.analysis import diagnose
+    from precision_tool.dump.reader import open_dump
+
+    golden, target = train_late(tmp_path / "golden.h5"), train_late(tmp_path / "target.h5", fault=True)
+    with open_dump(golden) as g, open_dump(target) as t:
+        verdict = diagnose(g, t).verdict
+    assert verdict.cls == "none" and verdict.evidence[1] == (
+        "these module-level dumps start at step 1 (steps=[1, 2]): a module call is judged at the run's first step "
+        "only, where the parameters it reads are golden's, so nothing here was judged")
+    assert verdict.action.startswith("collect both runs from step 0 (no steps=)")
