@@ -37,6 +37,7 @@ from precision_tool.analysis.scan import Scanner
 from precision_tool.analysis.scaling import first_skipped_update, scaled_past_format, unexplained_skip
 from precision_tool.analysis.structure import is_copy, module_path
 from precision_tool.dump.records import OpRecord, StepRecord
+from precision_tool.compare.report import SHAPE_MISMATCH
 from precision_tool.defaults import COSINE_THRESHOLD
 
 
@@ -321,7 +322,7 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
         evidence = (f"{len(flagged)} op(s) at or below cosine {cosine_threshold} (first: {flagged[0].name})",
                     "no op introduces error beyond what its dtype explains, and no overflow reaches the ops "
                     "after it: the difference is accumulated rounding, as its dtypes allow")
-        verdict = _unjudged_late_modules(target, evidence[0]) or Verdict(
+        verdict = _unjudged_late_modules(target, evidence[0]) or _shapes_apart(report, evidence[0]) or Verdict(
             None, "none", None, evidence=evidence,
             action="nothing to fix in one op; compare more steps or tighten the precision mode")
     if verdict is None:
@@ -356,3 +357,18 @@ def _unjudged_late_modules(target, flagged: str) -> Verdict | None:
                  "at the run's first step only, where the parameters it reads are golden's, so nothing here was "
                  "judged"), action="collect both runs from step 0 (no steps=), or at op level, or run precision-tool "
                                    "zoom; then diagnose again")
+
+
+def _shapes_apart(report, flagged: str) -> Verdict | None:
+    """Where at least half of the compared ops hold a tensor whose shape differs from its golden partner's, the
+    runs are not of one model and one batch: those pairs are not compared, and no rounding is said."""
+    apart = [op for op in report.ops if any(row.problem == SHAPE_MISMATCH for row in op.rows)]
+    if not apart or 2 * len(apart) < len(report.ops):
+        return None
+    row = next(row for row in apart[0].rows if row.problem == SHAPE_MISMATCH)
+    shapes = "x".join(map(str, row.shape)), "x".join(map(str, row.golden_shape))
+    return Verdict(None, "none", None, evidence=(
+        flagged, f"{len(apart)} of the {len(report.ops)} compared ops hold tensors whose shapes differ from golden's "
+                 f"(first: {row.op} {row.tensor}, {shapes[0]} where golden's is {shapes[1]}): other models, batch "
+                 "sizes or sequence lengths, whose values are not compared"),
+        action="collect both runs from the same model, batch and sequence length; then diagnose again")

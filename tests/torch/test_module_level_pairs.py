@@ -105,3 +105,16 @@ def test_late_starting_module_level_dumps_say_nothing_was_judged(tmp_path):
         "these module-level dumps start at step 1 (steps=[1, 2]): a module call is judged at the run's first step "
         "only, where the parameters it reads are golden's, so nothing here was judged")
     assert verdict.action.startswith("collect both runs from step 0 (no steps=)")
+
+
+def test_runs_of_another_width_say_their_shapes_differ(tmp_path):
+    """A golden of hidden width 32 and a target of 64: none, "the difference is accumulated rounding"."""
+    from precision_tool.analysis import diagnose
+    from precision_tool.dump.reader import open_dump
+
+    golden, target = train(tmp_path / "golden.h5"), train(tmp_path / "target.h5", width=64)
+    with open_dump(golden) as g, open_dump(target) as t:
+        verdict = diagnose(g, t).verdict
+    assert verdict.cls == "none" and verdict.evidence[1] == (
+        "27 of the 30 compared ops hold tensors whose shapes differ from golden's (first: Net/fc1 output_0, 8x64 "
+        "where golden's is 8x32): other models, batch sizes or sequence lengths, whose values are not compared")
