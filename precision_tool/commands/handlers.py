@@ -133,6 +133,8 @@ def check(source, min_cosine=None, max_abs_err=None, baseline_file=None, judge_i
     if not report.compared_ops:
         raise _nothing_to(source, "check", steps, op_glob)
     result = judge.result(streamed) if streamed is not None else check_report(report, criteria)
+    if getattr(source, "allow_incomplete", None) is None:  # the shell's check, which judges an unfinished run
+        result.report.notes.extend(n for n in _unfinished(source) if n not in result.report.notes)  # as it is
     if baseline is not None and baseline.entries and result.baseline_missing == len(baseline.entries):
         # (every tensor judged by the absolute criteria alone: a gate that passes says nothing of the baseline)
         raise InputError(baseline_file, f"shares no tensor with this comparison: its {len(baseline.entries)} "
@@ -155,6 +157,15 @@ def baseline(source, output, steps=None, op_glob=None, jobs=None, scheduler=None
     with replacing(output, source.inputs) as temporary:  # save_baseline writes the file in place
         save_baseline(saved, temporary)
     return BaselineSaved(len(saved.entries), len(report.ops), output)
+
+
+def _unfinished(source) -> list[str]:
+    """What the preflight says of a run that is incomplete or being replaced, which the batch check refuses."""
+    from precision_tool.compare.preflight import run_problems
+
+    golden, target = source._compared_dumps()
+    return [p.message for p in run_problems(golden, target, allow_incomplete=True)
+            if p.code in ("incomplete", "being-replaced")]
 
 
 def _nothing_to(source, verb: str, steps=None, op_glob=None) -> InputError:

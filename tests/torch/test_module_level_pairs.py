@@ -118,3 +118,30 @@ def test_runs_of_another_width_say_their_shapes_differ(tmp_path):
     assert verdict.cls == "none" and verdict.evidence[1] == (
         "27 of the 30 compared ops hold tensors whose shapes differ from golden's (first: Net/fc1 output_0, 8x64 "
         "where golden's is 8x32): other models, batch sizes or sequence lengths, whose values are not compared")
+
+
+def test_the_shells_check_says_a_run_is_incomplete(tmp_path, run_cli):
+    """The batch check refuses an incomplete run (exit 2); the shell's, which judges what it is given, passed
+    without a word."""
+    paths = []
+    for name in ("golden", "target"):
+        path = tmp_path / f"{name}.h5"
+        torch.manual_seed(0)
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        with pytest.raises(KeyboardInterrupt), ptt.dump(path, mode="stats", level="module"):
+            for step in range(3):
+                if step == 2:
+                    raise KeyboardInterrupt
+                optimizer.zero_grad()
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name == "target"):
+                    out = model(torch.ones(8, 16))
+                out.float().sum().backward()
+                optimizer.step()
+        paths.append(path.with_name(path.name + ".partial") if not path.exists() else path)
+    assert run_cli("check", *paths).status == 2
+    result = run_cli("shell", *paths, "-c", "check")
+    assert result.status == 0 and "PASSED" in result.stdout
+    said = " ".join(result.stdout.split())
+    assert f"note: {paths[0]}: the golden run is incomplete (killed or failed): 2 steps committed; only those are " \
+           "compared" in said
