@@ -147,10 +147,10 @@ class DumpFiles:
             if self.allow_incomplete is not None:
                 for problem in raise_for_errors(run_problems(golden, target, self.allow_incomplete)):
                     self.warn(problem.message)
-            else:  # compare shows whatever it is given; two dumps given the wrong way round, or of two models,
-                # are worth a word
+            else:  # compare shows whatever it is given; two dumps given the wrong way round, of two models or
+                # captured at two levels (only the module calls pair) are worth a word
                 for problem in run_problems(golden, target, True):
-                    if problem.code in ("swapped", "different-model", "same-file"):
+                    if problem.code in ("swapped", "different-model", "same-file", "different-capture-level"):
                         self.warn(problem.message)
             self._preflighted = True
         return golden, target

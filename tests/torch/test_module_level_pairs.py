@@ -145,3 +145,19 @@ def test_the_shells_check_says_a_run_is_incomplete(tmp_path, run_cli):
     said = " ".join(result.stdout.split())
     assert f"note: {paths[0]}: the golden run is incomplete (killed or failed): 2 steps committed; only those are " \
            "compared" in said
+
+
+def test_compare_warns_of_dumps_captured_at_two_levels(tmp_path, run_cli):
+    """Only the module calls pair: 123 op records were left unmatched without a word, where check, diagnose and
+    the shell's vcs refuse the pair."""
+    golden = train(tmp_path / "golden.h5")
+    target = tmp_path / "ops.h5"
+    torch.manual_seed(0)
+    model = Net()
+    with ptt.dump(target, mode="stats"):
+        model(torch.ones(8, 16)).sum().backward()
+        torch.optim.SGD(model.parameters(), lr=0.1).step()
+    result = run_cli("compare", golden, target)
+    assert result.status == 0
+    assert f"the dumps were captured at different levels: golden {golden} at module level" in \
+        " ".join(result.stderr.split())
