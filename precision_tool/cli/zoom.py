@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -227,13 +228,25 @@ def _run_script(script: list[str], environment: dict, expected: str) -> None:
     if status != 0:
         failed = _failed_step(expected) if _stamp(expected) not in (None, before) else None
         if failed is None:
-            raise InputError(script[0], f"exited with status {status} in the {what}")
-        click.echo(f"precision-tool: warning: {script[0]}: exited with status {status} in the {what}, failing in "
+            raise InputError(script[0], f"{_ended(status)} in the {what}")
+        click.echo(f"precision-tool: warning: {script[0]}: {_ended(status)} in the {what}, failing in "
                    f"step {failed}: its steps up to the failure are compared", err=True)
         return
     if _stamp(expected) in (None, before):  # absent, or the previous run's file left as it was
         raise InputError(script[0], f"wrote no {os.path.basename(expected)} in the {what}: does it train "
                                     "inside ptt.dump(...)?")
+
+
+def _ended(status: int) -> str:
+    """How a script's run ended, in words: its exit status, or the signal that stopped it (Python stops itself with
+    SIGINT on a KeyboardInterrupt it does not catch: status -2)."""
+    if status >= 0:
+        return f"exited with status {status}"
+    try:
+        name = signal.Signals(-status).name
+    except ValueError:
+        name = f"signal {-status}"
+    return "was interrupted (SIGINT)" if name == "SIGINT" else f"was killed by {name}"
 
 
 def _failed_step(path: str) -> int | None:

@@ -305,8 +305,10 @@ def test_a_file_system_refusal_reaching_the_boundary_is_one_line(run_cli, monkey
 
 
 @pytest.mark.parametrize("script, says", [("raise SystemExit(3)", "exited with status 3 in the stats phase"),
-                                          ("pass", "wrote no stats-golden.h5 in the stats phase")],
-                         ids=["script-fails", "script-writes-nothing"])
+                                          ("pass", "wrote no stats-golden.h5 in the stats phase"),
+                                          # (Python stops itself with SIGINT: status -2, which it said)
+                                          ("raise KeyboardInterrupt", "was interrupted (SIGINT) in the stats phase")],
+                         ids=["script-fails", "script-writes-nothing", "script-interrupted"])
 def test_zoom_force_keeps_the_previous_dumps_when_the_script_fails(run_cli, tmp_path, script, says):
     folder = tmp_path / "zoom"
     folder.mkdir()
