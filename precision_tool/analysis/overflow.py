@@ -13,9 +13,11 @@ _EXP_LIKE = {"Exp", "Pow", "Square"}
 _SOFTMAX_LIKE = {"Softmax", "ScaledMaskedSoftmax", "LogSoftmax", "RealDiv", "ReduceSum"}
 
 
-def overflow_hint(record: OpRecord, loss_scale: float | None, invalid: bool = False) -> str:
+def overflow_hint(record: OpRecord, loss_scale: float | None, invalid: bool = False,
+                  golden_largest: float | None = None) -> str:
     """One sentence on how to stop this op overflowing (``invalid``: it makes NaN from finite inputs, which a
-    saturation mode wrote as numbers: `attribution.makes_nan_hidden`)."""
+    saturation mode wrote as numbers: `attribution.makes_nan_hidden`; ``golden_largest``: the largest magnitude
+    of golden's outputs of the op, where known)."""
     if record.inherited_nonfinite:
         return "propagates an earlier overflow: fix the first one"
     if invalid:
@@ -23,6 +25,11 @@ def overflow_hint(record: OpRecord, loss_scale: float | None, invalid: bool = Fa
                 "of a negative value, 0/0), which the saturation mode wrote as numbers: check its inputs' range")
     keep_fp32 = (f'keep {record.type} in float32 through the mix list '
                  f'({{"black-list": {{"to-add": ["{record.type}"]}}}})')
+    fmt = FORMATS.get(record.compute_dtype)
+    if record.direction == "backward" and golden_largest is not None and fmt is not None and golden_largest > fmt.max:
+        return (f"golden's values there reach {golden_largest:.3g}, beyond the {record.compute_dtype} range at any "
+                f"loss scale (they do not scale with the loss): compute it in float32 (its module's input upcast, out of "
+                f"the 16-bit region), or {keep_fp32}")
     if record.direction == "backward" and loss_scale and loss_scale > 1.0:
         return (f"gradient overflow (loss scale {loss_scale:g}): lower the loss scale or use a dynamic "
                 "loss-scale manager, which skips such steps and shrinks the scale")
@@ -87,16 +94,17 @@ def _range(tensor) -> Range:
 
 
 def overflow_entry(record: OpRecord, loss_scale: float | None, invalid: bool = False,
-                   in_golden: bool = False, asked: bool = False) -> OverflowEntry:
-    """The report entry of one overflowing op record (``invalid``: see `overflow_hint`; ``in_golden``: golden's
-    op makes the same inf and NaN; ``asked``: an infinite constant the model asked for, or carried from one)."""
+                   in_golden: bool = False, asked: bool = False, golden_largest: float | None = None) -> OverflowEntry:
+    """The report entry of one overflowing op record (``invalid``, ``golden_largest``: see `overflow_hint`;
+    ``in_golden``: golden's op makes the same inf and NaN; ``asked``: an infinite constant the model asked for, or
+    carried from one)."""
     outputs = [t for t in record.outputs if t.stats.count]
     saturated = sum(t.stats.saturated for t in outputs)
     nan = sum(t.stats.nan for t in outputs)
     hint = AS_IN_GOLDEN_NAN if in_golden and nan else AS_IN_GOLDEN_SATURATED if in_golden and saturated else \
         AS_IN_GOLDEN if in_golden else \
         (CARRIES_CONSTANT if record.inherited_nonfinite else ASKED_CONSTANT) if asked else \
-        overflow_hint(record, loss_scale, invalid)
+        overflow_hint(record, loss_scale, invalid, golden_largest)
     return OverflowEntry(
         step=record.step, exec_index=record.exec_index, name=record.name, type=record.type,
         direction=record.direction, compute_dtype=record.compute_dtype,
@@ -194,6 +202,19 @@ def _values_key(tensor) -> tuple:
     return tuple("nan" if x != x else x for x in (*fingerprint(tensor), s.inf, s.nan))
 
 
+def _golden_largest(golden, record: OpRecord) -> float | None:
+    """The largest magnitude among golden's outputs of a backward op that starts an overflow (None for other ops,
+    or where golden lacks the op): what tells an overflow no loss scale causes from a scaled gradient's."""
+    if golden is None or record.direction != "backward" or record.inherited_nonfinite:
+        return None
+    try:
+        twin = golden.op(record.step, record.name, record.direction)
+    except KeyError:
+        return None
+    values = [max(abs(t.stats.min), abs(t.stats.max)) for t in twin.outputs if t.stats.count]
+    return max(values) if values else None
+
+
 def overflow_report(dump, limit: int | None = None, golden=None) -> OverflowReport:
     """Every op execution of ``dump`` that raised the float status, in execution order; with ``golden``, those
     whose golden op makes the same inf/NaN are marked (`as_in_golden`).
@@ -211,7 +232,7 @@ def overflow_report(dump, limit: int | None = None, golden=None) -> OverflowRepo
     own = shared | asked
     shown = records if limit is None else preferring_ours(records, lambda r: (r.step, r.exec_index) in own, limit)
     entries = [overflow_entry(r, scales.get(r.step), makes_nan_hidden(dump, r), (r.step, r.exec_index) in shared,
-                              (r.step, r.exec_index) in asked) for r in shown]
+                              (r.step, r.exec_index) in asked, _golden_largest(golden, r)) for r in shown]
     return OverflowReport(
         entries=entries,
         total=len(records),

@@ -115,8 +115,11 @@ def scaled_past_format(golden, target, entries) -> set[str]:
                 record = golden.op(entry.step, entry.name, entry.direction)
             except KeyError:
                 record = None
-            if record is not None:
-                ok = _largest(record.outputs) * ratio > format_limit(entry.compute_dtype)
+            if record is not None:  # beyond the format once scaled, and within it as golden computes it: a value
+                # past the format unscaled (a power of a forward activation, in a norm's backward) overflows at
+                # any loss scale, and no search for one ends it
+                limit, largest = format_limit(entry.compute_dtype), _largest(record.outputs)
+                ok = largest * ratio > limit >= largest
             else:  # an op only the target runs (a cast autocast inserts): its inputs fit the format without the
                 # scale and do not with it, as its overflow shows
                 ok = _unscaled_fits(target, entry, ratio)
