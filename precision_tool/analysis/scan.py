@@ -249,8 +249,8 @@ class Scanner(RewriteJudge):
         if not any(t.has_data and is_float(t.dtype) for t in record.outputs) or writes_dtype_constant(record):
             return judge_statistics(self, record) if stats_only(record) else None  # (finfo(float16).min: a mask)
         a = self._attribute(record, replay=False)
-        if overflows_here(record, a) and not self._inherits_overflow(record, a):
-            return self._judge_overflow(record, a)
+        if overflows_here(record, a) and not self._inherits_overflow(record, a):  # a changed mask it reads first
+            return self._departed(record, a, math.nan) or self._judge_overflow(record, a)  # (nan: integers only)
         if self._declared:
             verdict = narrower_than_declared(record, self._golden_of(record), a.observed, self._declared) or (
                 stray_cast(record, self._golden_of(record), loss_departs(self), self.departures.writers()[1])
