@@ -58,7 +58,7 @@ from precision_tool.analysis.omissions import (declared_format, fewer_gradients,
                                                stray_cast)
 from precision_tool.analysis.overflow import overflow_entry, starts_here
 from precision_tool.analysis.param_grads import judge_parameter_gradients
-from precision_tool.analysis.pairing import align_loop_ops
+from precision_tool.analysis.pairing import align_layout_copies, align_loop_ops
 from precision_tool.analysis.randomness import judge_draw
 from precision_tool.analysis.replay import is_float
 from precision_tool.analysis.reshaped import another_part
@@ -134,7 +134,7 @@ class Scanner(RewriteJudge):
         target = [r for r in self.target.ops(step=step) if r.tensors]
         golden = self.golden.ops(step=step)
         self.step_records, self.golden_records = target, golden
-        self._loop_partners = align_loop_ops(golden, target)
+        self._loop_partners = align_loop_ops(golden, target) | align_layout_copies(golden, target)
         rewrites = rewritten_modules(golden, target) + rewritten_backward(golden, target) + \
             rewritten_optimizer(golden, target)
         inside = {name for r in rewrites for name in r.members}
@@ -178,7 +178,7 @@ class Scanner(RewriteJudge):
         return self._judge_missing_before(None) or (judge_parameter_gradients(self, step) if modules_only else None)
 
     def _realign(self, golden: list[OpRecord], target: list[OpRecord]) -> None:
-        """Re-pair the training loop's ops that pairing by name pairs wrongly (`pairing.align_loop_ops`)."""
+        """Re-pair the ops that pairing by name pairs wrongly (`pairing.align_loop_ops`, `align_layout_copies`)."""
         for record in target:
             if id(record) not in self._loop_partners:
                 continue
