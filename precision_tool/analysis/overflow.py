@@ -224,6 +224,12 @@ def overflow_report(dump, limit: int | None = None, golden=None) -> OverflowRepo
     """
     steps = dump.steps()
     scales = {s.step: s.loss_scale for s in steps}
+    if golden is not None:  # the scale the step's gradients carry: the one recorded after scaler.update() is the
+        from precision_tool.analysis.scaling import loss_scale_ratios  # next step's, half of it after an overflow
+
+        golden_scales = {s.step: s.loss_scale for s in golden.steps()}
+        scales.update({step: ratio * golden_scales.get(step, 1.0)
+                       for step, ratio in loss_scale_ratios(golden, dump).items()})
     records = [r for r in dump.ops() if r.overflow]
     from precision_tool.analysis.attribution import makes_nan_hidden
 

@@ -55,3 +55,7 @@ def test_an_overflow_no_loss_scale_causes_is_blamed_where_it_starts(tmp_path, in
     searching = [note for note in diagnosis.notes if "still searching for its scale" in note]
     assert not any(verdict.op in note for note in searching)  # (at 1024, gradients elsewhere do overflow by it)
     assert bool(searching) == (init_scale > 1)
+    scaled = {e.hint for e in diagnosis.overflow.entries if e.step == 0 and e.hint.startswith("gradient overflow")}
+    # the scale step 0's gradients carry, not the one recorded after scaler.update() halved it
+    assert scaled == ({"gradient overflow (loss scale 1024): lower the loss scale or use a dynamic loss-scale "
+                       "manager, which skips such steps and shrinks the scale"} if init_scale > 1 else set())
