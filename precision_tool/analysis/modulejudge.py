@@ -90,9 +90,29 @@ def judge_module(scan, record: OpRecord) -> Verdict | None:
         verdict = _judge_own_code(scan, record, _children(scan, record))
     if verdict is None and record.direction == "forward" and "/" not in record.name:
         verdict = _judge_loop_code(scan, record)
-    if verdict is None and record.direction == "backward":
-        verdict = _judge_loss_code(scan, record)
+    if verdict is None and record.direction == "backward":  # (a float32 run's first step, from here on)
+        verdict = _judge_loss_code(scan, record) or _judge_own_backward(scan, record)
     return _as_overflow(scan, record, verdict)
+
+
+def _judge_own_backward(scan, record: OpRecord) -> Verdict | None:
+    """A backward call whose incoming gradients are golden's within float32's noise, and whose forward calls and
+    children's are golden's to the last bit, where a child reads a gradient departing beyond its children called
+    before: the call's own code between them changes the gradient (a custom autograd Function, a hook). What the
+    call passes back need not show it: to an input also read elsewhere (a residual stream) it records the whole
+    gradient, of which its own share is a small part (`modules`)."""
+    a = scan._attribute(record, replay=False)
+    if a.inherited > noise_floor("float32") or _forward_error(scan, record) > 0.0:
+        return None
+    sources = a.inherited
+    for child in _children(scan, record):
+        departed = _departed_input(scan, child, sources, 0) if _forward_error(scan, child) == 0.0 else None
+        if departed is not None:
+            a = replace(a, observed=departed[1], inherited=sources)
+            scan.result.attributions.append(a)
+            return _own_code_verdict(record, child, departed[0], a)
+        sources = max(sources, scan._attribute(child, replay=False).observed)
+    return None
 
 
 def _judge_loss_code(scan, record: OpRecord) -> Verdict | None:
