@@ -491,7 +491,7 @@ class Scanner(RewriteJudge):
         return self.target_by_key.get(self.golden_key.get(id(golden_record)))
 
     def _note_module(self, record: OpRecord) -> None:
-        if self.result.first_module is not None or record.direction != "forward":
+        if self.result.first_module is not None or record.direction != "forward" or "/" not in record.name:
             return
         a = self._attribute(record, replay=False)
         if a.observed >= max(noise_floor(output_dtype(record)), SIGNIFICANT_ERROR) \

@@ -61,3 +61,23 @@ def test_a_clean_float32_run_on_other_threads_names_nothing(tmp_path):
     finally:
         torch.set_num_threads(threads)
     assert diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5").verdict.cls == "none"
+
+
+def test_a_clean_bfloat16_run_points_at_no_module_when_only_the_whole_models_output_departs(tmp_path):
+    # the model's logits depart beyond its token ids in any 16-bit run: naming the root module as "the first
+    # module whose output diverges beyond its inputs" beside a verdict of none said nothing and contradicted it
+    def loss_of(bf16):
+        def loss(model, batch):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                return model(input_ids=batch[0], labels=batch[1]).loss
+        return loss
+
+    generator = torch.Generator().manual_seed(39)
+    batches = [(torch.randint(3, 64, (3, 10), generator=generator), torch.randint(0, 3, (3,), generator=generator))
+               for _ in range(2)]
+    for name, bf16 in (("golden.h5", False), ("target.h5", True)):
+        model = tiny_bert_classifier()
+        fit(tmp_path / name, model, torch.optim.AdamW(model.parameters(), lr=1e-3), loss_of(bf16), batches,
+            mode="stats", level="module")
+    diagnosis = diagnosis_of(tmp_path / "golden.h5", tmp_path / "target.h5")
+    assert (diagnosis.verdict.cls, diagnosis.first_module) == ("none", None)
