@@ -324,10 +324,12 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
                     "after it: the difference is accumulated rounding, as its dtypes allow")
         verdict = _unjudged_late_modules(target, evidence[0]) or _shapes_apart(report, evidence[0]) or Verdict(
             None, "none", None, evidence=evidence,
-            action="nothing to fix in one op; compare more steps or tighten the precision mode")
+            action=_NOTHING_IN_ONE_OP)
     if verdict is None:
         verdict = Verdict(None, "none", None, evidence=(f"no op at or below cosine {cosine_threshold} and no "
-                                                        "unhandled overflow",), action="nothing to do")
+                                                        "unhandled overflow",), action=_NOTHING)
+    if verdict.action in (_NOTHING, _NOTHING_IN_ONE_OP) and getattr(target, "mode", "") == "stats":
+        verdict = replace(verdict, action=verdict.action + _FROM_STATISTICS)
     apart = _names_apart(golden, target) if verdict.cls == "none" and verdict.op is None else None
     if apart is not None:
         verdict = replace(verdict, evidence=apart + verdict.evidence[:1], action=(
@@ -343,6 +345,13 @@ def diagnose(golden, target, overflow=None, fusion_off=None, comparison=None,
     notes.extend(boost_notes)
     diagnosis.verdict = verdict
     return diagnosis
+
+
+_NOTHING = "nothing to do"
+_NOTHING_IN_ONE_OP = "nothing to fix in one op; compare more steps or tighten the precision mode"
+_FROM_STATISTICS = ("; the target holds statistics only, which do not show a fault within its rounding (a 2 % scale "
+                    "under bfloat16): if its loss still departs from golden's, run precision-tool zoom, or collect "
+                    "step 0 with tensors (mode=\"dump\"), and diagnose again")
 
 
 def _unjudged_late_modules(target, flagged: str) -> Verdict | None:
