@@ -6,18 +6,15 @@ softmax between its q/k/v Linears and its output Linear, a layer scale), which n
 judged twice, in its first step only (a call does not record the parameters it reads, which differ by rounding
 after the first update; `module_updates` judges the update of float32 runs agreeing to the last bit):
 
-* **its output**: the call's output departs from golden's by
-  SIGNIFICANT_ERROR and beyond its dtype's noise (REWRITE_FLOOR for a
-  float32 tensor of a run that computes in float32: `_significant`), more than
-  INTRODUCED_EXCESS times its inputs' error and its children's outputs'
-  (error they already carried), as `statsjudge` judges an op; the innermost
-  call that departs is met first, since a call is recorded when it returns;
-* **its own code between its children**: what a child reads was computed
-  by the parent's code from the parent's inputs and the outputs of the
-  children that returned before it. A child whose input departs that much
-  beyond all of those reads error the parent's own code introduced; the
-  parent is named. That child is the reader the error reaches, so it is
-  harmful when the child's output departs too.
+* **its output**: the call's output departs from golden's by SIGNIFICANT_ERROR and beyond its dtype's noise
+  (REWRITE_FLOOR for a float32 tensor of a run that computes in float32: `_significant`), more than
+  INTRODUCED_EXCESS times its inputs' error and its children's outputs' (error they already carried), as
+  `statsjudge` judges an op; the innermost call that departs is met first, since a call is recorded when it returns;
+* **its own code between its children**: what a child reads was computed by the parent's code from the parent's
+  inputs and the outputs of the children that returned before it. A child whose input departs that much beyond all
+  of those reads error the parent's own code introduced; the parent is named. That child is the reader the error
+  reaches, so it is harmful when the child's output departs too. In backward (float32 runs whose forward calls are
+  golden's to the last bit) the same holds of the gradients a child reads (`_judge_own_backward`).
 
 A call's error is harmful, as an op's is, when a module call that reads its output diverges (a sibling:
 `judge_module` cannot see the ops between), or holds NaN or inf where golden's is finite, or, without one, the
@@ -96,11 +93,9 @@ def judge_module(scan, record: OpRecord) -> Verdict | None:
 
 
 def _judge_own_backward(scan, record: OpRecord) -> Verdict | None:
-    """A backward call whose incoming gradients are golden's within float32's noise, and whose forward calls and
-    children's are golden's to the last bit, where a child reads a gradient departing beyond its children called
-    before: the call's own code between them changes the gradient (a custom autograd Function, a hook). What the
-    call passes back need not show it: to an input also read elsewhere (a residual stream) it records the whole
-    gradient, of which its own share is a small part (`modules`)."""
+    """`_judge_own_code` of a backward call (a custom autograd Function or a hook changing the gradient between it
+    and a child). What it passes back need not show it: to an input also read elsewhere (a residual stream) it
+    records the whole gradient, its own share a small part (`modules`)."""
     a = scan._attribute(record, replay=False)
     if a.inherited > noise_floor("float32") or _forward_error(scan, record) > 0.0:
         return None
@@ -108,8 +103,7 @@ def _judge_own_backward(scan, record: OpRecord) -> Verdict | None:
     for child in _children(scan, record):
         departed = _departed_input(scan, child, sources, 0) if _forward_error(scan, child) == 0.0 else None
         if departed is not None:
-            a = replace(a, observed=departed[1], inherited=sources)
-            scan.result.attributions.append(a)
+            scan.result.attributions.append(a := replace(a, observed=departed[1], inherited=sources))
             return _own_code_verdict(record, child, departed[0], a)
         sources = max(sources, scan._attribute(child, replay=False).observed)
     return None

@@ -28,8 +28,8 @@ def overflow_hint(record: OpRecord, loss_scale: float | None, invalid: bool = Fa
     fmt = FORMATS.get(record.compute_dtype)
     if record.direction == "backward" and golden_largest is not None and fmt is not None and golden_largest > fmt.max:
         return (f"golden's values there reach {golden_largest:.3g}, beyond the {record.compute_dtype} range at any "
-                f"loss scale (they do not scale with the loss): compute it in float32 (its module's input upcast, out of "
-                f"the 16-bit region), or {keep_fp32}")
+                "loss scale (they do not scale with the loss): compute it in float32 (its module's input upcast, out "
+                f"of the 16-bit region), or {keep_fp32}")
     if record.direction == "backward" and loss_scale and loss_scale > 1.0:
         return (f"gradient overflow (loss scale {loss_scale:g}): lower the loss scale or use a dynamic "
                 "loss-scale manager, which skips such steps and shrinks the scale")

@@ -1,7 +1,8 @@
 """A float16 OLMo 2 under a GradScaler whose layer-1 post-feedforward RMSNorm (it normalises the MLP's small output) is
 computed in float16, where the model upcasts to float32. The backward of its rsqrt cubes the forward's output, about
-300 here: 3e7, beyond float16's range at any loss scale, so every update is skipped. The overflow was read as the scaler still searching for its scale ("golden's
-gradients times the loss scale are beyond the target's format") and the verdict was none, "nothing to fix"."""
+300 here: 3e7, beyond float16's range at any loss scale, so every update is skipped. The overflow was read as the
+scaler still searching for its scale ("golden's gradients times the loss scale are beyond the target's format") and
+the verdict was none, "nothing to fix"."""
 
 from __future__ import annotations
 
